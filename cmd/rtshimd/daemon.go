@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/cri"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/pause"
+	"github.com/rtshimd/rtshimd/pkg/sandbox"
+	"github.com/rtshimd/rtshimd/pkg/sdnotify"
+	"github.com/rtshimd/rtshimd/pkg/store"
+)
+
+type daemon struct {
+	cfg       *config.Config
+	table     *handlers.Table
+	sandboxes *sandbox.Manager
+}
+
+// discover prepares the pause rootfs and runs handler discovery.
+func discover(ctx context.Context, cfg *config.Config, pauseDir, probeDir string) (*handlers.Table, string, error) {
+	pausePath := cfg.PausePath
+	if pausePath == "" {
+		pausePath = besideSelf("rtshim-pause")
+	}
+	rootfs, err := pause.Prepare(pauseDir, pausePath)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(probeDir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("create probe dir: %w", err)
+	}
+	table := handlers.New(cfg)
+	table.Discover(ctx, handlers.Probe{Rootfs: rootfs, Dir: probeDir, CgroupDriver: cfg.CgroupDriver})
+	return table, rootfs, nil
+}
+
+func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
+	for _, dir := range []string{cfg.StateRoot, cfg.RunRoot} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	table, rootfs, err := discover(ctx, cfg, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.New(filepath.Join(cfg.StateRoot, "sandboxes"))
+	if err != nil {
+		return nil, err
+	}
+	monitorPath := cfg.MonitorPath
+	if monitorPath == "" {
+		monitorPath = besideSelf("rtshim-monitor")
+	}
+	if _, err := os.Stat(monitorPath); err != nil {
+		return nil, fmt.Errorf("monitor_path: %w", err)
+	}
+	mgr, err := sandbox.NewManager(sandbox.Options{
+		Handlers:       table,
+		Store:          st,
+		RunDir:         filepath.Join(cfg.RunRoot, "sandboxes"),
+		MonitorPath:    monitorPath,
+		PauseRootfs:    rootfs,
+		CgroupDriver:   cfg.CgroupDriver,
+		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover sandboxes: %w", err)
+	}
+	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
+	return &daemon{cfg: cfg, table: table, sandboxes: mgr}, nil
+}
+
+func (d *daemon) serve(ctx context.Context) error {
+	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes}
+	return srv.Serve(ctx, func() {
+		if err := sdnotify.Notify("READY=1"); err != nil {
+			logrus.WithError(err).Warn("sd_notify READY")
+		}
+	})
+}
+
+func (d *daemon) close() {
+	_ = sdnotify.Notify("STOPPING=1")
+	d.sandboxes.Close()
+	logrus.Info("rtshimd stopped; pods keep running")
+}

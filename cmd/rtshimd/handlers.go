@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/handlers"
+)
+
+// handlersCmd discovers every handler as the daemon would and prints the table.
+func handlersCmd(args []string) error {
+	logrus.SetLevel(logrus.ErrorLevel)
+	cfg, err := loadConfig(args, nil)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "rtshimd-handlers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	table, _, err := discover(context.Background(), cfg, tmp+"/pause", tmp+"/probe")
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tBINARY\tVERSION\tSANDBOX\tFEATURES\tSTATUS")
+	for _, h := range table.List() {
+		name := h.Name
+		if name == table.Default() {
+			name += " (default)"
+		}
+		state := "ready"
+		if !h.Ready {
+			state = "not ready: " + h.Reason
+		}
+		version := h.Version
+		if version == "" {
+			version = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Runtime.Path, version, h.Sandbox, featureList(h), state)
+	}
+	return w.Flush()
+}
+
+func featureList(h *handlers.Handler) string {
+	if h.Version == "" {
+		return "-"
+	}
+	f := h.Features
+	var on []string
+	for _, x := range []struct {
+		name string
+		v    bool
+	}{
+		{"host_network", f.HostNetwork}, {"host_pid", f.HostPID}, {"host_ipc", f.HostIPC},
+		{"user_namespaces", f.UserNamespaces}, {"recursive_read_only_mounts", f.RecursiveReadOnlyMounts},
+	} {
+		if x.v {
+			on = append(on, x.name)
+		} else {
+			on = append(on, "-"+x.name)
+		}
+	}
+	return strings.Join(on, ",")
+}

@@ -1,0 +1,131 @@
+// rtshimd is a CRI runtime that runs each pod through the OCI runtime its RuntimeClass
+// handler names. This file holds flags, wiring and subcommands only.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/configs"
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/cri"
+)
+
+const defaultConfigPath = "/etc/rtshimd/config.toml"
+
+const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daemon
+       rtshimd config default                          print the default configuration
+       rtshimd config check [--config FILE]            validate a configuration file
+       rtshimd handlers [--config FILE]                discover and show the handler table
+       rtshimd version                                 print the version
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "rtshimd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cmd := ""
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "":
+		return serveCmd(args)
+	case "version":
+		fmt.Printf("rtshimd %s\n", cri.Version)
+		return nil
+	case "handlers":
+		return handlersCmd(args)
+	case "config":
+		if len(args) == 0 {
+			return errors.New("config: want `default` or `check`\n" + usage)
+		}
+		switch args[0] {
+		case "default":
+			_, err := os.Stdout.Write(configs.DefaultConfig)
+			return err
+		case "check":
+			cfg, err := loadConfig(args[1:], nil)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: ok (%d handlers, default %q)\n", cfg.Path, len(cfg.Handlers), cfg.DefaultHandler)
+			return nil
+		}
+		return fmt.Errorf("config %s: unknown subcommand\n%s", args[0], usage)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+// loadConfig parses --config (and any extra flags the caller registered). Without
+// --config, /etc/rtshimd/config.toml is used if it exists, else the built-in default.
+func loadConfig(args []string, extra func(*flag.FlagSet)) (*config.Config, error) {
+	fs := flag.NewFlagSet("rtshimd", flag.ContinueOnError)
+	path := fs.String("config", "", "configuration file (default "+defaultConfigPath+" if it exists, else the built-in default)")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *path == "" {
+		if _, err := os.Stat(defaultConfigPath); err != nil {
+			logrus.Infof("no %s; using the built-in default configuration", defaultConfigPath)
+			return config.Default(), nil
+		}
+		*path = defaultConfigPath
+	}
+	return config.Load(*path)
+}
+
+// besideSelf is the path of a helper binary installed next to rtshimd.
+func besideSelf(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return name
+	}
+	return filepath.Join(filepath.Dir(exe), name)
+}
+
+func serveCmd(args []string) error {
+	var level string
+	cfg, err := loadConfig(args, func(fs *flag.FlagSet) {
+		fs.StringVar(&level, "log-level", "", "overrides log_level from the config")
+	})
+	if err != nil {
+		return err
+	}
+	if level != "" {
+		cfg.LogLevel = level
+	}
+	lvl, err := logrus.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logrus.SetLevel(lvl)
+	logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000000Z07:00"})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := newDaemon(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	return d.serve(ctx)
+}

@@ -1,0 +1,245 @@
+// Package config owns rtshimd's configuration file: its structure, defaults, parsing and
+// validation. Every mistake is reported as "file:line: message". It knows nothing of
+// runtimes beyond their table entries.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/configs"
+)
+
+// Sandbox modes of a handler.
+const (
+	SandboxNamespaces = "namespaces"
+	SandboxShared     = "shared"
+)
+
+// Cgroup drivers.
+const (
+	CgroupfsDriver = "cgroupfs"
+	SystemdDriver  = "systemd"
+)
+
+// Config is the daemon configuration.
+type Config struct {
+	Socket         string              `toml:"socket"`
+	StateRoot      string              `toml:"state_root"`
+	RunRoot        string              `toml:"run_root"`
+	CgroupDriver   string              `toml:"cgroup_driver"`
+	LogLevel       string              `toml:"log_level"`
+	MonitorPath    string              `toml:"monitor_path"`
+	PausePath      string              `toml:"pause_path"`
+	DefaultHandler string              `toml:"default_handler"`
+	Handlers       map[string]*Handler `toml:"handlers"`
+
+	// Path is the file the config was read from ("" for the built-in default).
+	Path string `toml:"-"`
+}
+
+// Handler is one entry of the handler table.
+type Handler struct {
+	RuntimePath string   `toml:"runtime_path"`
+	RuntimeRoot string   `toml:"runtime_root"`
+	RuntimeArgs []string `toml:"runtime_args"`
+	Sandbox     string   `toml:"sandbox"`
+	Overhead    Overhead `toml:"overhead"`
+	Features    Declared `toml:"features"`
+}
+
+// Overhead is what a handler's sandbox costs beyond its containers.
+type Overhead struct {
+	Memory string `toml:"memory"`
+	CPU    string `toml:"cpu"`
+
+	MemoryBytes int64 `toml:"-"`
+	MilliCPU    int64 `toml:"-"`
+}
+
+// Declared holds features a person states for a handler; nil means "discover".
+type Declared struct {
+	HostNetwork             *bool `toml:"host_network"`
+	HostPID                 *bool `toml:"host_pid"`
+	HostIPC                 *bool `toml:"host_ipc"`
+	UserNamespaces          *bool `toml:"user_namespaces"`
+	RecursiveReadOnlyMounts *bool `toml:"recursive_read_only_mounts"`
+}
+
+// Default returns the shipped default configuration (configs/config.toml).
+func Default() *Config {
+	c, err := Parse("configs/config.toml", configs.DefaultConfig)
+	if err != nil {
+		panic(fmt.Sprintf("shipped default config is invalid: %v", err))
+	}
+	c.Path = ""
+	return c
+}
+
+// Load reads and validates the config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// lineErr matches the decoder's type errors, which carry the line only in their text.
+var lineErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+// Parse decodes and validates config text; name is used in error messages.
+func Parse(name string, data []byte) (*Config, error) {
+	c := &Config{}
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+		}
+		if m := lineErr.FindStringSubmatch(err.Error()); m != nil {
+			return nil, fmt.Errorf("%s:%s: %s: %s", name, m[1], m[2], m[3])
+		}
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	c.Path = name
+	p := positions{name: name, src: data}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0].String()
+		return nil, p.errf(k, "unknown key %q", k)
+	}
+	c.applyDefaults()
+	if err := c.validate(p); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Socket, "/run/rtshimd/rtshimd.sock")
+	def(&c.StateRoot, "/var/lib/rtshimd")
+	def(&c.RunRoot, "/run/rtshimd")
+	def(&c.CgroupDriver, CgroupfsDriver)
+	def(&c.LogLevel, "info")
+	for name, h := range c.Handlers {
+		if h == nil {
+			continue
+		}
+		def(&h.RuntimeRoot, filepath.Join(c.RunRoot, name))
+		def(&h.Sandbox, SandboxNamespaces)
+	}
+}
+
+// HandlerNames lists the configured handlers, sorted.
+func (c *Config) HandlerNames() []string {
+	names := make([]string, 0, len(c.Handlers))
+	for n := range c.Handlers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func (c *Config) validate(p positions) error {
+	for _, f := range []struct{ key, val string }{
+		{"socket", c.Socket}, {"state_root", c.StateRoot}, {"run_root", c.RunRoot},
+		{"monitor_path", c.MonitorPath}, {"pause_path", c.PausePath},
+	} {
+		if f.val != "" && !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
+	if c.CgroupDriver != CgroupfsDriver && c.CgroupDriver != SystemdDriver {
+		return p.errf("cgroup_driver", "cgroup_driver must be %q or %q, got %q", CgroupfsDriver, SystemdDriver, c.CgroupDriver)
+	}
+	if _, err := logrus.ParseLevel(c.LogLevel); err != nil {
+		return p.errf("log_level", "log_level %q is not a level (panic, fatal, error, warn, info, debug, trace)", c.LogLevel)
+	}
+	if len(c.Handlers) == 0 {
+		return p.errf("", "no handlers configured: add at least one [handlers.NAME] table")
+	}
+	for _, name := range c.HandlerNames() {
+		h := c.Handlers[name]
+		key := "handlers." + name
+		if len(name) > 63 || !dns1123Label.MatchString(name) {
+			return p.errf(key, "handler name %q is not a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters, like a RuntimeClass handler)", name)
+		}
+		if h == nil || h.RuntimePath == "" {
+			return p.errf(key, "handler %q: runtime_path is required", name)
+		}
+		if !filepath.IsAbs(h.RuntimePath) {
+			return p.errf(key+".runtime_path", "handler %q: runtime_path must be an absolute path, got %q", name, h.RuntimePath)
+		}
+		if !filepath.IsAbs(h.RuntimeRoot) {
+			return p.errf(key+".runtime_root", "handler %q: runtime_root must be an absolute path, got %q", name, h.RuntimeRoot)
+		}
+		if h.Sandbox != SandboxNamespaces && h.Sandbox != SandboxShared {
+			return p.errf(key+".sandbox", "handler %q: sandbox must be %q or %q, got %q", name, SandboxNamespaces, SandboxShared, h.Sandbox)
+		}
+		var err error
+		if h.Overhead.MemoryBytes, err = ParseMemory(h.Overhead.Memory); err != nil {
+			return p.errf(key+".overhead.memory", "handler %q: overhead.memory: %v", name, err)
+		}
+		if h.Overhead.MilliCPU, err = ParseCPU(h.Overhead.CPU); err != nil {
+			return p.errf(key+".overhead.cpu", "handler %q: overhead.cpu: %v", name, err)
+		}
+	}
+	if c.DefaultHandler == "" {
+		return p.errf("default_handler", "default_handler is required (one of: %s)", strings.Join(c.HandlerNames(), ", "))
+	}
+	if _, ok := c.Handlers[c.DefaultHandler]; !ok {
+		return p.errf("default_handler", "default_handler %q is not a configured handler (configured: %s)", c.DefaultHandler, strings.Join(c.HandlerNames(), ", "))
+	}
+	return nil
+}
+
+// ParseMemory parses a Kubernetes-style memory quantity ("64Mi", "1G", "1048576").
+func ParseMemory(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := map[string]int64{
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+		"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "": 1,
+	}
+	num := strings.TrimRight(s, "KMGTik")
+	m, ok := mult[s[len(num):]]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a memory quantity (examples: 64Mi, 1Gi, 500M)", s)
+	}
+	return n * m, nil
+}
+
+// ParseCPU parses a Kubernetes-style CPU quantity ("100m", "0.5", "2") into millicores.
+func ParseCPU(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if strings.HasSuffix(s, "m") {
+		n, err := strconv.ParseInt(strings.TrimSuffix(s, "m"), 10, 64)
+		if err == nil && n >= 0 {
+			return n, nil
+		}
+	} else if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 {
+		return int64(f * 1000), nil
+	}
+	return 0, fmt.Errorf("%q is not a CPU quantity (examples: 100m, 0.5, 2)", s)
+}

@@ -1,0 +1,71 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// positions finds the line where a key is defined, for errors the decoder does not
+// position itself (validation of values it accepted).
+type positions struct {
+	name string
+	src  []byte
+}
+
+func (p positions) errf(key, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if line := p.line(key); line > 0 {
+		return fmt.Errorf("%s:%d: %s", p.name, line, msg)
+	}
+	return fmt.Errorf("%s: %s", p.name, msg)
+}
+
+// line returns the 1-based line that defines the dotted key (a table header or a
+// "key = value" line inside the right table), or 0 if it cannot be found.
+func (p positions) line(key string) int {
+	if key == "" {
+		return 0
+	}
+	table := ""
+	best := 0
+	sc := bufio.NewScanner(bytes.NewReader(p.src))
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		if strings.HasPrefix(l, "[") {
+			table = unquote(strings.Trim(strings.SplitN(l, "]", 2)[0], "[ "))
+			if table == key && best == 0 {
+				best = n
+			}
+			continue
+		}
+		k, _, ok := strings.Cut(l, "=")
+		if !ok {
+			continue
+		}
+		full := unquote(strings.TrimSpace(k))
+		if table != "" {
+			full = table + "." + full
+		}
+		if full == key {
+			return n
+		}
+		// A key inside the table of the one asked for: the table header is close enough.
+		if best == 0 && strings.HasPrefix(full, key+".") {
+			best = n
+		}
+	}
+	return best
+}
+
+func unquote(s string) string {
+	parts := strings.Split(s, ".")
+	for i, part := range parts {
+		parts[i] = strings.Trim(strings.TrimSpace(part), `"'`)
+	}
+	return strings.Join(parts, ".")
+}

@@ -1,0 +1,155 @@
+// Package cri serves the CRI v1 RuntimeService and ImageService over gRPC. One file per
+// RPC: each validates the request, calls the manager that owns the work, and answers.
+// Error kinds become gRPC codes here and nowhere else.
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/sandbox"
+)
+
+// Version is rtshimd's version, reported by the Version RPC and `rtshimd version`.
+var Version = "0.1.0"
+
+// Server implements the CRI services.
+type Server struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	Config    *config.Config
+	Handlers  *handlers.Table
+	Sandboxes *sandbox.Manager
+}
+
+// Serve listens on the config's Unix socket (0660, parent directory created) and serves
+// until ctx ends. ready is called once the socket accepts connections.
+func (s *Server) Serve(ctx context.Context, ready func()) error {
+	path := s.Config.Socket
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create socket dir: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return fmt.Errorf("chmod socket: %w", err)
+	}
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(unaryInterceptor),
+		grpc.ChainStreamInterceptor(streamInterceptor),
+		grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20),
+	)
+	runtimeapi.RegisterRuntimeServiceServer(g, s)
+	runtimeapi.RegisterImageServiceServer(g, s)
+	go func() {
+		<-ctx.Done()
+		g.GracefulStop()
+	}()
+	logrus.WithField("socket", path).Info("serving CRI")
+	if ready != nil {
+		ready()
+	}
+	err = g.Serve(ln)
+	_ = os.Remove(path)
+	return err
+}
+
+// toStatus turns a manager's error into a gRPC status by its kind.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Unknown
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		code = codes.InvalidArgument
+	case errors.Is(err, errdefs.ErrAlreadyExists):
+		code = codes.AlreadyExists
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		code = codes.FailedPrecondition
+	case errors.Is(err, errdefs.ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, trimKind(err.Error()))
+}
+
+// trimKind drops the trailing ": not found" style suffix the kind adds to messages.
+func trimKind(msg string) string {
+	for _, k := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable} {
+		suffix := ": " + k.Error()
+		if len(msg) > len(suffix) && msg[len(msg)-len(suffix):] == suffix {
+			return msg[:len(msg)-len(suffix)]
+		}
+	}
+	return msg
+}
+
+func unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			logrus.WithFields(logrus.Fields{"method": info.FullMethod, "panic": r}).Errorf("panic in RPC\n%s", debug.Stack())
+			resp, err = nil, status.Errorf(codes.Internal, "%s: internal error (panic: %v); see the daemon log", filepath.Base(info.FullMethod), r)
+		}
+		logCall(info.FullMethod, start, err)
+	}()
+	resp, err = handler(ctx, req)
+	return resp, toStatus(err)
+}
+
+func streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			logrus.WithFields(logrus.Fields{"method": info.FullMethod, "panic": r}).Errorf("panic in RPC\n%s", debug.Stack())
+			err = status.Errorf(codes.Internal, "%s: internal error (panic: %v); see the daemon log", filepath.Base(info.FullMethod), r)
+		}
+		logCall(info.FullMethod, start, err)
+	}()
+	return toStatus(handler(srv, ss))
+}
+
+func logCall(method string, start time.Time, err error) {
+	code := status.Code(err)
+	entry := logrus.WithFields(logrus.Fields{"method": method, "duration": time.Since(start), "code": code.String()})
+	switch {
+	case err == nil:
+		// Kubelet polls List*, Status and friends every second: keep them out of info.
+		entry.Debug("rpc")
+	case code == codes.Unimplemented || code == codes.NotFound:
+		entry.WithError(err).Debug("rpc")
+	default:
+		entry.WithError(err).Warn("rpc failed")
+	}
+}

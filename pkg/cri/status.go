@@ -1,0 +1,44 @@
+package cri
+
+import (
+	"context"
+	"encoding/json"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Status reports the runtime and network conditions and, per ready handler, its
+// features; the default handler is listed again under "".
+func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	resp := &runtimeapi.StatusResponse{
+		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+			{Type: runtimeapi.RuntimeReady, Status: true},
+			{
+				Type:    runtimeapi.NetworkReady,
+				Status:  false,
+				Reason:  "NetworkPluginNotReady",
+				Message: "rtshimd has no pod networking (CNI) yet: pods get an isolated network namespace without interfaces",
+			},
+		}},
+		Features: &runtimeapi.RuntimeFeatures{},
+	}
+	for _, h := range s.Handlers.List() {
+		if !h.Ready {
+			continue
+		}
+		f := &runtimeapi.RuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: h.Features.RecursiveReadOnlyMounts,
+			UserNamespaces:          h.Features.UserNamespaces,
+		}
+		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Name: h.Name, Features: f})
+		if h.Name == s.Handlers.Default() {
+			resp.RuntimeHandlers = append([]*runtimeapi.RuntimeHandler{{Name: "", Features: f}}, resp.RuntimeHandlers...)
+		}
+	}
+	if req.Verbose {
+		cfg, _ := json.Marshal(s.Config)
+		table, _ := json.Marshal(s.Handlers.List())
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(table)}
+	}
+	return resp, nil
+}

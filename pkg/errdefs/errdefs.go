@@ -1,0 +1,13 @@
+// Package errdefs holds the error kinds the managers return so that pkg/cri can map them
+// to gRPC codes without string matching. Wrap them with context: fmt.Errorf("...: %w", ErrNotFound).
+package errdefs
+
+import "errors"
+
+var (
+	ErrNotFound           = errors.New("not found")
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrUnavailable        = errors.New("unavailable")
+)

@@ -1,0 +1,77 @@
+package monitor
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// maxLogLine is where a long line is split into partial (P) entries, as kubelet expects.
+const maxLogLine = 16 * 1024
+
+// CRILog writes container output in the CRI log format:
+// "<RFC3339Nano> <stdout|stderr> <P|F> <text>\n". Safe for concurrent streams.
+type CRILog struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+}
+
+// OpenCRILog opens (appending) the log file at path.
+func OpenCRILog(path string) (*CRILog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	return &CRILog{path: path, f: f}, nil
+}
+
+// Copy reads r until EOF or error and writes each line as an entry of stream.
+func (l *CRILog) Copy(stream string, r io.Reader) {
+	br := bufio.NewReaderSize(r, maxLogLine)
+	for {
+		line, isPrefix, err := br.ReadLine()
+		if len(line) > 0 || (err == nil && !isPrefix) {
+			tag := "F"
+			if isPrefix {
+				tag = "P"
+			}
+			l.write(stream, tag, line)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (l *CRILog) write(stream, tag string, text []byte) {
+	buf := make([]byte, 0, len(text)+64)
+	buf = time.Now().AppendFormat(buf, time.RFC3339Nano)
+	buf = append(buf, ' ')
+	buf = append(buf, stream...)
+	buf = append(buf, ' ')
+	buf = append(buf, tag...)
+	buf = append(buf, ' ')
+	buf = append(buf, text...)
+	buf = append(buf, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		_, _ = l.f.Write(buf)
+	}
+}
+
+// Reopen closes and reopens the file (after kubelet rotated it).
+func (l *CRILog) Reopen() error {
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	old := l.f
+	l.f = f
+	l.mu.Unlock()
+	return old.Close()
+}

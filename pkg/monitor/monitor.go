@@ -1,0 +1,194 @@
+// Package monitor is the contract between rtshimd and rtshim-monitor, the small process
+// that supervises one container: the files it reads and writes in the container's run
+// directory, and the daemon's side of starting and watching it. It uses the standard
+// library only, because the monitor binary links it and must stay small.
+package monitor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rtshimd/rtshimd/pkg/store"
+)
+
+// Files in a container's run directory.
+const (
+	ConfigFile = "monitor.json" // Config, written by the daemon
+	ExitFile   = "exit.json"    // Exit, written by the monitor when the container's init ends
+	SocketFile = "monitor.sock" // watch socket: one Exit line is sent to every client, then EOF
+	LogFile    = "monitor.log"  // the monitor's own diagnostics
+	PidFile    = "init.pid"     // written by the runtime (--pid-file)
+)
+
+// Config tells the monitor what to run.
+type Config struct {
+	ID string `json:"id"`
+	// Dir is the container's run directory, where the files above live.
+	Dir string `json:"dir"`
+	// Runtime and RuntimeArgs: the OCI runtime binary and its global flags (--root ...).
+	Runtime     string   `json:"runtime"`
+	RuntimeArgs []string `json:"runtime_args,omitempty"`
+	Bundle      string   `json:"bundle"`
+	// LogPath receives the container's stdout and stderr in the CRI log format; empty
+	// discards them.
+	LogPath string `json:"log_path,omitempty"`
+}
+
+// Result is what the monitor reports over the sync pipe once `create` has returned.
+type Result struct {
+	Pid   int    `json:"pid,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Exit is the end of a container's init process.
+type Exit struct {
+	Pid      int       `json:"pid"`
+	Status   int       `json:"status"` // exit code, or 128+signal
+	Signal   int       `json:"signal,omitempty"`
+	ExitedAt time.Time `json:"exited_at"`
+}
+
+// Process is a monitor the daemon started.
+type Process struct {
+	Pid     int // the monitor's pid
+	InitPid int // the container's init pid, as the runtime reported it
+	Dir     string
+	done    chan struct{}
+}
+
+// Start launches the monitor binary for cfg, waits until the runtime's create has
+// finished and returns the container's init pid, or the runtime's error text. If ctx ends
+// first, the monitor's process group is killed and ctx's error returned; the caller still
+// owes the runtime a forced delete.
+func Start(ctx context.Context, binary string, cfg Config) (*Process, error) {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.WriteFileAtomic(filepath.Join(cfg.Dir, ConfigFile), data, 0o600); err != nil {
+		return nil, fmt.Errorf("write monitor config: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open monitor log: %w", err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd := exec.Command(binary, filepath.Join(cfg.Dir, ConfigFile))
+	cmd.Dir = cfg.Dir
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{w}
+	// Own session: a signal to the daemon's process group never reaches containers.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50"}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("start monitor %s: %w", binary, err)
+	}
+	w.Close()
+	p := &Process{Pid: cmd.Process.Pid, Dir: cfg.Dir, done: make(chan struct{})}
+	// The daemon reaps every process it starts; the monitor outlives this call.
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+
+	type reply struct {
+		res Result
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		var res Result
+		err := json.NewDecoder(r).Decode(&res)
+		ch <- reply{res, err}
+	}()
+	select {
+	case rep := <-ch:
+		if rep.err != nil {
+			<-p.done
+			return nil, fmt.Errorf("monitor exited before reporting (see %s): %s", filepath.Join(cfg.Dir, LogFile), tail(filepath.Join(cfg.Dir, LogFile)))
+		}
+		if rep.res.Error != "" {
+			<-p.done
+			return nil, errors.New(rep.res.Error)
+		}
+		p.InitPid = rep.res.Pid
+		return p, nil
+	case <-ctx.Done():
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		<-p.done
+		return nil, fmt.Errorf("waiting for runtime create: %w", ctx.Err())
+	}
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	s := strings.TrimSpace(string(b))
+	if len(s) > 512 {
+		s = s[len(s)-512:]
+	}
+	return s
+}
+
+// Watch blocks until the container supervised in dir has exited and returns its Exit. It
+// works for monitors started by an earlier daemon too: it holds a connection to the
+// monitor's socket, which the monitor answers when the init ends (or the kernel closes
+// when the monitor dies). ok is false if the monitor ended without recording an exit.
+func Watch(ctx context.Context, dir string) (Exit, bool, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", filepath.Join(dir, SocketFile))
+	if err == nil {
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		_, _ = bufio.NewReader(conn).ReadString('\n')
+		stop()
+		conn.Close()
+		if ctx.Err() != nil {
+			return Exit{}, false, ctx.Err()
+		}
+	}
+	e, err := ReadExit(dir)
+	if err != nil {
+		return Exit{}, false, nil
+	}
+	return e, true, nil
+}
+
+// ReadExit reads the exit file in dir; os.ErrNotExist means the init has not exited (or
+// its monitor died before it could say).
+func ReadExit(dir string) (Exit, error) {
+	var e Exit
+	b, err := os.ReadFile(filepath.Join(dir, ExitFile))
+	if err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return e, fmt.Errorf("parse %s: %w", filepath.Join(dir, ExitFile), err)
+	}
+	return e, nil
+}
+
+// Alive reports whether a monitor is serving in dir.
+func Alive(dir string) bool {
+	conn, err := net.DialTimeout("unix", filepath.Join(dir, SocketFile), time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}

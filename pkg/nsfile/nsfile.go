@@ -1,0 +1,119 @@
+// Package nsfile creates Linux namespaces that outlive any process by bind-mounting them
+// onto files, and releases them. It owns nothing but those files and their mounts.
+package nsfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind is a namespace type as named under /proc/<pid>/ns.
+type Kind string
+
+const (
+	Net Kind = "net"
+	IPC Kind = "ipc"
+	UTS Kind = "uts"
+)
+
+var cloneFlags = map[Kind]uintptr{Net: unix.CLONE_NEWNET, IPC: unix.CLONE_NEWIPC, UTS: unix.CLONE_NEWUTS}
+
+// Pin creates one new namespace of each kind and bind-mounts it to dir/<kind>. If UTS is
+// among them, its hostname is set first. On error nothing is left mounted.
+func Pin(dir string, kinds []Kind, hostname string) (map[Kind]string, error) {
+	if len(kinds) == 0 {
+		return map[Kind]string{}, nil
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("pin namespaces: %w", err)
+	}
+	type result struct {
+		paths map[Kind]string
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread is left locked on purpose: it ends up in the new namespaces, and a
+		// goroutine that exits while locked takes its thread with it, so no other
+		// goroutine ever runs in them.
+		runtime.LockOSThread()
+		paths, err := pinOnThread(dir, kinds, hostname)
+		ch <- result{paths, err}
+	}()
+	r := <-ch
+	return r.paths, r.err
+}
+
+func pinOnThread(dir string, kinds []Kind, hostname string) (map[Kind]string, error) {
+	var flags uintptr
+	for _, k := range kinds {
+		f, ok := cloneFlags[k]
+		if !ok {
+			return nil, fmt.Errorf("pin namespaces: unsupported kind %q", k)
+		}
+		flags |= f
+	}
+	if err := unix.Unshare(int(flags)); err != nil {
+		return nil, fmt.Errorf("pin namespaces: unshare: %w", err)
+	}
+	for _, k := range kinds {
+		if k == UTS && hostname != "" {
+			if err := unix.Sethostname([]byte(hostname)); err != nil {
+				return nil, fmt.Errorf("pin namespaces: set hostname %q: %w", hostname, err)
+			}
+		}
+	}
+	tid := unix.Gettid()
+	paths := map[Kind]string{}
+	for _, k := range kinds {
+		target := filepath.Join(dir, string(k))
+		if err := bind(fmt.Sprintf("/proc/self/task/%d/ns/%s", tid, k), target); err != nil {
+			for _, p := range paths {
+				_ = Unpin(p)
+			}
+			return nil, fmt.Errorf("pin %s namespace at %s: %w", k, target, err)
+		}
+		paths[k] = target
+	}
+	return paths, nil
+}
+
+func bind(src, target string) error {
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(target)
+		return err
+	}
+	return nil
+}
+
+// Unpin unmounts and removes a pinned namespace file. A missing file is not an error,
+// so Unpin can be repeated after a crash.
+func Unpin(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}
+
+// IsPinned reports whether path is a mounted namespace file (false after a reboot
+// emptied /run, for example).
+func IsPinned(path string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.NSFS_MAGIC
+}

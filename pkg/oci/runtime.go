@@ -1,0 +1,180 @@
+// Package oci drives OCI runtime binaries (runc, crun, runsc, kata-runtime) and builds
+// runtime-spec documents for them. Every call has a deadline and turns the runtime's own
+// error text into the error the user sees, prefixed with the handler and the operation.
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+)
+
+// DefaultTimeout bounds one runtime call when the caller's context has no earlier deadline.
+const DefaultTimeout = 60 * time.Second
+
+// Runtime is one OCI runtime binary as a handler configures it.
+type Runtime struct {
+	Handler string   `json:"handler"`
+	Path    string   `json:"path"`
+	Root    string   `json:"root"`
+	Args    []string `json:"args,omitempty"`
+	// SystemdCgroup adds --systemd-cgroup (cgroup_driver = "systemd").
+	SystemdCgroup bool `json:"systemd_cgroup,omitempty"`
+}
+
+// GlobalArgs are the flags placed before every subcommand.
+func (r *Runtime) GlobalArgs() []string {
+	args := []string{"--root", r.Root}
+	if r.SystemdCgroup {
+		args = append(args, "--systemd-cgroup")
+	}
+	return append(args, r.Args...)
+}
+
+// Error is a failed runtime call.
+type Error struct {
+	Handler string
+	Op      string
+	ID      string
+	Text    string // what the runtime printed (stderr, else stdout), or the exec error
+}
+
+func (e *Error) Error() string {
+	what := e.Op
+	if e.ID != "" {
+		what += " " + e.ID
+	}
+	return fmt.Sprintf("handler %q: %s: %s", e.Handler, what, e.Text)
+}
+
+// IsNotExist reports whether err says the container is unknown to the runtime.
+func IsNotExist(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	t := strings.ToLower(e.Text)
+	return strings.Contains(t, "does not exist") || strings.Contains(t, "not found") || strings.Contains(t, "no such file")
+}
+
+func (r *Runtime) run(ctx context.Context, op, id string, args ...string) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, r.Path, append(r.GlobalArgs(), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	// A sandbox process the runtime leaves behind may hold these pipes for ever; never
+	// wait for their EOF beyond this.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Run(); err != nil {
+		text := strings.TrimSpace(stderr.String())
+		if text == "" {
+			text = strings.TrimSpace(stdout.String())
+		}
+		if ctx.Err() != nil {
+			text = fmt.Sprintf("timed out (%v) %s", ctx.Err(), text)
+		} else if text == "" {
+			text = err.Error()
+		}
+		return nil, &Error{Handler: r.Handler, Op: op, ID: id, Text: lastLines(text, 5)}
+	}
+	return stdout.Bytes(), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Start starts a created container.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	_, err := r.run(ctx, "start", id, "start", id)
+	return err
+}
+
+// Kill sends sig to the container's init (all its processes if all is set).
+func (r *Runtime) Kill(ctx context.Context, id string, sig string, all bool) error {
+	args := []string{"kill"}
+	if all {
+		args = append(args, "--all")
+	}
+	_, err := r.run(ctx, "kill", id, append(args, id, sig)...)
+	return err
+}
+
+// Delete removes the container; force kills it first if it still runs. A container the
+// runtime does not know is not an error.
+func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
+	args := []string{"delete"}
+	if force {
+		args = append(args, "--force")
+	}
+	_, err := r.run(ctx, "delete", id, append(args, id)...)
+	if IsNotExist(err) {
+		return nil
+	}
+	return err
+}
+
+// State returns the runtime's view of the container.
+func (r *Runtime) State(ctx context.Context, id string) (*specs.State, error) {
+	out, err := r.run(ctx, "state", id, "state", id)
+	if err != nil {
+		return nil, err
+	}
+	var st specs.State
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, &Error{Handler: r.Handler, Op: "state", ID: id, Text: fmt.Sprintf("unreadable state %q: %v", out, err)}
+	}
+	return &st, nil
+}
+
+// Run creates, starts and waits for a container in one call (used by handler probes).
+func (r *Runtime) Run(ctx context.Context, id, bundle string) error {
+	_, err := r.run(ctx, "run", id, "run", "--bundle", bundle, id)
+	return err
+}
+
+// Version returns the first line of `<runtime> --version`.
+func (r *Runtime) Version(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, r.Path, "--version")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return "", &Error{Handler: r.Handler, Op: "--version", Text: err.Error()}
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
+}
+
+// Features runs `<runtime> features`; runtimes without that subcommand return an error.
+func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
+	cmd := exec.CommandContext(ctx, r.Path, "features")
+	cmd.WaitDelay = time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, &Error{Handler: r.Handler, Op: "features", Text: strings.TrimSpace(stderr.String() + " " + err.Error())}
+	}
+	var f features.Features
+	if err := json.Unmarshal(out, &f); err != nil {
+		return nil, &Error{Handler: r.Handler, Op: "features", Text: fmt.Sprintf("unreadable output: %v", err)}
+	}
+	return &f, nil
+}

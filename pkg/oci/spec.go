@@ -1,0 +1,132 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/rtshimd/rtshimd/pkg/store"
+)
+
+// Annotations both containerd and CRI-O set; sandboxing runtimes (runsc, kata) read them
+// to tell an infra container from the containers that join it.
+const (
+	AnnotationContainerType = "io.kubernetes.cri.container-type"
+	AnnotationSandboxID     = "io.kubernetes.cri.sandbox-id"
+	AnnotationSandboxName   = "io.kubernetes.cri.sandbox-name"
+	AnnotationSandboxNS     = "io.kubernetes.cri.sandbox-namespace"
+	AnnotationSandboxUID    = "io.kubernetes.cri.sandbox-uid"
+	AnnotationCRIOType      = "io.kubernetes.cri-o.ContainerType"
+	AnnotationCRIOSandboxID = "io.kubernetes.cri-o.SandboxID"
+
+	ContainerTypeSandbox   = "sandbox"
+	ContainerTypeContainer = "container"
+)
+
+// SpecVersion is the ociVersion we write: the newest every runtime here accepts (crun 1.8
+// refuses versions it does not know, and runc and runsc 2022 speak 1.0.2-dev).
+const SpecVersion = "1.0.2-dev"
+
+// DefaultMaskedPaths and DefaultReadonlyPaths are what containerd and CRI-O hide from
+// unprivileged containers.
+var (
+	DefaultMaskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	DefaultReadonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// InfraOptions describe an infra (pause) container.
+type InfraOptions struct {
+	ID          string
+	Rootfs      string
+	Args        []string
+	Hostname    string
+	Namespaces  []specs.LinuxNamespace
+	CgroupsPath string
+	OOMScoreAdj *int
+	Annotations map[string]string
+	Sysctls     map[string]string
+	User        specs.User
+	// ShmPath is bind-mounted on /dev/shm; empty gives the container its own tmpfs.
+	ShmPath string
+}
+
+// InfraSpec builds the spec of an infra container: the pause program on a read-only
+// rootfs, no capabilities, no new privileges.
+func InfraSpec(o InfraOptions) *specs.Spec {
+	shm := specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+		Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}
+	if o.ShmPath != "" {
+		shm = specs.Mount{Destination: "/dev/shm", Type: "bind", Source: o.ShmPath,
+			Options: []string{"rbind", "nosuid", "noexec", "nodev"}}
+	}
+	return &specs.Spec{
+		Version:  SpecVersion,
+		Hostname: o.Hostname,
+		Root:     &specs.Root{Path: o.Rootfs, Readonly: true},
+		Process: &specs.Process{
+			Args:            o.Args,
+			Cwd:             "/",
+			Env:             []string{"PATH=/"},
+			User:            o.User,
+			NoNewPrivileges: true,
+			Capabilities:    &specs.LinuxCapabilities{},
+			OOMScoreAdj:     o.OOMScoreAdj,
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			shm,
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		},
+		Annotations: o.Annotations,
+		Linux: &specs.Linux{
+			Namespaces:    o.Namespaces,
+			CgroupsPath:   o.CgroupsPath,
+			Sysctl:        o.Sysctls,
+			MaskedPaths:   DefaultMaskedPaths,
+			ReadonlyPaths: DefaultReadonlyPaths,
+		},
+	}
+}
+
+// CgroupsPath is the cgroupsPath of container id under the pod's cgroup parent, in the
+// form the cgroup driver's runtimes expect.
+func CgroupsPath(driver, parent, id string) string {
+	if driver == "systemd" {
+		if parent == "" {
+			parent = "system.slice"
+		}
+		return parent + ":rtshimd:" + id
+	}
+	if parent == "" {
+		parent = "/rtshimd"
+	}
+	if !strings.HasPrefix(parent, "/") {
+		parent = "/" + parent
+	}
+	return filepath.Join(parent, id)
+}
+
+// WriteBundle writes spec as dir/config.json.
+func WriteBundle(dir string, spec *specs.Spec) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("create bundle %s: %w", dir, err)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	return store.WriteFileAtomic(filepath.Join(dir, "config.json"), data, 0o600)
+}

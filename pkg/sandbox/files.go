@@ -1,0 +1,109 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Files every container of the pod gets bind-mounted from the sandbox directory.
+const (
+	HostnameFile = "hostname"
+	ResolvFile   = "resolv.conf"
+	HostsFile    = "hosts"
+	ShmDir       = "shm"
+	shmSize      = 64 << 20 // what containerd and CRI-O give a pod by default
+)
+
+// writePodFiles writes hostname, resolv.conf and hosts into dir.
+func writePodFiles(dir, hostname string, cfg *runtimeapi.PodSandboxConfig, hostNetwork bool) error {
+	if err := os.WriteFile(filepath.Join(dir, HostnameFile), []byte(hostname+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write hostname: %w", err)
+	}
+	resolv, err := resolvConf(cfg.GetDnsConfig())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ResolvFile), resolv, 0o644); err != nil {
+		return fmt.Errorf("write resolv.conf: %w", err)
+	}
+	hosts := []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
+	if hostNetwork {
+		// The node's names, as containerd does for host-network pods.
+		if b, err := os.ReadFile("/etc/hosts"); err == nil {
+			hosts = b
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, HostsFile), hosts, 0o644); err != nil {
+		return fmt.Errorf("write hosts: %w", err)
+	}
+	return nil
+}
+
+// resolvConf renders the pod's DNS config; with none, the pod gets the node's resolv.conf
+// (kubelet's "Default" DNS policy).
+func resolvConf(dns *runtimeapi.DNSConfig) ([]byte, error) {
+	if dns == nil || (len(dns.Servers) == 0 && len(dns.Searches) == 0 && len(dns.Options) == 0) {
+		b, err := os.ReadFile("/etc/resolv.conf")
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read node resolv.conf: %w", err)
+		}
+		return b, nil
+	}
+	var b strings.Builder
+	for i, s := range dns.Servers {
+		if strings.ContainsAny(s, " \t\n") || s == "" {
+			return nil, fmt.Errorf("dns_config.servers[%d] %q is not an address", i, s)
+		}
+		fmt.Fprintf(&b, "nameserver %s\n", s)
+	}
+	for i, s := range dns.Searches {
+		if strings.ContainsAny(s, " \t\n") || s == "" {
+			return nil, fmt.Errorf("dns_config.searches[%d] %q is not a domain", i, s)
+		}
+	}
+	if len(dns.Searches) > 0 {
+		fmt.Fprintf(&b, "search %s\n", strings.Join(dns.Searches, " "))
+	}
+	for i, s := range dns.Options {
+		if strings.ContainsAny(s, " \t\n") || s == "" {
+			return nil, fmt.Errorf("dns_config.options[%d] %q is not a resolver option", i, s)
+		}
+	}
+	if len(dns.Options) > 0 {
+		fmt.Fprintf(&b, "options %s\n", strings.Join(dns.Options, " "))
+	}
+	return []byte(b.String()), nil
+}
+
+// mountShm gives the pod its own /dev/shm: a tmpfs its containers bind-mount.
+func mountShm(path string) error {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return fmt.Errorf("create shm dir: %w", err)
+	}
+	if err := unix.Mount("shm", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("mode=1777,size=%d", shmSize)); err != nil {
+		return fmt.Errorf("mount pod shm at %s: %w", path, err)
+	}
+	return nil
+}
+
+// unmountAll detaches every mount at or below path (shm, namespace files); missing is fine.
+func unmountAll(path string) error {
+	for {
+		err := unix.Unmount(path, unix.MNT_DETACH)
+		if err != nil {
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			return fmt.Errorf("unmount %s: %w", path, err)
+		}
+	}
+}

@@ -1,0 +1,626 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/nsfile"
+	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/pause"
+	"github.com/rtshimd/rtshimd/pkg/store"
+)
+
+// StopTimeout bounds how long Stop waits for an infra container to die after SIGKILL.
+const StopTimeout = 10 * time.Second
+
+// Options wire a Manager.
+type Options struct {
+	Handlers     *handlers.Table
+	Store        *store.Store
+	RunDir       string // volatile per-sandbox directories: <run_root>/sandboxes
+	MonitorPath  string
+	PauseRootfs  string
+	CgroupDriver string
+	// OOMScoreAdjMin is the lowest oom_score_adj the daemon may give a process (its own).
+	OOMScoreAdjMin int
+}
+
+// Manager runs pod sandboxes.
+type Manager struct {
+	opts Options
+
+	mu        sync.RWMutex
+	sandboxes map[string]*Sandbox
+	names     map[string]string // sandbox name -> id
+
+	// ctx ends watchers when the daemon shuts down.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewManager returns a Manager with no sandboxes; call Recover to load the stored ones.
+func NewManager(opts Options) (*Manager, error) {
+	if err := os.MkdirAll(opts.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.RunDir, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{opts: opts, sandboxes: map[string]*Sandbox{}, names: map[string]string{}, ctx: ctx, cancel: cancel}, nil
+}
+
+// Close stops the watchers; sandboxes keep running.
+func (m *Manager) Close() {
+	m.cancel()
+	m.wg.Wait()
+}
+
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+}
+
+func validate(cfg *runtimeapi.PodSandboxConfig) error {
+	if cfg == nil {
+		return invalid("config is required")
+	}
+	md := cfg.GetMetadata()
+	if md == nil {
+		return invalid("config.metadata is required")
+	}
+	for _, f := range []struct{ name, val string }{{"name", md.Name}, {"namespace", md.Namespace}, {"uid", md.Uid}} {
+		if f.val == "" {
+			return invalid("config.metadata.%s is empty", f.name)
+		}
+		if strings.ContainsAny(f.val, "_/\x00") {
+			return invalid("config.metadata.%s %q must not contain '_', '/' or NUL", f.name, f.val)
+		}
+	}
+	if h := cfg.Hostname; h != "" && (len(h) > 64 || !hostnameRE.MatchString(h)) {
+		return invalid("config.hostname %q is not a valid hostname (lower-case letters, digits, '-' and '.', at most 64 characters)", h)
+	}
+	if p := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid(); p == runtimeapi.NamespaceMode_TARGET {
+		return invalid("config.linux.security_context.namespace_options.pid TARGET is only valid for containers, not sandboxes")
+	}
+	return nil
+}
+
+func newID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Run creates and starts a pod sandbox through the handler and returns its ID. On any
+// error everything it made is undone.
+func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handlerName string) (string, error) {
+	if err := validate(cfg); err != nil {
+		return "", err
+	}
+	h, err := m.opts.Handlers.Lookup(handlerName)
+	if err != nil {
+		return "", err
+	}
+	if err := h.CheckPod(cfg); err != nil {
+		return "", err
+	}
+	if _, err := resolvConf(cfg.GetDnsConfig()); err != nil {
+		return "", invalid("config.%v", err)
+	}
+
+	name := MakeName(cfg.Metadata)
+	id := newID()
+	m.mu.Lock()
+	if other, ok := m.names[name]; ok {
+		m.mu.Unlock()
+		return "", fmt.Errorf("pod sandbox name %q is already used by sandbox %s; remove it first: %w", name, other, errdefs.ErrAlreadyExists)
+	}
+	m.names[name] = id
+	m.mu.Unlock()
+
+	raw, err := encodeConfig(cfg)
+	if err != nil {
+		m.releaseName(name, id)
+		return "", err
+	}
+	sb := &Sandbox{
+		Metadata: Metadata{
+			ID: id, Name: name, Handler: h.Name, Sandbox: h.Sandbox,
+			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Overhead,
+			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
+		},
+		config: cfg,
+		status: Status{State: StateCreating},
+		exited: make(chan struct{}),
+	}
+	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
+	if err := m.create(ctx, sb); err != nil {
+		log.WithError(err).Warn("run pod sandbox failed; cleaning up")
+		if cerr := m.cleanup(sb); cerr != nil {
+			log.WithError(cerr).Error("cleanup of failed sandbox")
+		}
+		m.releaseName(name, id)
+		return "", err
+	}
+	m.mu.Lock()
+	m.sandboxes[id] = sb
+	m.mu.Unlock()
+	log.Info("pod sandbox ready")
+	return id, nil
+}
+
+func (m *Manager) releaseName(name, id string) {
+	m.mu.Lock()
+	if m.names[name] == id {
+		delete(m.names, name)
+	}
+	m.mu.Unlock()
+}
+
+// create makes every part of the sandbox; the record is on disk (as "creating") before
+// the first resource exists, so a crash half-way is found and undone at start-up.
+func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
+	cfg := sb.config
+	nsOpts := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	hostNet := nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE
+	hostIPC := nsOpts.GetIpc() == runtimeapi.NamespaceMode_NODE
+	hostPID := nsOpts.GetPid() == runtimeapi.NamespaceMode_NODE
+	shared := sb.Sandbox == config.SandboxShared
+	sb.Infra = shared || nsOpts.GetPid() == runtimeapi.NamespaceMode_POD
+	if sb.Infra {
+		sb.CgroupsPath = oci.CgroupsPath(m.opts.CgroupDriver, cfg.GetLinux().GetCgroupParent(), sb.ID)
+	}
+
+	hostname := cfg.Hostname
+	if hostNet {
+		// A host-network pod shares the node's UTS namespace, so it has the node's name.
+		hostname, _ = os.Hostname()
+	}
+	if hostname == "" {
+		hostname = cfg.Metadata.Name
+	}
+
+	var kinds []nsfile.Kind
+	if !hostNet {
+		kinds = append(kinds, nsfile.Net)
+	}
+	if !shared {
+		// Sandboxing runtimes keep IPC and UTS inside their own kernel; for the runc
+		// family the daemon holds them so that containers can join without an infra process.
+		if !hostIPC {
+			kinds = append(kinds, nsfile.IPC)
+		}
+		if !hostNet {
+			kinds = append(kinds, nsfile.UTS)
+		}
+	}
+	if err := os.MkdirAll(sb.Dir, 0o711); err != nil {
+		return fmt.Errorf("create sandbox dir: %w", err)
+	}
+	if !hostIPC {
+		sb.Shm = filepath.Join(sb.Dir, ShmDir)
+	}
+	// Decide every path before the first write so the record names all there is to undo.
+	nsDir := filepath.Join(sb.Dir, "ns")
+	for _, k := range kinds {
+		p := filepath.Join(nsDir, string(k))
+		switch k {
+		case nsfile.Net:
+			sb.NetNS = p
+		case nsfile.IPC:
+			sb.IPCNS = p
+		case nsfile.UTS:
+			sb.UTSNS = p
+		}
+	}
+	if err := m.persist(sb, true); err != nil {
+		return err
+	}
+
+	if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
+		return err
+	}
+	if err := writePodFiles(sb.Dir, hostname, cfg, hostNet); err != nil {
+		return err
+	}
+	if sb.Shm != "" {
+		if err := mountShm(sb.Shm); err != nil {
+			return err
+		}
+	}
+	if sb.Infra {
+		if err := m.startInfra(ctx, sb, hostname, hostNet, hostIPC, hostPID); err != nil {
+			return err
+		}
+	}
+	sb.mu.Lock()
+	if sb.status.State == StateCreating { // the infra may already have died
+		sb.status.State = StateReady
+	}
+	sb.mu.Unlock()
+	return m.persist(sb, false)
+}
+
+func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) error {
+	cfg := sb.config
+	var ns []specs.LinuxNamespace
+	add := func(t specs.LinuxNamespaceType, path string, host bool) {
+		if !host {
+			ns = append(ns, specs.LinuxNamespace{Type: t, Path: path})
+		}
+	}
+	add(specs.NetworkNamespace, sb.NetNS, hostNet)
+	add(specs.IPCNamespace, sb.IPCNS, hostIPC)
+	add(specs.UTSNamespace, sb.UTSNS, hostNet)
+	add(specs.PIDNamespace, "", hostPID)
+	add(specs.MountNamespace, "", false)
+
+	sc := cfg.GetLinux().GetSecurityContext()
+	user := specs.User{}
+	if u := sc.GetRunAsUser(); u != nil {
+		user.UID = uint32(u.Value)
+	}
+	if g := sc.GetRunAsGroup(); g != nil {
+		user.GID = uint32(g.Value)
+	}
+	// kubelet asks for -998 for infra containers; a node may not let us go below our own.
+	oom := max(-998, m.opts.OOMScoreAdjMin)
+	md := cfg.Metadata
+	spec := oci.InfraSpec(oci.InfraOptions{
+		ID:          sb.ID,
+		Rootfs:      m.opts.PauseRootfs,
+		Args:        []string{pause.Binary},
+		Hostname:    hostname,
+		Namespaces:  ns,
+		CgroupsPath: sb.CgroupsPath,
+		OOMScoreAdj: &oom,
+		Sysctls:     cfg.GetLinux().GetSysctls(),
+		User:        user,
+		ShmPath:     sb.Shm,
+		Annotations: map[string]string{
+			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
+			oci.AnnotationSandboxID:     sb.ID,
+			oci.AnnotationSandboxName:   md.Name,
+			oci.AnnotationSandboxNS:     md.Namespace,
+			oci.AnnotationSandboxUID:    md.Uid,
+			oci.AnnotationCRIOType:      oci.ContainerTypeSandbox,
+			oci.AnnotationCRIOSandboxID: sb.ID,
+		},
+	})
+	dir := sb.InfraDir()
+	if err := oci.WriteBundle(dir, spec); err != nil {
+		return err
+	}
+	p, err := monitor.Start(ctx, m.opts.MonitorPath, monitor.Config{
+		ID: sb.ID, Dir: dir, Runtime: sb.Runtime.Path, RuntimeArgs: sb.Runtime.GlobalArgs(), Bundle: dir,
+	})
+	if err != nil {
+		return fmt.Errorf("handler %q: create infra container: %w", sb.Handler, err)
+	}
+	sb.mu.Lock()
+	sb.status.InfraPid = p.InitPid
+	sb.status.MonitorPid = p.Pid
+	sb.mu.Unlock()
+	m.watch(sb)
+	if err := sb.Runtime.Start(ctx, sb.ID); err != nil {
+		return fmt.Errorf("start infra container: %w", err)
+	}
+	return nil
+}
+
+// watch follows the infra container's monitor and marks the sandbox not ready when the
+// infra exits.
+func (m *Manager) watch(sb *Sandbox) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		e, ok, err := monitor.Watch(m.ctx, sb.InfraDir())
+		if err != nil {
+			return // daemon shutting down; the next one watches again
+		}
+		if !ok {
+			e = monitor.Exit{Status: 255, ExitedAt: time.Now()}
+		}
+		was := sb.Status().State
+		sb.infraExited(e)
+		if was == StateReady {
+			logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "status": e.Status}).Warn("infra container exited; sandbox not ready")
+		}
+		if was != StateCreating {
+			if err := m.persist(sb, false); err != nil {
+				logrus.WithError(err).WithField("sandbox", sb.ID).Error("persist sandbox status")
+			}
+		}
+	}()
+}
+
+func (m *Manager) persist(sb *Sandbox, withMeta bool) error {
+	if withMeta {
+		b, err := json.Marshal(&sb.Metadata)
+		if err != nil {
+			return err
+		}
+		if err := m.opts.Store.WriteMeta(sb.ID, b); err != nil {
+			return err
+		}
+	}
+	st := sb.Status()
+	b, err := json.Marshal(&st)
+	if err != nil {
+		return err
+	}
+	return m.opts.Store.WriteStatus(sb.ID, b)
+}
+
+// Get finds a sandbox by ID or unique ID prefix.
+func (m *Manager) Get(id string) (*Sandbox, error) {
+	if id == "" {
+		return nil, invalid("pod_sandbox_id is empty")
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if sb, ok := m.sandboxes[id]; ok {
+		return sb, nil
+	}
+	var found *Sandbox
+	for k, sb := range m.sandboxes {
+		if strings.HasPrefix(k, id) {
+			if found != nil {
+				return nil, invalid("pod_sandbox_id %q is ambiguous: it is a prefix of more than one sandbox", id)
+			}
+			found = sb
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return found, nil
+}
+
+// Stop stops the sandbox's infra container, if any; the sandbox becomes NOTREADY. A
+// sandbox that is gone is not an error.
+func (m *Manager) Stop(ctx context.Context, id string) error {
+	sb, err := m.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	return m.stop(ctx, sb)
+}
+
+func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
+	if sb.Infra {
+		if err := m.stopInfra(ctx, sb); err != nil {
+			return err
+		}
+	}
+	sb.mu.Lock()
+	changed := sb.status.State != StateNotReady
+	sb.status.State = StateNotReady
+	sb.mu.Unlock()
+	if changed {
+		logrus.WithField("sandbox", sb.ID).Info("pod sandbox stopped")
+		return m.persist(sb, false)
+	}
+	return nil
+}
+
+func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
+	select {
+	case <-sb.exited:
+	default:
+		if err := sb.Runtime.Kill(ctx, sb.ID, "KILL", false); err != nil && !oci.IsNotExist(err) {
+			// Already stopped containers refuse signals; only fail if it is still alive.
+			if st, serr := sb.Runtime.State(ctx, sb.ID); serr == nil && st.Status == specs.StateRunning {
+				return fmt.Errorf("stop infra container: %w", err)
+			}
+		}
+		select {
+		case <-sb.exited:
+		case <-time.After(StopTimeout):
+			return fmt.Errorf("stop pod sandbox %s: infra container did not exit %v after SIGKILL", sb.ID, StopTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, ctx.Err())
+		}
+	}
+	if err := sb.Runtime.Delete(ctx, sb.ID, false); err != nil {
+		return fmt.Errorf("delete infra container: %w", err)
+	}
+	return nil
+}
+
+// Remove stops the sandbox if needed and releases all it holds. A sandbox that is gone is
+// not an error.
+func (m *Manager) Remove(ctx context.Context, id string) error {
+	sb, err := m.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	m.mu.RLock()
+	_, present := m.sandboxes[sb.ID]
+	m.mu.RUnlock()
+	if !present {
+		return nil // removed by a concurrent call
+	}
+	if err := m.stop(ctx, sb); err != nil {
+		return err
+	}
+	if err := m.cleanup(sb); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.sandboxes, sb.ID)
+	if m.names[sb.Name] == sb.ID {
+		delete(m.names, sb.Name)
+	}
+	m.mu.Unlock()
+	logrus.WithField("sandbox", sb.ID).Info("pod sandbox removed")
+	return nil
+}
+
+// cleanup undoes everything a sandbox may hold, whatever state it got to, and deletes
+// its record. It is safe to repeat.
+func (m *Manager) cleanup(sb *Sandbox) error {
+	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
+	defer cancel()
+	var errs []error
+	if sb.Infra && sb.Runtime != nil {
+		if err := sb.Runtime.Delete(ctx, sb.ID, true); err != nil {
+			errs = append(errs, fmt.Errorf("delete infra container: %w", err))
+		}
+		if mp := sb.Status().MonitorPid; mp > 0 {
+			// The monitor exits once the infra is gone; wait so its files are final.
+			select {
+			case <-sb.exited:
+			case <-time.After(StopTimeout):
+			}
+		}
+	}
+	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS} {
+		if p != "" {
+			if err := nsfile.Unpin(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if sb.Shm != "" {
+		if err := unmountAll(sb.Shm); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("clean up sandbox %s: %w", sb.ID, errors.Join(errs...))
+	}
+	if sb.Dir != "" {
+		if err := os.RemoveAll(sb.Dir); err != nil {
+			return fmt.Errorf("clean up sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return m.opts.Store.Delete(sb.ID)
+}
+
+// List returns the sandboxes that match filter, from memory.
+func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*runtimeapi.PodSandbox, 0, len(m.sandboxes))
+	for id, sb := range m.sandboxes {
+		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
+			continue
+		}
+		state := sb.criState()
+		if f := filter.GetState(); f != nil && f.State != state {
+			continue
+		}
+		if !matchLabels(filter.GetLabelSelector(), sb.config.Labels) {
+			continue
+		}
+		out = append(out, &runtimeapi.PodSandbox{
+			Id:             id,
+			Metadata:       sb.config.Metadata,
+			State:          state,
+			CreatedAt:      sb.CreatedAt,
+			Labels:         sb.config.Labels,
+			Annotations:    sb.config.Annotations,
+			RuntimeHandler: sb.Handler,
+		})
+	}
+	return out
+}
+
+func matchLabels(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Sandbox) criState() runtimeapi.PodSandboxState {
+	if s.Status().State == StateReady {
+		return runtimeapi.PodSandboxState_SANDBOX_READY
+	}
+	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+}
+
+// CRIStatus is the sandbox as PodSandboxStatus reports it; verbose adds the record.
+func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStatus, map[string]string, error) {
+	sb, err := m.Get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := sb.config
+	st := &runtimeapi.PodSandboxStatus{
+		Id:          sb.ID,
+		Metadata:    cfg.Metadata,
+		State:       sb.criState(),
+		CreatedAt:   sb.CreatedAt,
+		Network:     &runtimeapi.PodSandboxNetworkStatus{},
+		Labels:      cfg.Labels,
+		Annotations: cfg.Annotations,
+		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
+			Options: cfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		}},
+		RuntimeHandler: sb.Handler,
+	}
+	if !verbose {
+		return st, nil, nil
+	}
+	info, err := json.Marshal(struct {
+		Metadata *Metadata `json:"metadata"`
+		Status   Status    `json:"status"`
+	}{&sb.Metadata, sb.Status()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, map[string]string{"info": string(info)}, nil
+}
+
+// Count returns the number of sandboxes (for logs and tests).
+func (m *Manager) Count() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.sandboxes)
+}
+
+// ReadOOMScoreAdj returns the calling process's oom_score_adj.
+func ReadOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return v
+}

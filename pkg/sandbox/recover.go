@@ -1,0 +1,140 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/nsfile"
+)
+
+// Recover loads every stored sandbox and reconciles it with the node: ready sandboxes
+// whose namespaces or infra container are gone become NOTREADY, infra containers that
+// still run are watched again, and sandboxes that were half-created when the previous
+// daemon died are cleaned up, as are run directories nobody owns.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.opts.Store.Load()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+		log := logrus.WithField("sandbox", r.ID)
+		sb, err := decodeRecord(r.ID, r.Meta, r.Status)
+		if err != nil {
+			log.WithError(err).Warn("unreadable sandbox record; cleaning up what it may hold")
+			m.cleanupOrphan(r.ID)
+			continue
+		}
+		if sb.status.State == StateCreating {
+			log.Info("sandbox was half-created when the daemon stopped; cleaning up")
+			if err := m.cleanup(sb); err != nil {
+				log.WithError(err).Error("clean up half-created sandbox")
+			}
+			continue
+		}
+		m.reconcile(ctx, sb)
+		m.mu.Lock()
+		m.sandboxes[sb.ID] = sb
+		m.names[sb.Name] = sb.ID
+		m.mu.Unlock()
+		log.WithField("state", sb.Status().State).Info("sandbox recovered")
+	}
+	entries, _ := os.ReadDir(m.opts.RunDir)
+	for _, e := range entries {
+		if e.IsDir() && !known[e.Name()] {
+			logrus.WithField("dir", filepath.Join(m.opts.RunDir, e.Name())).Info("removing run directory of unknown sandbox")
+			m.cleanupOrphan(e.Name())
+		}
+	}
+	return nil
+}
+
+func decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
+	if meta == nil {
+		return nil, errors.New("no metadata")
+	}
+	sb := &Sandbox{exited: make(chan struct{})}
+	if err := json.Unmarshal(meta, &sb.Metadata); err != nil {
+		return nil, err
+	}
+	sb.status = Status{State: StateCreating}
+	if status != nil {
+		if err := json.Unmarshal(status, &sb.status); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := decodeConfig(sb.Config)
+	if err != nil {
+		return nil, err
+	}
+	sb.config = cfg
+	return sb, nil
+}
+
+func (m *Manager) reconcile(ctx context.Context, sb *Sandbox) {
+	if sb.Status().State != StateReady {
+		if sb.Infra {
+			close(sb.exited)
+		}
+		return
+	}
+	notReady := func(why string) {
+		logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "reason": why}).Warn("sandbox not ready after restart")
+		sb.mu.Lock()
+		sb.status.State = StateNotReady
+		sb.mu.Unlock()
+		_ = m.persist(sb, false)
+	}
+	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS} {
+		if p != "" && !nsfile.IsPinned(p) {
+			notReady("pinned namespace " + p + " is gone")
+			if sb.Infra {
+				close(sb.exited)
+			}
+			return
+		}
+	}
+	if !sb.Infra {
+		return
+	}
+	dir := sb.InfraDir()
+	if e, err := monitor.ReadExit(dir); err == nil {
+		sb.infraExited(e)
+		notReady("infra container exited while the daemon was down")
+		return
+	}
+	if monitor.Alive(dir) {
+		m.watch(sb)
+		return
+	}
+	// No monitor and no exit record: ask the runtime.
+	st, err := sb.Runtime.State(ctx, sb.ID)
+	if err == nil && st.Status == specs.StateRunning {
+		logrus.WithField("sandbox", sb.ID).Warn("infra container runs without its monitor; its exit will not be noticed")
+		return
+	}
+	sb.infraExited(monitor.Exit{Status: 255})
+	notReady("infra container and its monitor are gone")
+}
+
+// cleanupOrphan releases what a sandbox directory may hold when no usable record says
+// what it is.
+func (m *Manager) cleanupOrphan(id string) {
+	dir := filepath.Join(m.opts.RunDir, id)
+	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS} {
+		_ = nsfile.Unpin(filepath.Join(dir, "ns", string(k)))
+	}
+	_ = unmountAll(filepath.Join(dir, ShmDir))
+	if err := os.RemoveAll(dir); err != nil {
+		logrus.WithError(err).WithField("dir", dir).Error("remove orphan sandbox dir")
+	}
+	_ = m.opts.Store.Delete(id)
+}

@@ -1,0 +1,118 @@
+// Package sandbox owns pod sandboxes: their namespaces (pinned by the daemon or held by an
+// infra container the handler runs), their hostname, resolv.conf, hosts and /dev/shm, their
+// records on disk and the in-memory index that answers List calls. It does not talk gRPC.
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/oci"
+)
+
+// States of a sandbox record. "creating" is on disk only while RunPodSandbox is under way;
+// a record found in it at start-up is a half-made sandbox and is cleaned up.
+const (
+	StateCreating = "creating"
+	StateReady    = "ready"
+	StateNotReady = "notready"
+)
+
+// Metadata is written once, when the sandbox is created.
+type Metadata struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Handler   string `json:"handler"`
+	Sandbox   string `json:"sandbox"` // the handler's sandbox mode
+	CreatedAt int64  `json:"created_at"`
+	// Runtime is the handler's runtime as it was at creation, so the sandbox can be
+	// stopped and removed even if the handler table changed since.
+	Runtime  *oci.Runtime    `json:"runtime"`
+	Overhead config.Overhead `json:"overhead"`
+	Config   json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)
+	Dir      string          `json:"dir"`    // volatile directory under run_root
+	// Namespace files the daemon pinned ("" where the pod uses the node's, or the infra's own).
+	NetNS       string `json:"netns,omitempty"`
+	IPCNS       string `json:"ipcns,omitempty"`
+	UTSNS       string `json:"utsns,omitempty"`
+	Shm         string `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
+	Infra       bool   `json:"infra"`         // an infra container runs through the handler
+	CgroupsPath string `json:"cgroups_path,omitempty"`
+}
+
+// Status changes over the sandbox's life.
+type Status struct {
+	State      string    `json:"state"`
+	InfraPid   int       `json:"infra_pid,omitempty"`
+	InfraExit  *int      `json:"infra_exit,omitempty"`
+	ExitedAt   time.Time `json:"exited_at,omitempty"`
+	MonitorPid int       `json:"monitor_pid,omitempty"`
+}
+
+// Sandbox is one pod sandbox in memory.
+type Sandbox struct {
+	Metadata
+	config *runtimeapi.PodSandboxConfig
+
+	// op serialises Stop and Remove of this sandbox.
+	op sync.Mutex
+
+	mu     sync.Mutex
+	status Status
+	// exited is closed when the infra container's exit is known.
+	exited chan struct{}
+}
+
+func (s *Sandbox) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+// PodConfig returns the pod's sandbox config.
+func (s *Sandbox) PodConfig() *runtimeapi.PodSandboxConfig { return s.config }
+
+// InfraDir is where the infra container's bundle and monitor files live.
+func (s *Sandbox) InfraDir() string { return s.Dir + "/infra" }
+
+func (s *Sandbox) infraExited(e monitor.Exit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	code := e.Status
+	s.status.InfraExit = &code
+	s.status.ExitedAt = e.ExitedAt
+	s.status.State = StateNotReady
+	select {
+	case <-s.exited:
+	default:
+		close(s.exited)
+	}
+}
+
+func encodeConfig(cfg *runtimeapi.PodSandboxConfig) (json.RawMessage, error) {
+	b, err := protojson.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode sandbox config: %w", err)
+	}
+	return b, nil
+}
+
+func decodeConfig(raw json.RawMessage) (*runtimeapi.PodSandboxConfig, error) {
+	cfg := &runtimeapi.PodSandboxConfig{}
+	if err := protojson.Unmarshal(raw, cfg); err != nil {
+		return nil, fmt.Errorf("decode sandbox config: %w", err)
+	}
+	return cfg, nil
+}
+
+// MakeName is the unique name of a pod sandbox, as kubelet's metadata defines it.
+func MakeName(m *runtimeapi.PodSandboxMetadata) string {
+	return fmt.Sprintf("%s_%s_%s_%d", m.GetName(), m.GetNamespace(), m.GetUid(), m.GetAttempt())
+}

@@ -63,7 +63,13 @@ func run(cfgPath string, sync *os.File) error {
 		return err
 	}
 	w := &watchers{}
-	sockPath := filepath.Join(cfg.Dir, monitor.SocketFile)
+	// Relative to our working directory (the run dir): the full path can exceed the
+	// 108 bytes a socket address holds.
+	if err := os.Chdir(cfg.Dir); err != nil {
+		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: %v", err)})
+		return err
+	}
+	sockPath := monitor.SocketFile
 	_ = os.Remove(sockPath)
 	ln, err := net.Listen("unix", sockPath)
 	if err != nil {

@@ -60,11 +60,11 @@ type Handler struct {
 
 // Overhead is what a handler's sandbox costs beyond its containers.
 type Overhead struct {
-	Memory string `toml:"memory"`
-	CPU    string `toml:"cpu"`
+	Memory string `toml:"memory" json:"memory,omitempty"`
+	CPU    string `toml:"cpu" json:"cpu,omitempty"`
 
-	MemoryBytes int64 `toml:"-"`
-	MilliCPU    int64 `toml:"-"`
+	MemoryBytes int64 `toml:"-" json:"memory_bytes"`
+	MilliCPU    int64 `toml:"-" json:"milli_cpu"`
 }
 
 // Declared holds features a person states for a handler; nil means "discover".

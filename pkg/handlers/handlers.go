@@ -124,7 +124,8 @@ func (h *Handler) CheckPod(cfg *runtimeapi.PodSandboxConfig) error {
 	if ns.GetIpc() == runtimeapi.NamespaceMode_NODE && !h.Features.HostIPC {
 		return refuse("host_ipc", "hostIPC")
 	}
-	if ns.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD && !h.Features.UserNamespaces {
+	// An absent userns_options means the node's user namespace (its mode's zero value is POD).
+	if ns.GetUsernsOptions() != nil && ns.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD && !h.Features.UserNamespaces {
 		return refuse("user_namespaces", "user namespaces (hostUsers: false)")
 	}
 	return nil

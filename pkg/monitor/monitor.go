@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -151,8 +153,7 @@ func tail(path string) string {
 // monitor's socket, which the monitor answers when the init ends (or the kernel closes
 // when the monitor dies). ok is false if the monitor ended without recording an exit.
 func Watch(ctx context.Context, dir string) (Exit, bool, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", filepath.Join(dir, SocketFile))
+	conn, err := dial(ctx, dir)
 	if err == nil {
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		_, _ = bufio.NewReader(conn).ReadString('\n')
@@ -185,10 +186,24 @@ func ReadExit(dir string) (Exit, error) {
 
 // Alive reports whether a monitor is serving in dir.
 func Alive(dir string) bool {
-	conn, err := net.DialTimeout("unix", filepath.Join(dir, SocketFile), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := dial(ctx, dir)
 	if err != nil {
 		return false
 	}
 	conn.Close()
 	return true
+}
+
+// dial connects to the monitor socket in dir. Run directories are deeper than a socket
+// path may be long (108 bytes), so the path goes through an O_PATH descriptor of dir.
+func dial(ctx context.Context, dir string) (net.Conn, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, SocketFile))
 }

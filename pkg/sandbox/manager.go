@@ -340,9 +340,11 @@ func (m *Manager) watch(sb *Sandbox) {
 		if !ok {
 			e = monitor.Exit{Status: 255, ExitedAt: time.Now()}
 		}
-		was := sb.Status().State
+		sb.mu.Lock()
+		was, expected := sb.status.State, sb.stopping
+		sb.mu.Unlock()
 		sb.infraExited(e)
-		if was == StateReady {
+		if was == StateReady && !expected {
 			logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "status": e.Status}).Warn("infra container exited; sandbox not ready")
 		}
 		if was != StateCreating {
@@ -432,6 +434,9 @@ func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
 	select {
 	case <-sb.exited:
 	default:
+		sb.mu.Lock()
+		sb.stopping = true
+		sb.mu.Unlock()
 		if err := sb.Runtime.Kill(ctx, sb.ID, "KILL", false); err != nil && !oci.IsNotExist(err) {
 			// Already stopped containers refuse signals; only fail if it is still alive.
 			if st, serr := sb.Runtime.State(ctx, sb.ID); serr == nil && st.Status == specs.StateRunning {

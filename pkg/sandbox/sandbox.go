@@ -66,6 +66,8 @@ type Sandbox struct {
 
 	mu     sync.Mutex
 	status Status
+	// stopping is set once Stop has signalled the infra, so its exit is not news.
+	stopping bool
 	// exited is closed when the infra container's exit is known.
 	exited chan struct{}
 }

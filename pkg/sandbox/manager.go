@@ -144,7 +144,7 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	}
 	sb := &Sandbox{
 		Metadata: Metadata{
-			ID: id, Name: name, Handler: h.Name, Sandbox: h.Sandbox,
+			ID: id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Sandbox: h.Sandbox,
 			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Overhead,
 			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 		},
@@ -555,7 +555,7 @@ func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSan
 			CreatedAt:      sb.CreatedAt,
 			Labels:         sb.config.Labels,
 			Annotations:    sb.config.Annotations,
-			RuntimeHandler: sb.Handler,
+			RuntimeHandler: sb.RuntimeHandler,
 		})
 	}
 	return out
@@ -595,7 +595,7 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStat
 		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
 			Options: cfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
 		}},
-		RuntimeHandler: sb.Handler,
+		RuntimeHandler: sb.RuntimeHandler,
 	}
 	if !verbose {
 		return st, nil, nil

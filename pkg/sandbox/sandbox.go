@@ -29,7 +29,10 @@ const (
 type Metadata struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
-	Handler   string `json:"handler"`
+	Handler   string `json:"handler"` // the handler that runs it
+	// RuntimeHandler is the handler as the request named it ("" for the default), which
+	// is what the CRI reports back, as containerd does.
+	RuntimeHandler string `json:"runtime_handler"`
 	Sandbox   string `json:"sandbox"` // the handler's sandbox mode
 	CreatedAt int64  `json:"created_at"`
 	// Runtime is the handler's runtime as it was at creation, so the sandbox can be

@@ -1,0 +1,366 @@
+//go:build integration
+
+// Package integration runs the built rtshimd as a real process, as root, and drives it
+// through k8s.io/cri-client, the client kubelet uses, against Debian's runc and runsc.
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
+)
+
+// binDir holds rtshimd, rtshim-monitor and rtshim-pause, built once by TestMain.
+var binDir string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("integration tests need root (namespaces, mounts, cgroups); skipping")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "rtshimd-bin-")
+	if err != nil {
+		panic(err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	for _, b := range []struct {
+		pkg    string
+		static bool
+	}{{"./cmd/rtshimd", false}, {"./cmd/rtshim-monitor", true}, {"./cmd/rtshim-pause", true}} {
+		cmd := exec.Command("go", "build", "-o", dir, b.pkg)
+		cmd.Dir = root
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if b.static {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
+		if err := cmd.Run(); err != nil {
+			fmt.Println("build", b.pkg, "failed:", err)
+			os.Exit(1)
+		}
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Daemon is one rtshimd process with its own config, state and run roots.
+type Daemon struct {
+	t       *testing.T
+	Dir     string // holds config.toml, state/, run/, daemon.log
+	Config  string
+	Socket  string
+	RunRoot string
+	State   string
+	cmd     *exec.Cmd
+	logf    *os.File
+	exited  chan struct{}
+	RS      internalapi.RuntimeService
+	IS      internalapi.ImageManagerService
+}
+
+// handlerTable is the table the tests run with: Debian's runc and runsc, plus a handler
+// whose binary is missing.
+func handlerTable(run string) string {
+	return fmt.Sprintf(`
+default_handler = "runc"
+
+[handlers.runc]
+runtime_path = "/usr/sbin/runc"
+runtime_root = "%[1]s/runc"
+
+[handlers.runsc]
+runtime_path = "/usr/bin/runsc"
+runtime_root = "%[1]s/runsc"
+runtime_args = ["--network=host"]
+sandbox = "shared"
+[handlers.runsc.overhead]
+memory = "64Mi"
+cpu = "100m"
+
+[handlers.ghost]
+runtime_path = "/opt/rtshimd-test/no-such-runtime"
+`, run)
+}
+
+// newDaemon writes a config (daemon settings + table) and starts rtshimd on it.
+func newDaemon(t *testing.T) *Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	d := &Daemon{
+		t: t, Dir: dir, Config: filepath.Join(dir, "config.toml"),
+		RunRoot: filepath.Join(dir, "run"), State: filepath.Join(dir, "state"),
+	}
+	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
+	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = \"debug\"\nmonitor_path = %q\npause_path = %q\n",
+		d.Socket, d.State, d.RunRoot, filepath.Join(binDir, "rtshim-monitor"), filepath.Join(binDir, "rtshim-pause"))
+	if err := os.WriteFile(d.Config, []byte(cfg+handlerTable(d.RunRoot)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.Start()
+	t.Cleanup(d.cleanup)
+	return d
+}
+
+// Start runs the daemon and waits until its socket answers Version.
+func (d *Daemon) Start() {
+	t := d.t
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(d.Dir, "daemon.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.logf = logf
+	d.cmd = exec.Command(filepath.Join(binDir, "rtshimd"), "--config", d.Config)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, ch chan struct{}) { _ = cmd.Wait(); close(ch) }(d.cmd, d.exited)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		if _, err := os.Stat(d.Socket); err == nil {
+			break
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("rtshimd exited during start-up:\n%s", d.Log())
+		case <-ctx.Done():
+			t.Fatalf("rtshimd did not create its socket:\n%s", d.Log())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	endpoint := "unix://" + d.Socket
+	for _, old := range []any{d.RS, d.IS} {
+		if c, ok := old.(interface{ Close(context.Context) error }); ok {
+			_ = c.Close(ctx)
+		}
+	}
+	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(endpoint).WithConnectionTimeout(2 * time.Minute).Build(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := remote.NewRemoteImageServiceBuilder().WithEndpoint(endpoint).WithConnectionTimeout(2 * time.Minute).Build(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.RS, d.IS = rs, is
+	if _, err := rs.Version(ctx, "v1"); err != nil {
+		t.Fatalf("Version: %v\n%s", err, d.Log())
+	}
+}
+
+// Stop sends SIGTERM and waits for the daemon to exit.
+func (d *Daemon) Stop() { d.signal(syscall.SIGTERM) }
+
+// Kill sends SIGKILL, as a crash would.
+func (d *Daemon) Kill() { d.signal(syscall.SIGKILL) }
+
+func (d *Daemon) signal(sig syscall.Signal) {
+	d.t.Helper()
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		d.t.Fatalf("rtshimd did not exit on %v", sig)
+	}
+	d.cmd = nil
+	d.logf.Close()
+}
+
+// Restart stops (or kills) the daemon and starts it again on the same roots.
+func (d *Daemon) Restart(kill bool) {
+	if kill {
+		d.Kill()
+	} else {
+		d.Stop()
+	}
+	d.Start()
+}
+
+// Log returns the daemon's log so far.
+func (d *Daemon) Log() string {
+	b, _ := os.ReadFile(filepath.Join(d.Dir, "daemon.log"))
+	return string(b)
+}
+
+// cleanup removes every sandbox still known, stops the daemon, and fails the test if
+// anything of it is left on the node.
+func (d *Daemon) cleanup() {
+	t := d.t
+	if d.cmd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if pods, err := d.RS.ListPodSandbox(ctx, nil); err == nil {
+			for _, p := range pods {
+				if err := d.RS.RemovePodSandbox(ctx, p.Id); err != nil {
+					t.Errorf("cleanup: remove sandbox %s: %v", p.Id, err)
+				}
+			}
+		}
+		d.Stop()
+	}
+	d.assertNothingLeft()
+	if t.Failed() {
+		t.Logf("daemon log:\n%s", lastLines(d.Log(), 80))
+	}
+}
+
+// assertNothingLeft checks the node for remains of this daemon's pods: mounts under its
+// run root, sandbox directories and records, and live processes that name its roots.
+func (d *Daemon) assertNothingLeft() {
+	t := d.t
+	t.Helper()
+	if m := mountsUnder(d.RunRoot); len(m) > 0 {
+		t.Errorf("mounts left under %s: %v", d.RunRoot, m)
+	}
+	for _, dir := range []string{filepath.Join(d.RunRoot, "sandboxes"), filepath.Join(d.State, "sandboxes")} {
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("left in %s: %d entries (%s)", dir, len(entries), entries[0].Name())
+		}
+	}
+	waitFor(t, 15*time.Second, "processes of removed pods to end", func() (bool, string) {
+		procs := processesMentioning(d.Dir)
+		return len(procs) == 0, strings.Join(procs, "; ")
+	})
+}
+
+// mountsUnder lists mount points at or below dir.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// processesMentioning lists live (non-zombie) processes whose command line contains s.
+// Zombies are left out: this machine's PID 1 reaps orphans only every few seconds.
+func processesMentioning(s string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(cmdline), s) {
+			continue
+		}
+		if processState(pid) == "Z" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return out
+}
+
+// processState is the one-letter state of pid ("" if gone).
+func processState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+func processAlive(pid int) bool {
+	st := processState(pid)
+	return st != "" && st != "Z"
+}
+
+// waitFor polls cond until it holds or the limit passes. The limit only bounds a wait
+// for something asynchronous; it is not a speed assertion.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("gave up waiting for %s: %s", what, detail)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// podConfig is a minimal sandbox config as kubelet sends it for a pod named name.
+func podConfig(name string, pidMode runtimeapi.NamespaceMode) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "rtshimd-test", Uid: name + "-uid", Attempt: 1},
+		Hostname: name,
+		Labels:   map[string]string{"app": name, "suite": "rtshimd"},
+		Annotations: map[string]string{
+			"rtshimd.test/annotation": "value of " + name,
+		},
+		DnsConfig: &runtimeapi.DNSConfig{
+			Servers:  []string{"10.96.0.10"},
+			Searches: []string{"rtshimd-test.svc.cluster.local", "svc.cluster.local"},
+			Options:  []string{"ndots:5"},
+		},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: "/rtshimd-test/pod-" + name,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{
+					Network: runtimeapi.NamespaceMode_POD,
+					Pid:     pidMode,
+					Ipc:     runtimeapi.NamespaceMode_POD,
+				},
+			},
+		},
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

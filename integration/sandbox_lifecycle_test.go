@@ -1,0 +1,374 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// sandboxInfo is the part of PodSandboxStatus's verbose info the tests look at.
+type sandboxInfo struct {
+	Metadata struct {
+		Handler     string `json:"handler"`
+		Dir         string `json:"dir"`
+		NetNS       string `json:"netns"`
+		IPCNS       string `json:"ipcns"`
+		UTSNS       string `json:"utsns"`
+		Shm         string `json:"shm"`
+		Infra       bool   `json:"infra"`
+		CgroupsPath string `json:"cgroups_path"`
+	} `json:"metadata"`
+	Status struct {
+		State      string `json:"state"`
+		InfraPid   int    `json:"infra_pid"`
+		MonitorPid int    `json:"monitor_pid"`
+	} `json:"status"`
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	d := newDaemon(t)
+	cases := []struct {
+		name, handler, resolved string
+		pid                     runtimeapi.NamespaceMode
+		infra                   bool
+	}{
+		{"runc-no-infra", "runc", "runc", runtimeapi.NamespaceMode_CONTAINER, false},
+		{"runc-shared-pid", "runc", "runc", runtimeapi.NamespaceMode_POD, true},
+		{"default-handler", "", "runc", runtimeapi.NamespaceMode_CONTAINER, false},
+		{"runsc", "runsc", "runsc", runtimeapi.NamespaceMode_CONTAINER, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			cfg := podConfig(tc.name, tc.pid)
+			id, err := d.RS.RunPodSandbox(ctx, cfg, tc.handler)
+			if err != nil {
+				t.Fatalf("RunPodSandbox(%q): %v", tc.handler, err)
+			}
+			resp, err := d.RS.PodSandboxStatus(ctx, id, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := resp.Status
+			if st.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+				t.Errorf("state = %v, want READY", st.State)
+			}
+			if st.Metadata.Name != tc.name || st.Metadata.Uid != cfg.Metadata.Uid || st.Metadata.Attempt != 1 {
+				t.Errorf("metadata = %v", st.Metadata)
+			}
+			if st.Labels["app"] != tc.name || st.Annotations["rtshimd.test/annotation"] != "value of "+tc.name {
+				t.Errorf("labels %v / annotations %v did not round-trip", st.Labels, st.Annotations)
+			}
+			if st.RuntimeHandler != tc.handler {
+				t.Errorf("runtime_handler = %q, want %q", st.RuntimeHandler, tc.handler)
+			}
+			if st.Linux.GetNamespaces().GetOptions().GetPid() != tc.pid {
+				t.Errorf("namespace options = %v", st.Linux.GetNamespaces().GetOptions())
+			}
+			info := decodeInfo(t, resp.Info)
+			if info.Metadata.Handler != tc.resolved || info.Metadata.Infra != tc.infra {
+				t.Errorf("handler %q infra %v, want %q %v", info.Metadata.Handler, info.Metadata.Infra, tc.resolved, tc.infra)
+			}
+			checkPodFiles(t, info, tc.name)
+			checkNamespaces(t, info, tc.resolved, tc.name)
+			if tc.infra {
+				checkInfra(t, info, cfg)
+			}
+
+			// List with each filter.
+			for _, f := range []struct {
+				name   string
+				filter *runtimeapi.PodSandboxFilter
+				want   bool
+			}{
+				{"id prefix", &runtimeapi.PodSandboxFilter{Id: id[:12]}, true},
+				{"state ready", &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}, true},
+				{"state notready", &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}}, false},
+				{"label match", &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"app": tc.name, "suite": "rtshimd"}}, true},
+				{"label mismatch", &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"app": "other"}}, false},
+			} {
+				items, err := d.RS.ListPodSandbox(ctx, f.filter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := containsSandbox(items, id); got != f.want {
+					t.Errorf("ListPodSandbox(%s): contains %v, want %v", f.name, got, f.want)
+				}
+			}
+
+			// Stop: NOTREADY, the infra gone; a second Stop is no error.
+			if err := d.RS.StopPodSandbox(ctx, id); err != nil {
+				t.Fatalf("StopPodSandbox: %v", err)
+			}
+			resp2, err := d.RS.PodSandboxStatus(ctx, id, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp2.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+				t.Errorf("state after stop = %v", resp2.Status.State)
+			}
+			if tc.infra && processAlive(info.Status.InfraPid) {
+				t.Errorf("infra pid %d still running after stop", info.Status.InfraPid)
+			}
+			if err := d.RS.StopPodSandbox(ctx, id); err != nil {
+				t.Errorf("second StopPodSandbox: %v", err)
+			}
+
+			// Remove: gone everywhere; Remove and Stop again are no error.
+			if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
+				t.Fatalf("RemovePodSandbox: %v", err)
+			}
+			if _, err := d.RS.PodSandboxStatus(ctx, id, false); status.Code(err) != codes.NotFound {
+				t.Errorf("status after remove: %v, want NotFound", err)
+			}
+			items, _ := d.RS.ListPodSandbox(ctx, nil)
+			if containsSandbox(items, id) {
+				t.Error("removed sandbox still listed")
+			}
+			if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
+				t.Errorf("second RemovePodSandbox: %v", err)
+			}
+			if err := d.RS.StopPodSandbox(ctx, id); err != nil {
+				t.Errorf("StopPodSandbox after remove: %v", err)
+			}
+			if _, err := os.Stat(info.Metadata.Dir); !os.IsNotExist(err) {
+				t.Errorf("sandbox dir %s still there (%v)", info.Metadata.Dir, err)
+			}
+			if info.Metadata.CgroupsPath != "" {
+				for _, ctl := range []string{"memory", "pids", "cpu"} {
+					p := filepath.Join("/sys/fs/cgroup", ctl, info.Metadata.CgroupsPath)
+					if _, err := os.Stat(p); !os.IsNotExist(err) {
+						t.Errorf("cgroup %s left behind", p)
+					}
+				}
+			}
+		})
+	}
+	removeTestCgroups(t)
+}
+
+// checkPodFiles: hostname, resolv.conf from dns_config, hosts, and the pod's own shm.
+func checkPodFiles(t *testing.T, info sandboxInfo, hostname string) {
+	t.Helper()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(info.Metadata.Dir, name))
+		if err != nil {
+			t.Errorf("pod file %s: %v", name, err)
+		}
+		return string(b)
+	}
+	if got := read("hostname"); got != hostname+"\n" {
+		t.Errorf("hostname file = %q", got)
+	}
+	want := "nameserver 10.96.0.10\nsearch rtshimd-test.svc.cluster.local svc.cluster.local\noptions ndots:5\n"
+	if got := read("resolv.conf"); got != want {
+		t.Errorf("resolv.conf = %q, want %q", got, want)
+	}
+	if got := read("hosts"); !strings.Contains(got, "127.0.0.1\tlocalhost") {
+		t.Errorf("hosts = %q", got)
+	}
+	if info.Metadata.Shm == "" || !contains(mountsUnder(info.Metadata.Shm), info.Metadata.Shm) {
+		t.Errorf("pod shm %q is not a mount", info.Metadata.Shm)
+	}
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(info.Metadata.Shm, &sfs); err != nil || sfs.Type != 0x01021994 { // TMPFS_MAGIC
+		t.Errorf("pod shm is not a tmpfs (type %x, %v)", sfs.Type, err)
+	}
+}
+
+// checkNamespaces: the runc family gets daemon-pinned net, ipc and uts namespaces with
+// the pod's hostname; shared-sandbox handlers get a pinned netns only.
+func checkNamespaces(t *testing.T, info sandboxInfo, handler, hostname string) {
+	t.Helper()
+	m := info.Metadata
+	if !isNsfs(m.NetNS) {
+		t.Errorf("netns %q is not a pinned namespace", m.NetNS)
+	}
+	if handler == "runsc" {
+		if m.IPCNS != "" || m.UTSNS != "" {
+			t.Errorf("runsc pod pinned ipc %q / uts %q; the sandbox owns those", m.IPCNS, m.UTSNS)
+		}
+		return
+	}
+	if !isNsfs(m.IPCNS) || !isNsfs(m.UTSNS) {
+		t.Errorf("ipc %q / uts %q not pinned", m.IPCNS, m.UTSNS)
+	}
+	out, err := exec.Command("nsenter", "--uts="+m.UTSNS, "hostname").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != hostname {
+		t.Errorf("hostname in pod UTS namespace = %q (%v), want %q", out, err, hostname)
+	}
+	if host, _ := os.Hostname(); host == hostname {
+		t.Fatalf("test hostname equals the node's; the check above proves nothing")
+	}
+}
+
+// checkInfra: the infra process runs in the pod's network namespace, under the pod's
+// cgroup parent, with the clamped oom_score_adj, supervised by a monitor.
+func checkInfra(t *testing.T, info sandboxInfo, cfg *runtimeapi.PodSandboxConfig) {
+	t.Helper()
+	pid := info.Status.InfraPid
+	if !processAlive(pid) {
+		t.Fatalf("infra pid %d not running", pid)
+	}
+	if !processAlive(info.Status.MonitorPid) {
+		t.Errorf("monitor pid %d not running", info.Status.MonitorPid)
+	}
+	if sameFile(fmt.Sprintf("/proc/%d/ns/net", pid), info.Metadata.NetNS) == false {
+		t.Errorf("infra pid %d is not in the pod netns %s", pid, info.Metadata.NetNS)
+	}
+	wantCg := cfg.Linux.CgroupParent + "/"
+	if !strings.HasPrefix(info.Metadata.CgroupsPath, wantCg) {
+		t.Errorf("cgroups path %q not under the pod's cgroup parent %q", info.Metadata.CgroupsPath, cfg.Linux.CgroupParent)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", info.Metadata.CgroupsPath)); err != nil {
+		t.Errorf("infra cgroup: %v", err)
+	}
+	// kubelet's -998 for infra containers, clamped to what the daemon may set (its own
+	// value, inherited from this test process) on nodes without CAP_SYS_RESOURCE.
+	own := readInt(t, "/proc/self/oom_score_adj")
+	if got := readInt(t, fmt.Sprintf("/proc/%d/oom_score_adj", pid)); got != max(-998, own) {
+		t.Errorf("infra oom_score_adj = %d, want %d", got, max(-998, own))
+	}
+}
+
+func TestConcurrentSandboxes(t *testing.T) {
+	d := newDaemon(t)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			handler := []string{"runc", "runsc"}[i%2]
+			ids[i], errs[i] = d.RS.RunPodSandbox(ctx, podConfig(fmt.Sprintf("burst-%d", i), runtimeapi.NamespaceMode_POD), handler)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("pod %d: %v", i, err)
+		}
+	}
+	items, err := d.RS.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"suite": "rtshimd"}})
+	if err != nil || len(items) != len(ids) {
+		t.Fatalf("listed %d sandboxes (%v), want %d", len(items), err, len(ids))
+	}
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.RS.RemovePodSandbox(ctx, ids[i])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("remove pod %d: %v", i, err)
+		}
+	}
+	removeTestCgroups(t)
+}
+
+func TestSandboxNameConflict(t *testing.T) {
+	d := newDaemon(t)
+	ctx := ctxT(t)
+	cfg := podConfig("twice", runtimeapi.NamespaceMode_CONTAINER)
+	id, err := d.RS.RunPodSandbox(ctx, cfg, "runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.RS.RunPodSandbox(ctx, cfg, "runc")
+	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), id) {
+		t.Errorf("second RunPodSandbox with the same metadata: %v, want AlreadyExists naming %s", err, id)
+	}
+	// After removal the name is free again.
+	if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	id2, err := d.RS.RunPodSandbox(ctx, cfg, "runc")
+	if err != nil {
+		t.Fatalf("name not released after remove: %v", err)
+	}
+	_ = d.RS.RemovePodSandbox(ctx, id2)
+}
+
+func containsSandbox(items []*runtimeapi.PodSandbox, id string) bool {
+	for _, it := range items {
+		if it.Id == id {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func isNsfs(path string) bool {
+	var st syscall.Statfs_t
+	return path != "" && syscall.Statfs(path, &st) == nil && st.Type == 0x6e736673 // NSFS_MAGIC
+}
+
+func sameFile(a, b string) bool {
+	var sa, sb syscall.Stat_t
+	if syscall.Stat(a, &sa) != nil || syscall.Stat(b, &sb) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+func readInt(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// removeTestCgroups removes the pod cgroup parents the runtimes created for the tests'
+// cgroup_parent values (kubelet owns those on a real node), failing if any still holds a
+// container's cgroup.
+func removeTestCgroups(t *testing.T) {
+	t.Helper()
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/rtshimd-test")
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if depth := strings.Count(strings.TrimPrefix(dirs[i], root), "/"); depth > 1 {
+				t.Errorf("container cgroup left behind: %s", dirs[i])
+			}
+			_ = os.Remove(dirs[i])
+		}
+	}
+}

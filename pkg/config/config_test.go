@@ -1,0 +1,152 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// base is a valid config; cases append to it so their mistakes land on known lines.
+const base = `socket = "/run/x/x.sock"
+default_handler = "runc"
+
+[handlers.runc]
+runtime_path = "/usr/sbin/runc"
+`
+
+func TestParseBaseIsValid(t *testing.T) {
+	if _, err := Parse("cfg.toml", []byte(base)); err != nil {
+		t.Fatalf("base config: %v", err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want string // prefix of the error: "cfg.toml:LINE: ..."
+		has  string // must also appear in the error
+	}{
+		{"syntax", base + "runtime_root = = \"/x\"\n", "cfg.toml:6: expected value", ""},
+		{"syntax, unterminated string", base + "runtime_root = \"/x\nsandbox = \"shared\"\n", "cfg.toml:6: ", "newlines"},
+		{"unknown top-level key", "bogus = 1\n" + base, "cfg.toml:1: unknown key \"bogus\"", ""},
+		{"unknown handler key", base + "runtime_pth = \"/x\"\n", "cfg.toml:6: unknown key \"handlers.runc.runtime_pth\"", ""},
+		{"unknown feature key", base + "[handlers.runc.features]\nhost_netwrk = true\n", "cfg.toml:7: unknown key \"handlers.runc.features.host_netwrk\"", ""},
+		{"handler name not DNS-1123", base + "\n[handlers.Bad_Name]\nruntime_path = \"/bin/x\"\n", "cfg.toml:7: handler name \"Bad_Name\" is not a DNS-1123 label", ""},
+		{"quoted handler name not DNS-1123", base + "[handlers.\"a.b\"]\nruntime_path = \"/bin/x\"\n", "cfg.toml:6: handler name \"a.b\" is not a DNS-1123 label", ""},
+		{"handler name too long", base + "[handlers." + strings.Repeat("a", 64) + "]\nruntime_path = \"/bin/x\"\n", "cfg.toml:6: handler name", "at most 63"},
+		{"missing runtime_path", base + "[handlers.crun]\nsandbox = \"shared\"\n", "cfg.toml:6: handler \"crun\": runtime_path is required", ""},
+		{"default handler missing", strings.Replace(base, `"runc"`, `"nope"`, 1), "cfg.toml:2: default_handler \"nope\" is not a configured handler", "configured: runc"},
+		{"no default handler", strings.Replace(base, `default_handler = "runc"`, ``, 1), "cfg.toml: default_handler is required", ""},
+		{"relative runtime_path", strings.Replace(base, `"/usr/sbin/runc"`, `"runc"`, 1), "cfg.toml:5: handler \"runc\": runtime_path must be an absolute path", ""},
+		{"relative runtime_root", base + "runtime_root = \"run/runc\"\n", "cfg.toml:6: handler \"runc\": runtime_root must be an absolute path", ""},
+		{"invalid sandbox mode", base + "sandbox = \"vm\"\n", "cfg.toml:6: handler \"runc\": sandbox must be", `got "vm"`},
+		{"bad overhead memory", base + "[handlers.runc.overhead]\ncpu = \"1\"\nmemory = \"64MB!\"\n", "cfg.toml:8: handler \"runc\": overhead.memory:", `"64MB!"`},
+		{"bad overhead cpu", base + "[handlers.runc.overhead]\ncpu = \"fast\"\n", "cfg.toml:7: handler \"runc\": overhead.cpu:", `"fast"`},
+		{"bad overhead memory, dotted key", base + "overhead.memory = \"lots\"\n", "cfg.toml:6: handler \"runc\": overhead.memory:", `"lots"`},
+		{"wrong type", strings.Replace(base, `"/usr/sbin/runc"`, `5`, 1), "cfg.toml:5: ", "runtime_path"},
+		{"wrong type top level", "log_level = true\n" + base, "cfg.toml:1: ", "log_level"},
+		{"bad cgroup_driver", base[:len(`socket = "/run/x/x.sock"`)+1] + "cgroup_driver = \"cgroupv2\"\n" + base[len(`socket = "/run/x/x.sock"`)+1:], "cfg.toml:2: cgroup_driver must be", `got "cgroupv2"`},
+		{"bad log_level", "log_level = \"loud\"\n" + base, "cfg.toml:1: log_level \"loud\" is not a level", ""},
+		{"relative state_root", "state_root = \"var/lib\"\n" + base, "cfg.toml:1: state_root must be an absolute path", ""},
+		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("cfg.toml", []byte(tt.src))
+			if err == nil {
+				t.Fatalf("Parse succeeded (%+v), want error %q", c, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), tt.want) || !strings.Contains(err.Error(), tt.has) {
+				t.Errorf("error = %q\nwant prefix %q containing %q", err, tt.want, tt.has)
+			}
+		})
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if c.Path != "" {
+		t.Errorf("Path = %q, want empty for the built-in default", c.Path)
+	}
+	if c.DefaultHandler != "runc" {
+		t.Errorf("DefaultHandler = %q, want runc", c.DefaultHandler)
+	}
+	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runsc"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("HandlerNames = %v, want %v", got, want)
+	}
+	if c.CgroupDriver != CgroupfsDriver || c.LogLevel != "info" || c.RunRoot != "/run/rtshimd" {
+		t.Errorf("cgroup_driver %q log_level %q run_root %q", c.CgroupDriver, c.LogLevel, c.RunRoot)
+	}
+	runc := c.Handlers["runc"]
+	if runc.Sandbox != SandboxNamespaces || runc.RuntimePath != "/usr/sbin/runc" {
+		t.Errorf("runc = %+v", runc)
+	}
+	runsc := c.Handlers["runsc"]
+	if runsc.Sandbox != SandboxShared {
+		t.Errorf("runsc sandbox = %q, want shared", runsc.Sandbox)
+	}
+	if !reflect.DeepEqual(runsc.RuntimeArgs, []string{"--network=host"}) {
+		t.Errorf("runsc runtime_args = %q", runsc.RuntimeArgs)
+	}
+	want := Overhead{Memory: "64Mi", CPU: "100m", MemoryBytes: 64 << 20, MilliCPU: 100}
+	if runsc.Overhead != want {
+		t.Errorf("runsc overhead = %+v, want %+v", runsc.Overhead, want)
+	}
+	kata := c.Handlers["kata"]
+	if kata.Sandbox != SandboxShared || kata.Features.HostNetwork == nil || *kata.Features.HostNetwork {
+		t.Errorf("kata = %+v, want shared with host_network declared false", kata)
+	}
+	if c.Handlers["crun"].Features.HostNetwork != nil {
+		t.Errorf("crun declares host_network; want nil (discover)")
+	}
+}
+
+func TestRuntimeRootDefault(t *testing.T) {
+	src := "run_root = \"/tmp/rr\"\n" + base + "[handlers.crun]\nruntime_path = \"/usr/bin/crun\"\nruntime_root = \"/x/crun\"\n"
+	c, err := Parse("cfg.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Handlers["runc"].RuntimeRoot; got != "/tmp/rr/runc" {
+		t.Errorf("runc runtime_root = %q, want /tmp/rr/runc", got)
+	}
+	if got := c.Handlers["crun"].RuntimeRoot; got != "/x/crun" {
+		t.Errorf("crun runtime_root = %q, want /x/crun (explicit)", got)
+	}
+	if c.Path != "cfg.toml" {
+		t.Errorf("Path = %q", c.Path)
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	good := map[string]int64{"": 0, "0": 0, "1048576": 1 << 20, "64Mi": 64 << 20, "1Gi": 1 << 30, "2Ki": 2048, "500M": 500e6, "1G": 1e9, "3k": 3000, "1Ti": 1 << 40}
+	for in, want := range good {
+		if got, err := ParseMemory(in); err != nil || got != want {
+			t.Errorf("ParseMemory(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"64MB!", "64MB", "Mi", "-1Mi", "1.5Gi", "lots", "1iK", " 64Mi"} {
+		if got, err := ParseMemory(in); err == nil {
+			t.Errorf("ParseMemory(%q) = %d, want error", in, got)
+		} else if !strings.Contains(err.Error(), "not a memory quantity") {
+			t.Errorf("ParseMemory(%q) error = %q", in, err)
+		}
+	}
+}
+
+func TestParseCPU(t *testing.T) {
+	good := map[string]int64{"": 0, "100m": 100, "0.5": 500, "2": 2000, "0m": 0, "1.25": 1250}
+	for in, want := range good {
+		if got, err := ParseCPU(in); err != nil || got != want {
+			t.Errorf("ParseCPU(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"fast", "-1", "-100m", "1.5m", "m", "NaN", "1 cpu"} {
+		if got, err := ParseCPU(in); err == nil {
+			t.Errorf("ParseCPU(%q) = %d, want error", in, got)
+		} else if !strings.Contains(err.Error(), "not a CPU quantity") {
+			t.Errorf("ParseCPU(%q) error = %q", in, err)
+		}
+	}
+}

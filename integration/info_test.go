@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 )
 
@@ -15,3 +16,5 @@ func decodeInfo(t *testing.T, info map[string]string) sandboxInfo {
 	}
 	return si
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }

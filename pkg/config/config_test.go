@@ -36,6 +36,7 @@ func TestParseErrors(t *testing.T) {
 		{"quoted handler name not DNS-1123", base + "[handlers.\"a.b\"]\nruntime_path = \"/bin/x\"\n", "cfg.toml:6: handler name \"a.b\" is not a DNS-1123 label", ""},
 		{"handler name too long", base + "[handlers." + strings.Repeat("a", 64) + "]\nruntime_path = \"/bin/x\"\n", "cfg.toml:6: handler name", "at most 63"},
 		{"missing runtime_path", base + "[handlers.crun]\nsandbox = \"shared\"\n", "cfg.toml:6: handler \"crun\": runtime_path is required", ""},
+		{"missing runtime_path, dotted keys", base + "[handlers]\ncrun.sandbox = \"shared\"\n", "cfg.toml:7: handler \"crun\": runtime_path is required", ""},
 		{"default handler missing", strings.Replace(base, `"runc"`, `"nope"`, 1), "cfg.toml:2: default_handler \"nope\" is not a configured handler", "configured: runc"},
 		{"no default handler", strings.Replace(base, `default_handler = "runc"`, ``, 1), "cfg.toml: default_handler is required", ""},
 		{"relative runtime_path", strings.Replace(base, `"/usr/sbin/runc"`, `"runc"`, 1), "cfg.toml:5: handler \"runc\": runtime_path must be an absolute path", ""},

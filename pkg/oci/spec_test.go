@@ -1,0 +1,192 @@
+package oci
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestCgroupsPath(t *testing.T) {
+	tests := []struct {
+		driver, parent, want string
+	}{
+		{"cgroupfs", "", "/rtshimd/abc"},
+		{"cgroupfs", "/kubepods/besteffort/pod1", "/kubepods/besteffort/pod1/abc"},
+		{"cgroupfs", "kubepods/pod1", "/kubepods/pod1/abc"},
+		{"cgroupfs", "/kubepods/pod1/", "/kubepods/pod1/abc"},
+		{"systemd", "kubepods-besteffort-pod1.slice", "kubepods-besteffort-pod1.slice:rtshimd:abc"},
+		{"systemd", "", "system.slice:rtshimd:abc"},
+	}
+	for _, tt := range tests {
+		if got := CgroupsPath(tt.driver, tt.parent, "abc"); got != tt.want {
+			t.Errorf("CgroupsPath(%q, %q) = %q, want %q", tt.driver, tt.parent, got, tt.want)
+		}
+	}
+}
+
+func mountAt(s *specs.Spec, dest string) *specs.Mount {
+	for i := range s.Mounts {
+		if s.Mounts[i].Destination == dest {
+			return &s.Mounts[i]
+		}
+	}
+	return nil
+}
+
+func TestInfraSpec(t *testing.T) {
+	oom := -998
+	ns := []specs.LinuxNamespace{
+		{Type: specs.NetworkNamespace, Path: "/run/x/ns/net"},
+		{Type: specs.PIDNamespace},
+		{Type: specs.MountNamespace},
+	}
+	o := InfraOptions{
+		ID: "id1", Rootfs: "/pause/rootfs", Args: []string{"/pause"}, Hostname: "web-0",
+		Namespaces: ns, CgroupsPath: "/kubepods/id1", OOMScoreAdj: &oom,
+		Annotations: map[string]string{AnnotationContainerType: ContainerTypeSandbox},
+		Sysctls:     map[string]string{"net.ipv4.ip_forward": "1"},
+		User:        specs.User{UID: 65535, GID: 65535},
+		ShmPath:     "/run/x/shm",
+	}
+	s := InfraSpec(o)
+	if s.Version != SpecVersion || s.Hostname != "web-0" {
+		t.Errorf("version %q hostname %q", s.Version, s.Hostname)
+	}
+	if s.Root == nil || s.Root.Path != "/pause/rootfs" || !s.Root.Readonly {
+		t.Errorf("root = %+v, want /pause/rootfs read-only", s.Root)
+	}
+	p := s.Process
+	if !p.NoNewPrivileges {
+		t.Error("NoNewPrivileges not set")
+	}
+	if c := p.Capabilities; c == nil || len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
+		t.Errorf("capabilities = %+v, want present and empty", c)
+	}
+	if !reflect.DeepEqual(p.Args, []string{"/pause"}) || !reflect.DeepEqual(p.User, o.User) || p.OOMScoreAdj == nil || *p.OOMScoreAdj != -998 {
+		t.Errorf("process = %+v", p)
+	}
+	if !reflect.DeepEqual(s.Linux.Namespaces, ns) {
+		t.Errorf("namespaces = %+v, want %+v", s.Linux.Namespaces, ns)
+	}
+	if s.Linux.CgroupsPath != "/kubepods/id1" || s.Linux.Sysctl["net.ipv4.ip_forward"] != "1" {
+		t.Errorf("linux = %+v", s.Linux)
+	}
+	if !reflect.DeepEqual(s.Linux.MaskedPaths, DefaultMaskedPaths) || !reflect.DeepEqual(s.Linux.ReadonlyPaths, DefaultReadonlyPaths) {
+		t.Errorf("masked %q readonly %q", s.Linux.MaskedPaths, s.Linux.ReadonlyPaths)
+	}
+	for _, want := range []string{"/proc/kcore", "/sys/firmware"} {
+		if !contains(s.Linux.MaskedPaths, want) {
+			t.Errorf("masked paths lack %s", want)
+		}
+	}
+	if !contains(s.Linux.ReadonlyPaths, "/proc/sys") {
+		t.Error("readonly paths lack /proc/sys")
+	}
+	if s.Annotations[AnnotationContainerType] != ContainerTypeSandbox {
+		t.Errorf("annotations = %v", s.Annotations)
+	}
+	shm := mountAt(s, "/dev/shm")
+	if shm == nil || shm.Type != "bind" || shm.Source != "/run/x/shm" || !contains(shm.Options, "rbind") {
+		t.Errorf("/dev/shm = %+v, want a bind of /run/x/shm", shm)
+	}
+	if sys := mountAt(s, "/sys"); sys == nil || !contains(sys.Options, "ro") {
+		t.Errorf("/sys = %+v, want read-only", sys)
+	}
+
+	o.ShmPath = ""
+	shm = mountAt(InfraSpec(o), "/dev/shm")
+	if shm == nil || shm.Type != "tmpfs" || contains(shm.Options, "rbind") {
+		t.Errorf("/dev/shm without ShmPath = %+v, want tmpfs", shm)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestWriteBundle(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	spec := InfraSpec(InfraOptions{ID: "x", Rootfs: "/r", Args: []string{"/pause"}})
+	if err := WriteBundle(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got specs.Spec
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Root.Path != "/r" || got.Version != SpecVersion || !got.Root.Readonly {
+		t.Errorf("config.json = %s", b)
+	}
+}
+
+func TestIsNotExist(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{&Error{Handler: "runc", Op: "delete", ID: "x", Text: "container does not exist"}, true},
+		{&Error{Handler: "crun", Op: "kill", ID: "x", Text: "error opening file `/run/crun/x/status`: No such file or directory"}, true},
+		{&Error{Handler: "runsc", Op: "state", ID: "x", Text: "loading container: container not found"}, true},
+		{fmt.Errorf("stop: %w", &Error{Text: "Container Does Not Exist"}), true},
+		{&Error{Handler: "runc", Op: "kill", ID: "x", Text: "container not running"}, false},
+		{&Error{Handler: "runc", Op: "delete", ID: "x", Text: "permission denied"}, false},
+		{errors.New("container does not exist"), false}, // not from a runtime
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := IsNotExist(tt.err); got != tt.want {
+			t.Errorf("IsNotExist(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	tests := []struct {
+		err  *Error
+		want string
+	}{
+		{&Error{Handler: "runc", Op: "kill", ID: "abc", Text: "boom"}, `handler "runc": kill abc: boom`},
+		{&Error{Handler: "kata", Op: "--version", Text: "exec: not found"}, `handler "kata": --version: exec: not found`},
+	}
+	for _, tt := range tests {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestGlobalArgs(t *testing.T) {
+	r := &Runtime{Root: "/run/r", Args: []string{"--network=host"}, SystemdCgroup: true}
+	want := []string{"--root", "/run/r", "--systemd-cgroup", "--network=host"}
+	if got := r.GlobalArgs(); !reflect.DeepEqual(got, want) {
+		t.Errorf("GlobalArgs = %q, want %q", got, want)
+	}
+	r.SystemdCgroup = false
+	if got := r.GlobalArgs(); !reflect.DeepEqual(got, []string{"--root", "/run/r", "--network=host"}) {
+		t.Errorf("GlobalArgs without systemd = %q", got)
+	}
+}
+
+func TestLastLines(t *testing.T) {
+	if got := lastLines("a\nb\nc\nd", 2); got != "c | d" {
+		t.Errorf("lastLines = %q", got)
+	}
+	if got := lastLines("only", 5); got != "only" {
+		t.Errorf("lastLines = %q", got)
+	}
+}

@@ -1,0 +1,134 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func newStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "records")
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+func load(t *testing.T, s *Store) []Record {
+	t.Helper()
+	recs, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+func TestRoundTrip(t *testing.T) {
+	s, dir := newStore(t)
+	if err := s.WriteMeta("b", []byte(`{"id":"b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteMeta("a", []byte(`{"id":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []string{`{"state":"creating"}`, `{"state":"ready"}`} {
+		if err := s.WriteStatus("a", []byte(st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Neither a stray file nor a directory without meta.json is a complete record.
+	if err := os.WriteFile(filepath.Join(dir, "stray"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "c"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{
+		{ID: "a", Meta: []byte(`{"id":"a"}`), Status: []byte(`{"state":"ready"}`)},
+		{ID: "b", Meta: []byte(`{"id":"b"}`)},
+		{ID: "c"},
+	}
+	if got := load(t, s); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load = %q, want %q", got, want)
+	}
+
+	if err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("a"); err != nil {
+		t.Errorf("Delete of a missing record: %v", err)
+	}
+	if err := s.Delete("never"); err != nil {
+		t.Errorf("Delete of a never-written record: %v", err)
+	}
+	if got := load(t, s); !reflect.DeepEqual(got, want[1:]) {
+		t.Errorf("Load after Delete = %q, want %q", got, want[1:])
+	}
+}
+
+func TestWriteStatusWithoutMeta(t *testing.T) {
+	s, _ := newStore(t)
+	if err := s.WriteStatus("x", []byte("{}")); err == nil {
+		t.Errorf("WriteStatus before WriteMeta succeeded")
+	}
+	if got := load(t, s); len(got) != 0 {
+		t.Errorf("Load = %q, want nothing", got)
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	for _, content := range []string{"first", "second, longer", "3"} {
+		if err := WriteFileAtomic(path, []byte(content), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || string(b) != content {
+			t.Errorf("content = %q, %v; want %q", b, err, content)
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode = %v, want 0640", fi.Mode().Perm())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "config.json" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("directory holds %q, want only config.json", names)
+	}
+}
+
+func TestWriteFileAtomicFailureLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	// Renaming a file over a directory fails after the temporary file was written.
+	target := filepath.Join(dir, "target")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(target, []byte("x"), 0o600); err == nil {
+		t.Fatal("WriteFileAtomic over a directory succeeded")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "target" || !entries[0].IsDir() {
+		t.Errorf("directory holds %v, want only target/", entries)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
+		t.Error("WriteFileAtomic into a missing directory succeeded")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,15 +137,17 @@ func (d *Daemon) Start() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// A socket file may be left by a killed daemon: wait until one accepts a connection.
 	for {
-		if _, err := os.Stat(d.Socket); err == nil {
+		if c, err := net.Dial("unix", d.Socket); err == nil {
+			c.Close()
 			break
 		}
 		select {
 		case <-d.exited:
 			t.Fatalf("rtshimd exited during start-up:\n%s", d.Log())
 		case <-ctx.Done():
-			t.Fatalf("rtshimd did not create its socket:\n%s", d.Log())
+			t.Fatalf("rtshimd did not serve on its socket:\n%s", d.Log())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -241,7 +244,11 @@ func (d *Daemon) assertNothingLeft() {
 		}
 	}
 	waitFor(t, 15*time.Second, "processes of removed pods to end", func() (bool, string) {
-		procs := processesMentioning(d.Dir)
+		daemon := 0
+		if d.cmd != nil {
+			daemon = d.cmd.Process.Pid
+		}
+		procs := processesMentioning(d.Dir, daemon)
 		return len(procs) == 0, strings.Join(procs, "; ")
 	})
 }
@@ -266,13 +273,13 @@ func mountsUnder(dir string) []string {
 
 // processesMentioning lists live (non-zombie) processes whose command line contains s.
 // Zombies are left out: this machine's PID 1 reaps orphans only every few seconds.
-func processesMentioning(s string) []string {
+func processesMentioning(s string, except int) []string {
 	entries, _ := os.ReadDir("/proc")
 	var out []string
 	self := os.Getpid()
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil || pid == self || pid == except {
 			continue
 		}
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -222,7 +223,7 @@ func ParseMemory(s string) (int64, error) {
 	num := strings.TrimRight(s, "KMGTik")
 	m, ok := mult[s[len(num):]]
 	n, err := strconv.ParseInt(num, 10, 64)
-	if !ok || err != nil || n < 0 {
+	if !ok || err != nil || n < 0 || n > math.MaxInt64/m {
 		return 0, fmt.Errorf("%q is not a memory quantity (examples: 64Mi, 1Gi, 500M)", s)
 	}
 	return n * m, nil
@@ -238,8 +239,8 @@ func ParseCPU(s string) (int64, error) {
 		if err == nil && n >= 0 {
 			return n, nil
 		}
-	} else if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 {
-		return int64(f * 1000), nil
+	} else if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f <= 1e9 && (f == 0 || f >= 0.001) {
+		return int64(math.Round(f * 1000)), nil
 	}
 	return 0, fmt.Errorf("%q is not a CPU quantity (examples: 100m, 0.5, 2)", s)
 }

@@ -151,3 +151,24 @@ func TestParseCPU(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFixesFromReview(t *testing.T) {
+	// A mistake inside an inline table is placed on the line of the table's key.
+	_, err := Parse("cfg.toml", []byte("default_handler = \"runc\"\n\n[handlers]\nrunc = { runtime_path = \"runc\" }\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "cfg.toml:4: ") {
+		t.Errorf("inline table mistake: %v, want cfg.toml:4:", err)
+	}
+	for _, bad := range []string{"8589934592Gi", "9223372036854775807Ki"} {
+		if _, err := ParseMemory(bad); err == nil {
+			t.Errorf("ParseMemory(%q) overflowed silently", bad)
+		}
+	}
+	for _, bad := range []string{"inf", "Infinity", "1e300", "0.0001", "NaN"} {
+		if _, err := ParseCPU(bad); err == nil {
+			t.Errorf("ParseCPU(%q) accepted", bad)
+		}
+	}
+	if v, err := ParseCPU("0.25"); err != nil || v != 250 {
+		t.Errorf("ParseCPU(0.25) = %d, %v", v, err)
+	}
+}

@@ -16,8 +16,16 @@ type positions struct {
 
 func (p positions) errf(key, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	if line := p.line(key); line > 0 {
-		return fmt.Errorf("%s:%d: %s", p.name, line, msg)
+	// A key inside an inline table has no line of its own: use its parent's.
+	for k := key; k != ""; {
+		if line := p.line(k); line > 0 {
+			return fmt.Errorf("%s:%d: %s", p.name, line, msg)
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			break
+		}
+		k = k[:i]
 	}
 	return fmt.Errorf("%s: %s", p.name, msg)
 }

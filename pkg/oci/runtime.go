@@ -45,6 +45,8 @@ type Error struct {
 	Op      string
 	ID      string
 	Text    string // what the runtime printed (stderr, else stdout), or the exec error
+	// NotRun is set when the binary could not be executed at all.
+	NotRun bool
 }
 
 func (e *Error) Error() string {
@@ -58,7 +60,7 @@ func (e *Error) Error() string {
 // IsNotExist reports whether err says the container is unknown to the runtime.
 func IsNotExist(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) || e.NotRun {
 		return false
 	}
 	t := strings.ToLower(e.Text)
@@ -88,7 +90,9 @@ func (r *Runtime) run(ctx context.Context, op, id string, args ...string) ([]byt
 		} else if text == "" {
 			text = err.Error()
 		}
-		return nil, &Error{Handler: r.Handler, Op: op, ID: id, Text: lastLines(text, 5)}
+		var exitErr *exec.ExitError
+		notRun := !errors.As(err, &exitErr) && ctx.Err() == nil
+		return nil, &Error{Handler: r.Handler, Op: op, ID: id, Text: lastLines(text, 5), NotRun: notRun}
 	}
 	return stdout.Bytes(), nil
 }

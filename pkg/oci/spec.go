@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -95,8 +96,8 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 			Namespaces:    o.Namespaces,
 			CgroupsPath:   o.CgroupsPath,
 			Sysctl:        o.Sysctls,
-			MaskedPaths:   DefaultMaskedPaths,
-			ReadonlyPaths: DefaultReadonlyPaths,
+			MaskedPaths:   slices.Clone(DefaultMaskedPaths),
+			ReadonlyPaths: slices.Clone(DefaultReadonlyPaths),
 		},
 	}
 }

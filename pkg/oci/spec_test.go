@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,5 +189,17 @@ func TestLastLines(t *testing.T) {
 	}
 	if got := lastLines("only", 5); got != "only" {
 		t.Errorf("lastLines = %q", got)
+	}
+}
+
+// A runtime binary that cannot run must not look like "container already gone".
+func TestDeleteWithMissingBinaryFails(t *testing.T) {
+	r := &Runtime{Handler: "ghost", Path: "/nonexistent/rtshimd-runtime", Root: t.TempDir()}
+	err := r.Delete(context.Background(), "c1", true)
+	if err == nil {
+		t.Fatal("Delete through a missing binary reported success")
+	}
+	if IsNotExist(err) {
+		t.Errorf("IsNotExist(%v) = true for a binary that never ran", err)
 	}
 }

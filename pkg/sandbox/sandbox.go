@@ -27,14 +27,14 @@ const (
 
 // Metadata is written once, when the sandbox is created.
 type Metadata struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Handler   string `json:"handler"` // the handler that runs it
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Handler string `json:"handler"` // the handler that runs it
 	// RuntimeHandler is the handler as the request named it ("" for the default), which
 	// is what the CRI reports back, as containerd does.
 	RuntimeHandler string `json:"runtime_handler"`
-	Sandbox   string `json:"sandbox"` // the handler's sandbox mode
-	CreatedAt int64  `json:"created_at"`
+	Sandbox        string `json:"sandbox"` // the handler's sandbox mode
+	CreatedAt      int64  `json:"created_at"`
 	// Runtime is the handler's runtime as it was at creation, so the sandbox can be
 	// stopped and removed even if the handler table changed since.
 	Runtime  *oci.Runtime    `json:"runtime"`

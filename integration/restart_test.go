@@ -1,0 +1,156 @@
+//go:build integration
+
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A daemon restart, clean or kill -9, loses no pod: every sandbox is listed with its true
+// state, infra containers keep running under their monitors, exits that happened while
+// the daemon was down are noticed, and half-created sandboxes are cleaned up.
+func TestRestartKeepsSandboxes(t *testing.T) {
+	d := newDaemon(t)
+	ctx := ctxT(t)
+	type pod struct {
+		name, handler string
+		pid           runtimeapi.NamespaceMode
+		id            string
+		info          sandboxInfo
+	}
+	pods := []*pod{
+		{name: "restart-runc", handler: "runc", pid: runtimeapi.NamespaceMode_CONTAINER},
+		{name: "restart-runc-pid", handler: "runc", pid: runtimeapi.NamespaceMode_POD},
+		{name: "restart-runsc", handler: "runsc", pid: runtimeapi.NamespaceMode_CONTAINER},
+	}
+	for _, p := range pods {
+		id, err := d.RS.RunPodSandbox(ctx, podConfig(p.name, p.pid), p.handler)
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		p.id = id
+		resp, err := d.RS.PodSandboxStatus(ctx, id, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.info = decodeInfo(t, resp.Info)
+	}
+
+	assertReady := func(when string) {
+		t.Helper()
+		for _, p := range pods {
+			resp, err := d.RS.PodSandboxStatus(ctx, p.id, true)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", when, p.name, err)
+			}
+			if resp.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+				t.Errorf("%s: %s is %v, want READY", when, p.name, resp.Status.State)
+			}
+			if got := decodeInfo(t, resp.Info).Status.InfraPid; got != p.info.Status.InfraPid {
+				t.Errorf("%s: %s infra pid %d, was %d", when, p.name, got, p.info.Status.InfraPid)
+			}
+			if p.info.Metadata.Infra && !processAlive(p.info.Status.InfraPid) {
+				t.Errorf("%s: %s infra pid %d is gone", when, p.name, p.info.Status.InfraPid)
+			}
+			if !isNsfs(p.info.Metadata.NetNS) {
+				t.Errorf("%s: %s netns unpinned", when, p.name)
+			}
+		}
+		items, err := d.RS.ListPodSandbox(ctx, nil)
+		if err != nil || len(items) != len(pods) {
+			t.Errorf("%s: listed %d sandboxes (%v), want %d", when, len(items), err, len(pods))
+		}
+	}
+
+	d.Restart(false)
+	assertReady("after a clean restart")
+	d.Restart(true)
+	assertReady("after kill -9")
+
+	// The runsc infra dies while the daemon is down: the next daemon reports NOTREADY.
+	runscPod := pods[2]
+	d.Kill()
+	if err := syscall.Kill(runscPod.info.Status.InfraPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "runsc infra to exit", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(runscPod.info.Metadata.Dir, "infra", "exit.json"))
+		return err == nil, "no exit.json from the monitor"
+	})
+	d.Start()
+	resp, err := d.RS.PodSandboxStatus(ctx, runscPod.id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		t.Errorf("runsc pod whose infra died while the daemon was down: %v, want NOTREADY", resp.Status.State)
+	}
+
+	// A monitor adopted from the previous daemon still reports: kill the runc infra now.
+	runcPod := pods[1]
+	if err := syscall.Kill(runcPod.info.Status.InfraPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the restarted daemon to notice the infra exit", func() (bool, string) {
+		resp, err := d.RS.PodSandboxStatus(ctx, runcPod.id, false)
+		return err == nil && resp.Status.State == runtimeapi.PodSandboxState_SANDBOX_NOTREADY, resp.GetStatus().GetState().String()
+	})
+
+	// A pod without infra stays READY throughout.
+	resp, err = d.RS.PodSandboxStatus(ctx, pods[0].id, false)
+	if err != nil || resp.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Errorf("runc pod without infra: %v %v", resp.GetStatus().GetState(), err)
+	}
+	// Everything removes cleanly (the harness then checks nothing is left).
+	for _, p := range pods {
+		if err := d.RS.RemovePodSandbox(ctx, p.id); err != nil {
+			t.Errorf("remove %s: %v", p.name, err)
+		}
+	}
+	removeTestCgroups(t)
+}
+
+// A sandbox whose RunPodSandbox never finished (the daemon died between its first record
+// and its last) is undone at the next start: no record, mounts, infra or monitor remain.
+func TestRestartCleansHalfCreatedSandbox(t *testing.T) {
+	for _, handler := range []string{"runc", "runsc"} {
+		t.Run(handler, func(t *testing.T) {
+			d := newDaemon(t)
+			ctx := ctxT(t)
+			id, err := d.RS.RunPodSandbox(ctx, podConfig("half-"+handler, runtimeapi.NamespaceMode_POD), handler)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := d.RS.PodSandboxStatus(ctx, id, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := decodeInfo(t, resp.Info)
+			d.Kill()
+			// What the record says when the daemon dies after making the namespaces and the
+			// infra but before the final status write.
+			status := filepath.Join(d.State, "sandboxes", id, "status.json")
+			if err := os.WriteFile(status, []byte(`{"state":"creating"}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d.Start()
+			items, err := d.RS.ListPodSandbox(ctx, nil)
+			if err != nil || len(items) != 0 {
+				t.Errorf("half-created sandbox listed after restart: %d items, %v", len(items), err)
+			}
+			if processAlive(info.Status.InfraPid) {
+				waitFor(t, 15*time.Second, "infra of the half-created sandbox to end", func() (bool, string) {
+					return !processAlive(info.Status.InfraPid), "still running"
+				})
+			}
+			d.assertNothingLeft()
+			removeTestCgroups(t)
+		})
+	}
+}

@@ -1,0 +1,77 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCrictl drives the daemon with crictl as a person would (README, "Using crictl").
+// crictl is not packaged for Debian 12; the test runs where crictl is on PATH and is
+// skipped elsewhere.
+func TestCrictl(t *testing.T) {
+	crictl, err := exec.LookPath("crictl")
+	if err != nil {
+		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
+	}
+	d := newDaemon(t)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + d.Socket, "--timeout", "60s"}, args...)...)
+		cmd.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
+		out, err := cmd.Output()
+		if err != nil {
+			stderr := ""
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = string(ee.Stderr)
+			}
+			t.Fatalf("crictl %v: %v\n%s%s", args, err, out, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	pod := filepath.Join(t.TempDir(), "pod.json")
+	if err := os.WriteFile(pod, []byte(`{
+  "metadata": {"name": "crictl-pod", "namespace": "default", "uid": "crictl-pod-uid", "attempt": 1},
+  "hostname": "crictl-pod",
+  "log_directory": "/tmp",
+  "linux": {"cgroup_parent": "/rtshimd-test/crictl-pod"}
+}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, handler := range []string{"runsc", "runc"} {
+		id := run("runp", "--runtime="+handler, pod)
+		if len(id) != 64 {
+			t.Fatalf("runp printed %q, want a sandbox id", id)
+		}
+		pods := run("pods", "--id", id[:13])
+		if !strings.Contains(pods, "crictl-pod") || !strings.Contains(pods, "Ready") || !strings.Contains(pods, handler) {
+			t.Errorf("crictl pods:\n%s", pods)
+		}
+		var inspect struct {
+			Status struct {
+				State          string `json:"state"`
+				RuntimeHandler string `json:"runtimeHandler"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(run("inspectp", id)), &inspect); err != nil {
+			t.Fatal(err)
+		}
+		if inspect.Status.State != "SANDBOX_READY" || inspect.Status.RuntimeHandler != handler {
+			t.Errorf("inspectp: %+v", inspect.Status)
+		}
+		run("stopp", id)
+		if out := run("pods", "--id", id, "--state", "NotReady", "-q"); out != id {
+			t.Errorf("after stopp, NotReady pods = %q", out)
+		}
+		run("rmp", id)
+		if out := run("pods", "-q"); out != "" {
+			t.Errorf("after rmp, pods = %q", out)
+		}
+	}
+	removeTestCgroups(t)
+}

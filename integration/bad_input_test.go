@@ -25,8 +25,14 @@ func TestBadSandboxRequests(t *testing.T) {
 		{"no metadata", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata = nil; return c }, []string{"config.metadata"}},
 		{"empty name", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Name = ""; return c }, []string{"config.metadata.name"}},
 		{"empty uid", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Uid = ""; return c }, []string{"config.metadata.uid"}},
-		{"underscore in namespace", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Namespace = "a_b"; return c }, []string{"config.metadata.namespace", `"a_b"`}},
-		{"bad hostname", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Hostname = "Not A Host!"; return c }, []string{"config.hostname", `"Not A Host!"`}},
+		{"underscore in namespace", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Metadata.Namespace = "a_b"
+			return c
+		}, []string{"config.metadata.namespace", `"a_b"`}},
+		{"bad hostname", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Hostname = "Not A Host!"
+			return c
+		}, []string{"config.hostname", `"Not A Host!"`}},
 		{"pid target", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
 			c.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_TARGET
 			return c

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 		pkg    string
 		static bool
 	}{{"./cmd/rtshimd", false}, {"./cmd/rtshim-monitor", true}, {"./cmd/rtshim-pause", true}} {
-		cmd := exec.Command("go", "build", "-o", dir, b.pkg)
+		cmd := exec.Command("go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs", "-o", dir, b.pkg)
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if b.static {
@@ -101,6 +101,12 @@ runtime_path = "/opt/rtshimd-test/no-such-runtime"
 // newDaemon writes a config (daemon settings + table) and starts rtshimd on it.
 func newDaemon(t *testing.T) *Daemon {
 	t.Helper()
+	return newDaemonWith(t, "")
+}
+
+// newDaemonWith is newDaemon with extra TOML appended to the config.
+func newDaemonWith(t *testing.T, extra string) *Daemon {
+	t.Helper()
 	dir := t.TempDir()
 	d := &Daemon{
 		t: t, Dir: dir, Config: filepath.Join(dir, "config.toml"),
@@ -109,7 +115,7 @@ func newDaemon(t *testing.T) *Daemon {
 	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
 	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = \"debug\"\nmonitor_path = %q\npause_path = %q\n",
 		d.Socket, d.State, d.RunRoot, filepath.Join(binDir, "rtshim-monitor"), filepath.Join(binDir, "rtshim-pause"))
-	if err := os.WriteFile(d.Config, []byte(cfg+handlerTable(d.RunRoot)), 0o644); err != nil {
+	if err := os.WriteFile(d.Config, []byte(cfg+handlerTable(d.RunRoot)+extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	d.Start()

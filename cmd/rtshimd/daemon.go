@@ -11,6 +11,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/cri"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/sdnotify"
@@ -21,6 +22,7 @@ type daemon struct {
 	cfg       *config.Config
 	table     *handlers.Table
 	sandboxes *sandbox.Manager
+	images    *image.Service
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -78,11 +80,16 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
-	return &daemon{cfg: cfg, table: table, sandboxes: mgr}, nil
+	images, err := image.New(image.Options{StateRoot: cfg.StateRoot, RunRoot: cfg.RunRoot, Config: cfg.Image})
+	if err != nil {
+		mgr.Close()
+		return nil, err
+	}
+	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images}, nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
-	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes}
+	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -93,5 +100,6 @@ func (d *daemon) serve(ctx context.Context) error {
 func (d *daemon) close() {
 	_ = sdnotify.Notify("STOPPING=1")
 	d.sandboxes.Close()
+	d.images.Close()
 	logrus.Info("rtshimd stopped; pods keep running")
 }

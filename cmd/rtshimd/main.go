@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/containers/storage/pkg/reexec"
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/configs"
@@ -29,6 +30,10 @@ const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daem
 `
 
 func main() {
+	// containers/storage re-executes this binary to unpack layers in a chroot.
+	if reexec.Init() {
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "rtshimd:", err)
 		os.Exit(1)

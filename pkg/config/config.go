@@ -44,6 +44,7 @@ type Config struct {
 	PausePath      string              `toml:"pause_path"`
 	DefaultHandler string              `toml:"default_handler"`
 	Handlers       map[string]*Handler `toml:"handlers"`
+	Image          Image               `toml:"image"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -57,6 +58,37 @@ type Handler struct {
 	Sandbox     string   `toml:"sandbox"`
 	Overhead    Overhead `toml:"overhead"`
 	Features    Declared `toml:"features"`
+}
+
+// Image configures the image service: where images come from and how they are kept.
+type Image struct {
+	// RegistriesConf is a registries.conf (containers-registries.conf(5)): mirrors, insecure
+	// and blocked registries, location rewrites. Empty uses /etc/containers/registries.conf
+	// when it exists.
+	RegistriesConf string `toml:"registries_conf"`
+	// Registries are [[registry]] entries given here instead of (or on top of) that file.
+	Registries []Registry `toml:"registries"`
+	// Pinned images are reported pinned, so kubelet's image GC never removes them.
+	Pinned []string `toml:"pinned"`
+	// StorageDriver is the containers/storage graph driver ("overlay" or "vfs").
+	StorageDriver string `toml:"storage_driver"`
+	// MaxParallelDownloads bounds the layers one pull fetches at once (default 6).
+	MaxParallelDownloads int `toml:"max_parallel_downloads"`
+}
+
+// Registry is one [[registry]] entry, as in registries.conf.
+type Registry struct {
+	Prefix   string   `toml:"prefix" json:"prefix"`
+	Location string   `toml:"location" json:"location"`
+	Insecure bool     `toml:"insecure" json:"insecure,omitempty"`
+	Blocked  bool     `toml:"blocked" json:"blocked,omitempty"`
+	Mirrors  []Mirror `toml:"mirrors" json:"mirrors,omitempty"`
+}
+
+// Mirror is a mirror of a Registry, tried before it.
+type Mirror struct {
+	Location string `toml:"location" json:"location"`
+	Insecure bool   `toml:"insecure" json:"insecure,omitempty"`
 }
 
 // Overhead is what a handler's sandbox costs beyond its containers.
@@ -137,6 +169,10 @@ func (c *Config) applyDefaults() {
 	def(&c.RunRoot, "/run/rtshimd")
 	def(&c.CgroupDriver, CgroupfsDriver)
 	def(&c.LogLevel, "info")
+	def(&c.Image.StorageDriver, "overlay")
+	if c.Image.MaxParallelDownloads == 0 {
+		c.Image.MaxParallelDownloads = 6
+	}
 	for name, h := range c.Handlers {
 		if h == nil {
 			continue
@@ -172,6 +208,25 @@ func (c *Config) validate(p positions) error {
 	}
 	if _, err := logrus.ParseLevel(c.LogLevel); err != nil {
 		return p.errf("log_level", "log_level %q is not a level (panic, fatal, error, warn, info, debug, trace)", c.LogLevel)
+	}
+	if c.Image.RegistriesConf != "" && !filepath.IsAbs(c.Image.RegistriesConf) {
+		return p.errf("image.registries_conf", "image.registries_conf must be an absolute path, got %q", c.Image.RegistriesConf)
+	}
+	if d := c.Image.StorageDriver; d != "overlay" && d != "vfs" {
+		return p.errf("image.storage_driver", "image.storage_driver must be \"overlay\" or \"vfs\", got %q", d)
+	}
+	if c.Image.MaxParallelDownloads < 0 {
+		return p.errf("image.max_parallel_downloads", "image.max_parallel_downloads must be positive, got %d", c.Image.MaxParallelDownloads)
+	}
+	for i, r := range c.Image.Registries {
+		if r.Prefix == "" && r.Location == "" {
+			return p.errf("image.registries", "image.registries[%d]: prefix or location is required", i)
+		}
+		for j, m := range r.Mirrors {
+			if m.Location == "" {
+				return p.errf("image.registries", "image.registries[%d].mirrors[%d]: location is required", i, j)
+			}
+		}
 	}
 	if len(c.Handlers) == 0 {
 		return p.errf("", "no handlers configured: add at least one [handlers.NAME] table")

@@ -22,6 +22,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -36,6 +37,7 @@ type Server struct {
 	Config    *config.Config
 	Handlers  *handlers.Table
 	Sandboxes *sandbox.Manager
+	Images    *image.Service
 }
 
 // Serve listens on the config's Unix socket (0660, parent directory created) and serves

@@ -15,25 +15,9 @@ import (
 // crictl is not packaged for Debian 12; the test runs where crictl is on PATH and is
 // skipped elsewhere.
 func TestCrictl(t *testing.T) {
-	crictl, err := exec.LookPath("crictl")
-	if err != nil {
-		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
-	}
 	d := newDaemon(t)
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + d.Socket, "--timeout", "60s"}, args...)...)
-		cmd.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
-		out, err := cmd.Output()
-		if err != nil {
-			stderr := ""
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = string(ee.Stderr)
-			}
-			t.Fatalf("crictl %v: %v\n%s%s", args, err, out, stderr)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	run := crictlRunner(t, d)
+	t.Helper()
 	pod := filepath.Join(t.TempDir(), "pod.json")
 	if err := os.WriteFile(pod, []byte(`{
   "metadata": {"name": "crictl-pod", "namespace": "default", "uid": "crictl-pod-uid", "attempt": 1},
@@ -74,4 +58,61 @@ func TestCrictl(t *testing.T) {
 		}
 	}
 	removeTestCgroups(t)
+}
+
+// crictlRunner returns a function that runs crictl against d and returns its output,
+// failing the test on error. It skips the test where crictl is not installed.
+func crictlRunner(t *testing.T, d *Daemon) func(args ...string) string {
+	crictl, err := exec.LookPath("crictl")
+	if err != nil {
+		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
+	}
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + d.Socket, "--timeout", "60s"}, args...)...)
+		cmd.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
+		out, err := cmd.Output()
+		if err != nil {
+			stderr := ""
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = string(ee.Stderr)
+			}
+			t.Fatalf("crictl %v: %v\n%s%s", args, err, out, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+}
+
+// TestCrictlImages: crictl pull, images, inspecti and rmi, as the README shows.
+func TestCrictlImages(t *testing.T) {
+	if _, err := exec.LookPath("crictl"); err != nil {
+		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
+	}
+	reg := startRegistry(t, nil)
+	_, cdig := reg.Push(t, "demo/busybox", "1.36", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
+	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	run := crictlRunner(t, d)
+	ref := reg.Ref("demo/busybox", "1.36")
+	if out := run("pull", ref); !strings.Contains(out, cdig) {
+		t.Errorf("crictl pull: %q, want the image id %s", out, cdig)
+	}
+	if out := run("images"); !strings.Contains(out, reg.Addr+"/demo/busybox") || !strings.Contains(out, "1.36") {
+		t.Errorf("crictl images:\n%s", out)
+	}
+	var inspect struct {
+		Status struct {
+			ID       string   `json:"id"`
+			RepoTags []string `json:"repoTags"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(run("inspecti", ref)), &inspect); err != nil {
+		t.Fatal(err)
+	}
+	if inspect.Status.ID != cdig || len(inspect.Status.RepoTags) != 1 || inspect.Status.RepoTags[0] != ref {
+		t.Errorf("crictl inspecti: %+v", inspect.Status)
+	}
+	run("rmi", ref)
+	if out := run("images", "-q"); out != "" {
+		t.Errorf("after rmi, images = %q", out)
+	}
 }

@@ -18,12 +18,18 @@ type Usage struct {
 }
 
 // fsCache keeps the last walk: kubelet asks every few seconds and a walk of a large store
-// is not free.
-var fsCache struct {
+// is not free. Any change to the store invalidates it.
+type fsCache struct {
 	sync.Mutex
 	at     time.Time
 	images Usage
 	ctrs   Usage
+}
+
+func (c *fsCache) invalidate() {
+	c.Lock()
+	c.at = time.Time{}
+	c.Unlock()
 }
 
 const fsCacheTTL = 5 * time.Second
@@ -31,10 +37,11 @@ const fsCacheTTL = 5 * time.Second
 // FsInfo reports the image store (image layers) and the container store (writable
 // layers) usage, both under the graph root.
 func (s *Service) FsInfo() (images, containers Usage) {
-	fsCache.Lock()
-	defer fsCache.Unlock()
-	if time.Since(fsCache.at) < fsCacheTTL {
-		return fsCache.images, fsCache.ctrs
+	c := &s.fsCache
+	c.Lock()
+	defer c.Unlock()
+	if time.Since(c.at) < fsCacheTTL {
+		return c.images, c.ctrs
 	}
 	root := s.store.GraphRoot()
 	ctrLayers := map[string]bool{}
@@ -75,6 +82,6 @@ func (s *Service) FsInfo() (images, containers Usage) {
 		u.Inodes++
 		return nil
 	})
-	fsCache.at, fsCache.images, fsCache.ctrs = now, images, containers
+	c.at, c.images, c.ctrs = now, images, containers
 	return images, containers
 }

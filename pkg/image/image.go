@@ -44,6 +44,8 @@ type Service struct {
 	// mu orders removals, rootfs creation and layer GC against pulls in flight.
 	mu       sync.Mutex
 	inFlight int
+
+	fsCache fsCache
 }
 
 // New opens (creating) the store and prepares the registry configuration.

@@ -86,6 +86,7 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 		s.mu.Lock()
 		s.inFlight--
 		s.mu.Unlock()
+		s.fsCache.invalidate()
 	}()
 	log := logrus.WithField("image", named.String())
 	start := time.Now()

@@ -17,6 +17,7 @@ import (
 func (s *Service) Remove(ref string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.fsCache.invalidate()
 	img, err := s.lookup(ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -71,6 +72,7 @@ func (s *Service) deleteImage(img *storage.Image) error {
 func (s *Service) gcLayers() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.fsCache.invalidate()
 	if s.inFlight > 1 {
 		return
 	}

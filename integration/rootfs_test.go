@@ -1,0 +1,128 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/containers/storage/pkg/reexec"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/image"
+)
+
+func init() {
+	// pkg/image unpacks layers by re-executing this test binary (containers/storage).
+	if reexec.Init() {
+		os.Exit(0)
+	}
+}
+
+// The rootfs API the container work builds on: an image's layers unpacked with their
+// whiteouts and opaque directories honoured, a writable layer per container, and an image
+// removed while in use keeping its layers until its last container goes.
+func TestRootfsFromImage(t *testing.T) {
+	reg := startRegistry(t, nil)
+	lower := busyboxLayer(t)
+	lower.Files = append(lower.Files,
+		File{Path: "/opt", Dir: true},
+		File{Path: "/opt/keep", Content: "kept"},
+		File{Path: "/opt/gone", Content: "deleted by the next layer"},
+		File{Path: "/cfg", Dir: true},
+		File{Path: "/cfg/old-1", Content: "hidden by the opaque dir"},
+		File{Path: "/cfg/old-2", Content: "hidden by the opaque dir"},
+	)
+	upper := Layer{Files: []File{
+		{Path: "/opt", Dir: true},
+		{Path: "/opt/gone", Whiteout: true},
+		{Path: "/cfg", Opaque: true},
+		{Path: "/cfg/new", Content: "only this"},
+		{Path: "/etc/motd", Content: "top layer"},
+	}}
+	reg.Push(t, "layers/whiteouts", "1", ImageSpec{Layers: []Layer{lower, upper}, Config: ocispec.ImageConfig{Cmd: []string{"sh"}}}, nil)
+
+	dir := t.TempDir()
+	svc, err := image.New(image.Options{
+		StateRoot: filepath.Join(dir, "state"),
+		RunRoot:   filepath.Join(dir, "run"),
+		Config: config.Image{StorageDriver: "overlay", MaxParallelDownloads: 4,
+			Registries: []config.Registry{{Location: reg.Addr, Insecure: true}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closeOnce sync.Once
+	closeSvc := func() { closeOnce.Do(svc.Close) }
+	t.Cleanup(closeSvc)
+	ref := reg.Ref("layers/whiteouts", "1")
+	id, err := svc.Pull(context.Background(), ref, image.Auth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs, imageID, err := svc.CreateRootfs("ctr-1", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imageID != id {
+		t.Errorf("rootfs image id %s, want %s", imageID, id)
+	}
+	read := func(p string) string {
+		b, _ := os.ReadFile(filepath.Join(rootfs, p))
+		return string(b)
+	}
+	if read("opt/keep") != "kept" || read("etc/motd") != "top layer" || read("cfg/new") != "only this" {
+		t.Errorf("files of the layers missing: keep=%q motd=%q new=%q", read("opt/keep"), read("etc/motd"), read("cfg/new"))
+	}
+	if _, err := os.Lstat(filepath.Join(rootfs, "opt/gone")); !os.IsNotExist(err) {
+		t.Errorf("whiteout not honoured: /opt/gone exists (%v)", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(rootfs, "cfg"))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"new"}) {
+		t.Errorf("opaque dir /cfg holds %v, want only [new]", names)
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "bin/busybox")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("/bin/busybox: %v %v", fi, err)
+	}
+	// The rootfs is writable and private to the container.
+	if err := os.WriteFile(filepath.Join(rootfs, "tmp/scratch"), []byte("x"), 0o644); err != nil {
+		t.Errorf("rootfs not writable: %v", err)
+	}
+
+	// Removing the image while the container uses it: not listed, layers kept.
+	if err := svc.Remove(ref); err != nil {
+		t.Fatal(err)
+	}
+	if imgs, _ := svc.List(""); len(imgs) != 0 {
+		t.Errorf("removed image still listed: %v", imgs)
+	}
+	if read("opt/keep") != "kept" {
+		t.Error("removing the image took the files of a container that uses it")
+	}
+	if _, _, err := svc.CreateRootfs("ctr-2", ref); err == nil {
+		t.Error("a new container could use a removed image")
+	}
+	if err := svc.RemoveRootfs("ctr-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.RemoveRootfs("ctr-1"); err != nil {
+		t.Errorf("second RemoveRootfs: %v", err)
+	}
+	layers, _ := svc.Store().Layers()
+	if len(layers) != 0 {
+		t.Errorf("%d layers left after the last container of a removed image", len(layers))
+	}
+	closeSvc()
+	if m := mountsUnder(dir); len(m) > 0 {
+		t.Errorf("mounts left after Close: %v", m)
+	}
+}

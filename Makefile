@@ -12,7 +12,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 RUN_PKGS := runc runsc crun iproute2
 TEST_PKGS := $(RUN_PKGS) busybox-static util-linux procps docker-registry skopeo
 
-.PHONY: all build run test unit integration deps-run deps-test install clean vet
+.PHONY: all build run test unit integration deps-run deps-test install clean vet bench
 
 all: build
 
@@ -61,3 +61,7 @@ install: build
 
 clean:
 	rm -rf $(BIN)
+
+# Benchmarks: figures are ratios against a floor measured in the same run (README).
+bench: deps-test build
+	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -run '^$$' -bench . -benchtime 10x -timeout 30m ./integration/ 2>&1 | tee /tmp/rtshimd-bench.log | grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go'; exit $${PIPESTATUS[0]}

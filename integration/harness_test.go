@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 
 // Daemon is one rtshimd process with its own config, state and run roots.
 type Daemon struct {
-	t       *testing.T
+	t       testing.TB
 	Dir     string // holds config.toml, state/, run/, daemon.log
 	Config  string
 	Socket  string
@@ -99,13 +99,13 @@ runtime_path = "/opt/rtshimd-test/no-such-runtime"
 }
 
 // newDaemon writes a config (daemon settings + table) and starts rtshimd on it.
-func newDaemon(t *testing.T) *Daemon {
+func newDaemon(t testing.TB) *Daemon {
 	t.Helper()
 	return newDaemonWith(t, "")
 }
 
 // newDaemonWith is newDaemon with extra TOML appended to the config.
-func newDaemonWith(t *testing.T, extra string) *Daemon {
+func newDaemonWith(t testing.TB, extra string) *Daemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &Daemon{
@@ -324,7 +324,7 @@ func processAlive(pid int) bool {
 
 // waitFor polls cond until it holds or the limit passes. The limit only bounds a wait
 // for something asynchronous; it is not a speed assertion.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
@@ -375,7 +375,7 @@ func podConfig(name string, pidMode runtimeapi.NamespaceMode) *runtimeapi.PodSan
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx

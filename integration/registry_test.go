@@ -65,7 +65,7 @@ var fixtureTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 var aptMu sync.Mutex
 
 // ensureInstalled installs a Debian package if file is missing.
-func ensureInstalled(t *testing.T, file, pkg string) {
+func ensureInstalled(t testing.TB, file, pkg string) {
 	t.Helper()
 	aptMu.Lock()
 	defer aptMu.Unlock()
@@ -84,7 +84,7 @@ func ensureInstalled(t *testing.T, file, pkg string) {
 }
 
 // freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freeLoopbackPort(t *testing.T) int {
+func freeLoopbackPort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -97,7 +97,7 @@ func freeLoopbackPort(t *testing.T) int {
 // startRegistry runs /usr/bin/docker-registry on 127.0.0.1 and a free port, storage in a
 // test temp dir, with htpasswd (bcrypt) auth if creds != nil. It returns once GET /v2/
 // answers (200, or 401 with auth) and stops the registry in t.Cleanup.
-func startRegistry(t *testing.T, creds *Credentials) *Registry {
+func startRegistry(t testing.TB, creds *Credentials) *Registry {
 	t.Helper()
 	const bin = "/usr/bin/docker-registry"
 	ensureInstalled(t, bin, "docker-registry")
@@ -255,7 +255,7 @@ type ImageSpec struct {
 
 // busyboxLayer is a layer with the host's static busybox as /bin/busybox, applet
 // symlinks to it, /etc/passwd, /etc/group, /tmp and /root.
-func busyboxLayer(t *testing.T) Layer {
+func busyboxLayer(t testing.TB) Layer {
 	t.Helper()
 	ensureInstalled(t, "/bin/busybox", "busybox-static")
 	bb, err := os.ReadFile("/bin/busybox")
@@ -282,7 +282,7 @@ func busyboxLayer(t *testing.T) Layer {
 }
 
 // layerTar writes l as an uncompressed tar with fixed times.
-func layerTar(t *testing.T, l Layer) []byte {
+func layerTar(t testing.TB, l Layer) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -341,7 +341,7 @@ func layerTar(t *testing.T, l Layer) []byte {
 }
 
 // gzipBytes compresses b with a header that carries no name or time.
-func gzipBytes(t *testing.T, b []byte) []byte {
+func gzipBytes(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -360,7 +360,7 @@ func sha256Digest(b []byte) digest.Digest {
 }
 
 // regRequest makes one request to the registry with basic auth when creds != nil.
-func (r *Registry) regRequest(t *testing.T, method, rawURL string, body []byte, contentType string, creds *Credentials) *http.Response {
+func (r *Registry) regRequest(t testing.TB, method, rawURL string, body []byte, contentType string, creds *Credentials) *http.Response {
 	t.Helper()
 	if !strings.HasPrefix(rawURL, "http://") && !strings.HasPrefix(rawURL, "https://") {
 		rawURL = "http://" + r.Addr + rawURL
@@ -388,7 +388,7 @@ func (r *Registry) regRequest(t *testing.T, method, rawURL string, body []byte, 
 }
 
 // expect fails the test unless resp has the wanted status; it drains and closes resp.
-func expect(t *testing.T, resp *http.Response, want int, what string) {
+func expect(t testing.TB, resp *http.Response, want int, what string) {
 	t.Helper()
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -398,7 +398,7 @@ func expect(t *testing.T, resp *http.Response, want int, what string) {
 }
 
 // pushBlob uploads b to repo unless the registry has it, and returns its descriptor.
-func (r *Registry) pushBlob(t *testing.T, repo string, b []byte, mediaType string, creds *Credentials) ocispec.Descriptor {
+func (r *Registry) pushBlob(t testing.TB, repo string, b []byte, mediaType string, creds *Credentials) ocispec.Descriptor {
 	t.Helper()
 	d := sha256Digest(b)
 	desc := ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(b))}
@@ -427,7 +427,7 @@ func (r *Registry) pushBlob(t *testing.T, repo string, b []byte, mediaType strin
 }
 
 // putManifest PUTs a manifest or index under ref (tag or digest) and returns its digest.
-func (r *Registry) putManifest(t *testing.T, repo, ref string, body []byte, mediaType string, creds *Credentials) string {
+func (r *Registry) putManifest(t testing.TB, repo, ref string, body []byte, mediaType string, creds *Credentials) string {
 	t.Helper()
 	d := sha256Digest(body).String()
 	resp := r.regRequest(t, http.MethodPut, "/v2/"+repo+"/manifests/"+ref, body, mediaType, creds)
@@ -448,7 +448,7 @@ type builtImage struct {
 }
 
 // pushImageBlobs uploads img's layers and config and returns the manifest for them.
-func (r *Registry) pushImageBlobs(t *testing.T, repo string, img ImageSpec, creds *Credentials) builtImage {
+func (r *Registry) pushImageBlobs(t testing.TB, repo string, img ImageSpec, creds *Credentials) builtImage {
 	t.Helper()
 	manifestType, configType, layerType := ocispec.MediaTypeImageManifest, ocispec.MediaTypeImageConfig, ocispec.MediaTypeImageLayerGzip
 	if img.DockerV2 {
@@ -498,7 +498,7 @@ func (r *Registry) pushImageBlobs(t *testing.T, repo string, img ImageSpec, cred
 
 // Push uploads img's blobs to repo and PUTs its manifest under tag (an empty tag pushes
 // by digest only). It returns the manifest and config digests.
-func (r *Registry) Push(t *testing.T, repo, tag string, img ImageSpec, creds *Credentials) (manifestDigest, configDigest string) {
+func (r *Registry) Push(t testing.TB, repo, tag string, img ImageSpec, creds *Credentials) (manifestDigest, configDigest string) {
 	t.Helper()
 	b := r.pushImageBlobs(t, repo, img, creds)
 	ref := tag
@@ -511,7 +511,7 @@ func (r *Registry) Push(t *testing.T, repo, tag string, img ImageSpec, creds *Cr
 // PushIndex pushes each image by digest, then an index of them under tag: a Docker
 // manifest list if every image is DockerV2, else an OCI image index. It returns the
 // index digest and the image manifest digests in order.
-func (r *Registry) PushIndex(t *testing.T, repo, tag string, imgs []ImageSpec, creds *Credentials) (indexDigest string, manifests []string) {
+func (r *Registry) PushIndex(t testing.TB, repo, tag string, imgs []ImageSpec, creds *Credentials) (indexDigest string, manifests []string) {
 	t.Helper()
 	indexType := mediaTypeDockerManifestList
 	for _, img := range imgs {
@@ -548,7 +548,7 @@ func (r *Registry) PushIndex(t *testing.T, repo, tag string, imgs []ImageSpec, c
 // "/blobs/sha256:") whose response body is longer than afterBytes gets the status line,
 // the headers (with the full Content-Length) and the first afterBytes bytes of the body,
 // and then the connection is closed. Stopped in t.Cleanup. Returns its "127.0.0.1:PORT".
-func startDroppingProxy(t *testing.T, target string, afterBytes int) string {
+func startDroppingProxy(t testing.TB, target string, afterBytes int) string {
 	t.Helper()
 	targetURL := &url.URL{Scheme: "http", Host: target}
 	transport := &http.Transport{DisableCompression: true}

@@ -72,7 +72,7 @@ type Image struct {
 	Pinned []string `toml:"pinned"`
 	// StorageDriver is the containers/storage graph driver ("overlay" or "vfs").
 	StorageDriver string `toml:"storage_driver"`
-	// MaxParallelDownloads bounds the layers one pull fetches at once (default 6).
+	// MaxParallelDownloads bounds the layers one pull fetches at once (default 3).
 	MaxParallelDownloads int `toml:"max_parallel_downloads"`
 }
 
@@ -171,7 +171,7 @@ func (c *Config) applyDefaults() {
 	def(&c.LogLevel, "info")
 	def(&c.Image.StorageDriver, "overlay")
 	if c.Image.MaxParallelDownloads == 0 {
-		c.Image.MaxParallelDownloads = 6
+		c.Image.MaxParallelDownloads = 3 // containerd's default
 	}
 	for name, h := range c.Handlers {
 		if h == nil {

@@ -1,11 +1,20 @@
 // rtshim-monitor supervises one container for rtshimd: it runs the OCI runtime's
 // `create`, reports the result on fd 3, holds the container's stdio (writing it to the CRI
-// log), reaps the container's processes as a child subreaper, and records the init's exit
-// in exit.json. It runs in its own session so the daemon can restart freely. Standard
-// library and x/sys only: one of these runs per container, so it must stay small.
+// log), starts the container when asked, reaps the container's processes as a child
+// subreaper, and records the init's exit in exit.json. It runs in its own session so the
+// daemon can restart freely. Standard library and x/sys only: one of these runs per
+// container, so it must stay small.
+//
+// The daemon talks to it over monitor.sock, one command line per connection:
+//
+//	watch    answered with the exit record (JSON line) once the container has exited
+//	start    runs `<runtime> start`; answered "ok" or "error <text>"
+//	reopen   reopens the CRI log file (after kubelet rotated it); "ok" or "error <text>"
+//	exit     for a container that was never started: stop supervising it
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -14,7 +23,6 @@ import (
 	"log"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,16 +53,35 @@ func report(sync *os.File, res monitor.Result) {
 	sync.Close()
 }
 
+// mon is the state the command handlers share.
+type mon struct {
+	cfg  monitor.Config
+	sink *monitor.CRILog
+
+	mu       sync.Mutex
+	exitLine []byte        // set once the container has exited
+	watchers []net.Conn    // waiting for exitLine
+	started  bool          // start succeeded
+	exited   chan exitNote // the container's end, from reap or `runtime wait`
+	reaper   *reaper
+}
+
+type exitNote struct {
+	e  monitor.Exit
+	ok bool // false: supervision ended without an exit (never started, then removed)
+}
+
 func run(cfgPath string, sync *os.File) error {
-	var cfg monitor.Config
+	m := &mon{exited: make(chan exitNote, 2)}
 	b, err := os.ReadFile(cfgPath)
 	if err == nil {
-		err = json.Unmarshal(b, &cfg)
+		err = json.Unmarshal(b, &m.cfg)
 	}
 	if err != nil {
 		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: read config: %v", err)})
 		return err
 	}
+	cfg := m.cfg
 	log.SetPrefix(cfg.ID[:min(12, len(cfg.ID))] + " ")
 	// Orphans of the runtime (runc's init, runsc's sandbox and gofer) become our children,
 	// so we can wait for the init and reap the rest promptly.
@@ -62,50 +89,60 @@ func run(cfgPath string, sync *os.File) error {
 		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: set child subreaper: %v", err)})
 		return err
 	}
-	w := &watchers{}
 	// Relative to our working directory (the run dir): the full path can exceed the
 	// 108 bytes a socket address holds.
 	if err := os.Chdir(cfg.Dir); err != nil {
 		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: %v", err)})
 		return err
 	}
-	sockPath := monitor.SocketFile
-	_ = os.Remove(sockPath)
-	ln, err := net.Listen("unix", sockPath)
+	_ = os.Remove(monitor.SocketFile)
+	ln, err := net.Listen("unix", monitor.SocketFile)
 	if err != nil {
-		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: listen %s: %v", sockPath, err)})
+		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: listen %s: %v", monitor.SocketFile, err)})
 		return err
 	}
-	go w.serve(ln)
+	go m.serve(ln)
+	m.reaper = newReaper()
 
-	pid, err := create(cfg)
+	pid, err := m.create()
 	if err != nil {
 		report(sync, monitor.Result{Error: err.Error()})
 		return err
 	}
 	report(sync, monitor.Result{Pid: pid})
-	log.Printf("container %s created, init pid %d", cfg.ID, pid)
+	log.Printf("container %s created, pid %d", cfg.ID, pid)
 
-	exit := reap(pid)
-	data, _ := json.Marshal(exit)
-	if err := store.WriteFileAtomic(filepath.Join(cfg.Dir, monitor.ExitFile), data, 0o600); err != nil {
-		log.Printf("write exit file: %v", err)
+	if !cfg.WaitWithRuntime {
+		go func() { m.exited <- exitNote{e: exitOf(pid, m.reaper.wait(pid)), ok: true} }()
 	}
-	log.Printf("init %d exited with status %d", pid, exit.Status)
-	w.notify(append(data, '\n'))
+	note := <-m.exited
+	if note.ok {
+		data, _ := json.Marshal(note.e)
+		if err := store.WriteFileAtomic(filepath.Join(cfg.Dir, monitor.ExitFile), data, 0o600); err != nil {
+			log.Printf("write exit file: %v", err)
+		}
+		log.Printf("container exited with status %d", note.e.Status)
+		m.notify(append(data, '\n'))
+	} else {
+		log.Printf("supervision ended without a start")
+		m.notify([]byte("{}\n"))
+	}
 	ln.Close()
-	_ = os.Remove(sockPath)
-	reapRest(5 * time.Second)
+	_ = os.Remove(monitor.SocketFile)
+	// Give the log copiers a moment for the last lines; never wait for EOF (runsc holds
+	// the pipes of every container in its sandbox).
+	// The reaper goroutine takes the runtime's remaining helpers for a moment more.
+	time.Sleep(100 * time.Millisecond)
 	return nil
 }
 
 // create runs `<runtime> create` with the container's stdio wired to the log writer and
-// returns the init pid. On failure the error carries the runtime's own words.
-func create(cfg monitor.Config) (int, error) {
-	var sink *monitor.CRILog
+// returns the pid the runtime reports. On failure the error carries the runtime's words.
+func (m *mon) create() (int, error) {
+	cfg := m.cfg
 	if cfg.LogPath != "" {
 		var err error
-		if sink, err = monitor.OpenCRILog(cfg.LogPath); err != nil {
+		if m.sink, err = monitor.OpenCRILog(cfg.LogPath); err != nil {
 			return 0, fmt.Errorf("open container log %s: %w", cfg.LogPath, err)
 		}
 	}
@@ -124,18 +161,12 @@ func create(cfg monitor.Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Never wait for EOF on these: runsc's sandbox keeps them open for ever.
-	go copyStream(sink, "stdout", stdoutR, out)
-	go copyStream(sink, "stderr", stderrR, out)
+	go copyStream(m.sink, "stdout", stdoutR, out)
+	go copyStream(m.sink, "stderr", stderrR, out)
 
 	pidFile := filepath.Join(cfg.Dir, monitor.PidFile)
 	args := append(append([]string{}, cfg.RuntimeArgs...), "create", "--bundle", cfg.Bundle, "--pid-file", pidFile, cfg.ID)
-	cmd := exec.Command(cfg.Runtime, args...)
-	cmd.Stdin = devnull
-	cmd.Stdout = stdoutW
-	cmd.Stderr = stderrW
-	cmd.Dir = cfg.Bundle
-	err = cmd.Run()
+	err = m.reaper.run(devnull, stdoutW, stderrW, cfg.Bundle, 0, cfg.Runtime, args...)
 	stdoutW.Close()
 	stderrW.Close()
 	if err != nil {
@@ -163,86 +194,237 @@ func copyStream(sink *monitor.CRILog, stream string, r io.Reader, tee *tailBuffe
 	sink.Copy(stream, r)
 }
 
-// reap waits for children until pid exits and returns how it ended.
-func reap(pid int) monitor.Exit {
+// start runs `<runtime> start`; for sandboxed subcontainers (whose processes are not ours
+// to wait for) it then follows them with `<runtime> wait`.
+func (m *mon) start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		return nil
+	}
+	cfg := m.cfg
+	out, err := m.runtimeCmd(60*time.Second, "start", cfg.ID)
+	if err != nil {
+		return fmt.Errorf("%s start: %v: %s", filepath.Base(cfg.Runtime), err, out)
+	}
+	m.started = true
+	if cfg.WaitWithRuntime {
+		go func() {
+			out, err := m.runtimeCmd(0, "wait", cfg.ID)
+			e := monitor.Exit{Status: 255, ExitedAt: time.Now()}
+			var res struct {
+				ExitStatus int `json:"exitStatus"`
+			}
+			if err == nil && json.Unmarshal([]byte(out), &res) == nil {
+				ws := unix.WaitStatus(res.ExitStatus)
+				switch {
+				case ws.Exited():
+					e.Status = ws.ExitStatus()
+				case ws.Signaled():
+					e.Signal = int(ws.Signal())
+					e.Status = 128 + e.Signal
+				default:
+					e.Status = res.ExitStatus
+				}
+			} else {
+				log.Printf("%s wait: %v: %s", filepath.Base(cfg.Runtime), err, out)
+			}
+			m.exited <- exitNote{e: e, ok: true}
+		}()
+	}
+	return nil
+}
+
+// runtimeCmd runs one runtime subcommand with the container's global flags.
+func (m *mon) runtimeCmd(timeout time.Duration, args ...string) (string, error) {
+	return m.reaper.output(timeout, m.cfg.Runtime, append(append([]string{}, m.cfg.RuntimeArgs...), args...)...)
+}
+
+// reaper is the only caller of wait4 in this process: as a subreaper we inherit the
+// runtime's orphans, and a second waiter (os/exec's) would race it for their statuses.
+// Commands are started with spawn and waited for through it.
+type reaper struct {
+	mu       sync.Mutex
+	waiters  map[int]chan unix.WaitStatus
+	finished map[int]unix.WaitStatus
+}
+
+func newReaper() *reaper {
+	r := &reaper{waiters: map[int]chan unix.WaitStatus{}, finished: map[int]unix.WaitStatus{}}
+	go r.loop()
+	return r
+}
+
+func (r *reaper) loop() {
 	for {
 		var ws unix.WaitStatus
-		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if err != nil {
-			// No children at all: the init was never ours (or is gone); poll for it.
-			if unix.Kill(pid, 0) == nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			return monitor.Exit{Pid: pid, Status: 255, ExitedAt: time.Now()}
-		}
-		if wpid != pid {
+		if err != nil { // no children right now
+			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		e := monitor.Exit{Pid: pid, ExitedAt: time.Now()}
-		switch {
-		case ws.Exited():
-			e.Status = ws.ExitStatus()
-		case ws.Signaled():
-			e.Signal = int(ws.Signal())
-			e.Status = 128 + e.Signal
+		r.mu.Lock()
+		if ch, ok := r.waiters[pid]; ok {
+			delete(r.waiters, pid)
+			ch <- ws
+		} else {
+			r.finished[pid] = ws
 		}
-		return e
+		r.mu.Unlock()
 	}
 }
 
-// reapRest reaps the runtime's remaining helpers for a while, then gives up on them.
-func reapRest(limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		var ws unix.WaitStatus
-		wpid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if err != nil {
-			return // ECHILD: nothing left
-		}
-		if wpid == 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
+// wait blocks until pid (a child, or an orphan we inherited) has exited.
+func (r *reaper) wait(pid int) unix.WaitStatus {
+	r.mu.Lock()
+	if ws, ok := r.finished[pid]; ok {
+		delete(r.finished, pid)
+		r.mu.Unlock()
+		return ws
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	r.waiters[pid] = ch
+	r.mu.Unlock()
+	return <-ch
+}
+
+// spawn runs a command with the given stdio and waits for it through the reaper. Output
+// pipes are the caller's; nothing waits for their EOF.
+func (r *reaper) run(stdin, stdout, stderr *os.File, dir string, timeout time.Duration, name string, args ...string) error {
+	p, err := os.StartProcess(name, append([]string{name}, args...), &os.ProcAttr{Dir: dir, Files: []*os.File{stdin, stdout, stderr}})
+	if err != nil {
+		return err
+	}
+	var timer *time.Timer
+	if timeout > 0 {
+		timer = time.AfterFunc(timeout, func() { _ = p.Signal(os.Kill) })
+		defer timer.Stop()
+	}
+	ws := r.wait(p.Pid)
+	_ = p.Release()
+	switch {
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return nil
+	case ws.Exited():
+		return fmt.Errorf("exit status %d", ws.ExitStatus())
+	default:
+		return fmt.Errorf("killed by %v", ws.Signal())
 	}
 }
 
-// watchers holds the daemon's connections; each gets the exit line, then EOF.
-type watchers struct {
-	mu    sync.Mutex
-	conns []net.Conn
-	done  []byte
+// output runs a command and returns what it printed (bounded wait for the pipe).
+func (r *reaper) output(timeout time.Duration, name string, args ...string) (string, error) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return "", err
+	}
+	defer devnull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	done := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(io.LimitReader(pr, 1<<20)); done <- b }()
+	err = r.run(devnull, pw, pw, "/", timeout, name, args...)
+	pw.Close()
+	var out []byte
+	select {
+	case out = <-done:
+	case <-time.After(time.Second): // runsc's sandbox may hold the pipe
+	}
+	pr.Close()
+	return strings.TrimSpace(string(out)), err
 }
 
-func (w *watchers) serve(ln net.Listener) {
+func exitOf(pid int, ws unix.WaitStatus) monitor.Exit {
+	e := monitor.Exit{Pid: pid, ExitedAt: time.Now()}
+	switch {
+	case ws.Exited():
+		e.Status = ws.ExitStatus()
+	case ws.Signaled():
+		e.Signal = int(ws.Signal())
+		e.Status = 128 + e.Signal
+	default:
+		e.Status = 255
+	}
+	return e
+}
+
+func (m *mon) serve(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		w.mu.Lock()
-		if w.done != nil {
-			_, _ = c.Write(w.done)
-			c.Close()
-		} else {
-			w.conns = append(w.conns, c)
-		}
-		w.mu.Unlock()
+		go m.handle(c)
 	}
 }
 
-func (w *watchers) notify(line []byte) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.done = line
-	for _, c := range w.conns {
+func (m *mon) handle(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	reply := func(err error) {
+		if err != nil {
+			fmt.Fprintf(c, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " | "))
+		} else {
+			fmt.Fprintln(c, "ok")
+		}
+		c.Close()
+	}
+	switch strings.TrimSpace(line) {
+	case monitor.CmdWatch:
+		m.mu.Lock()
+		if m.exitLine != nil {
+			_, _ = c.Write(m.exitLine)
+			c.Close()
+		} else {
+			m.watchers = append(m.watchers, c)
+		}
+		m.mu.Unlock()
+	case monitor.CmdStart:
+		reply(m.start())
+	case monitor.CmdReopen:
+		if m.sink == nil {
+			reply(errors.New("container has no log"))
+			return
+		}
+		reply(m.sink.Reopen())
+	case monitor.CmdExit:
+		m.mu.Lock()
+		started := m.started
+		m.mu.Unlock()
+		if started {
+			reply(errors.New("container was started; it ends when its process does"))
+			return
+		}
+		select {
+		case m.exited <- exitNote{}:
+		default:
+		}
+		reply(nil)
+	default:
+		reply(fmt.Errorf("unknown command %q", strings.TrimSpace(line)))
+	}
+}
+
+func (m *mon) notify(line []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.exitLine = line
+	for _, c := range m.watchers {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = c.Write(line)
 		c.Close()
 	}
-	w.conns = nil
+	m.watchers = nil
 }
 
 // tailBuffer keeps the last max bytes written to it, until stopped.

@@ -44,7 +44,18 @@ type Config struct {
 	// LogPath receives the container's stdout and stderr in the CRI log format; empty
 	// discards them.
 	LogPath string `json:"log_path,omitempty"`
+	// WaitWithRuntime: the container's processes are not host processes we can wait for
+	// (a subcontainer of a runsc sandbox); follow it with `<runtime> wait` after start.
+	WaitWithRuntime bool `json:"wait_with_runtime,omitempty"`
 }
+
+// Commands the monitor answers on its socket, one per connection.
+const (
+	CmdWatch  = "watch"
+	CmdStart  = "start"
+	CmdReopen = "reopen"
+	CmdExit   = "exit"
+)
 
 // Result is what the monitor reports over the sync pipe once `create` has returned.
 type Result struct {
@@ -155,6 +166,7 @@ func tail(path string) string {
 func Watch(ctx context.Context, dir string) (Exit, bool, error) {
 	conn, err := dial(ctx, dir)
 	if err == nil {
+		_, _ = conn.Write([]byte(CmdWatch + "\n"))
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		_, _ = bufio.NewReader(conn).ReadString('\n')
 		stop()
@@ -168,6 +180,33 @@ func Watch(ctx context.Context, dir string) (Exit, bool, error) {
 		return Exit{}, false, nil
 	}
 	return e, true, nil
+}
+
+// Command sends cmd (CmdStart, CmdReopen, CmdExit) to the monitor in dir and returns its
+// answer as an error.
+func Command(ctx context.Context, dir, cmd string) error {
+	conn, err := dial(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("monitor of %s: %w", filepath.Base(dir), err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if _, err := conn.Write([]byte(cmd + "\n")); err != nil {
+		return fmt.Errorf("monitor %s: %w", cmd, err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("monitor %s: %w", cmd, ctx.Err())
+		}
+		return fmt.Errorf("monitor %s: no answer: %w", cmd, err)
+	}
+	line = strings.TrimSpace(line)
+	if line == "ok" {
+		return nil
+	}
+	return errors.New(strings.TrimPrefix(line, "error "))
 }
 
 // ReadExit reads the exit file in dir; os.ErrNotExist means the init has not exited (or

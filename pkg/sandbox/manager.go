@@ -321,8 +321,8 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	sb.status.MonitorPid = p.Pid
 	sb.mu.Unlock()
 	m.watch(sb)
-	if err := sb.Runtime.Start(ctx, sb.ID); err != nil {
-		return fmt.Errorf("start infra container: %w", err)
+	if err := monitor.Command(ctx, dir, monitor.CmdStart); err != nil {
+		return fmt.Errorf("handler %q: start infra container: %w", sb.Handler, err)
 	}
 	return nil
 }

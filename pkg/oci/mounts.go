@@ -1,0 +1,190 @@
+package oci
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// bindMount is a CRI mount or a pod file, checked and ready to become a spec mount.
+type bindMount struct {
+	dst, src    string
+	readonly    bool
+	rro         bool
+	propagation runtimeapi.MountPropagation
+	options     []string // extra options (CRI mount_options), or the full option list of a pod file
+}
+
+// defaultMounts are the kernel filesystems every container gets, as containerd sets them.
+// /sys and /sys/fs/cgroup are read-only unless privileged; /dev/shm is a private tmpfs
+// only when the pod has no shared one.
+func defaultMounts(privileged, privateShm bool) []specs.Mount {
+	mode := "ro"
+	if privileged {
+		mode = "rw"
+	}
+	ms := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+	}
+	if privateShm {
+		ms = append(ms, specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}})
+	}
+	return append(ms,
+		specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", mode}},
+		specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", mode}},
+	)
+}
+
+// criMounts checks config.mounts: container_path absolute, host_path present (symlinks
+// followed, as the CRI asks), recursive_read_only only with readonly and private propagation.
+func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
+	var out []bindMount
+	for i, m := range config.GetMounts() {
+		field := func(f string) string { return "config.mounts[" + strconv.Itoa(i) + "]." + f }
+		if m == nil {
+			return nil, invalidf("config.mounts[%d] is empty", i)
+		}
+		dst := m.GetContainerPath()
+		if !filepath.IsAbs(dst) {
+			return nil, invalidf("%s %q is not an absolute path", field("container_path"), dst)
+		}
+		dst = filepath.Clean(dst)
+		if dst == "/" {
+			return nil, invalidf("%s %q: cannot mount over the root filesystem", field("container_path"), m.GetContainerPath())
+		}
+		if m.GetHostPath() == "" {
+			if m.GetImage() != nil {
+				return nil, invalidf("%s %q: image volumes are not supported", field("image.image"), m.GetImage().GetImage())
+			}
+			return nil, invalidf("%s is empty", field("host_path"))
+		}
+		src, err := filepath.EvalSymlinks(m.GetHostPath())
+		if err != nil {
+			return nil, invalidf("%s %q: %s", field("host_path"), m.GetHostPath(), errText(err))
+		}
+		switch m.GetPropagation() {
+		case runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
+			runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER,
+			runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL:
+		default:
+			return nil, invalidf("%s %d is not PRIVATE, HOST_TO_CONTAINER or BIDIRECTIONAL", field("propagation"), m.GetPropagation())
+		}
+		// An image mount is read-only by definition.
+		ro := m.GetReadonly() || m.GetImage() != nil
+		if m.GetRecursiveReadOnly() {
+			if !ro {
+				return nil, invalidf("%s is set but readonly is not", field("recursive_read_only"))
+			}
+			if m.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_PRIVATE {
+				return nil, invalidf("%s needs PRIVATE propagation, not %s", field("recursive_read_only"), m.GetPropagation())
+			}
+		}
+		for j, o := range m.GetMountOptions() {
+			if o == "" || strings.ContainsAny(o, ", \t\n") {
+				return nil, invalidf("%s[%d] %q is not a mount option", field("mount_options"), j, o)
+			}
+		}
+		out = append(out, bindMount{
+			dst: dst, src: src, readonly: ro, rro: m.GetRecursiveReadOnly(),
+			propagation: m.GetPropagation(), options: slices.Clone(m.GetMountOptions()),
+		})
+	}
+	return out, nil
+}
+
+// errText is the reason of a file-system error without the path the caller names itself.
+func errText(err error) string {
+	var pe interface{ Unwrap() error }
+	if errors.As(err, &pe) {
+		if inner := pe.Unwrap(); inner != nil {
+			return inner.Error()
+		}
+	}
+	return err.Error()
+}
+
+// podFileMounts are the pod's /etc/hostname, /etc/hosts, /etc/resolv.conf (read-only with a
+// read-only rootfs, as containerd does) and its shared /dev/shm.
+func podFileMounts(o ContainerOptions, readonlyRootfs bool) []bindMount {
+	var out []bindMount
+	for _, f := range []struct{ dst, src string }{
+		{"/etc/hostname", o.HostnamePath},
+		{"/etc/hosts", o.HostsPath},
+		{"/etc/resolv.conf", o.ResolvPath},
+	} {
+		if f.src != "" {
+			out = append(out, bindMount{dst: f.dst, src: f.src, readonly: readonlyRootfs})
+		}
+	}
+	if o.ShmPath != "" {
+		out = append(out, bindMount{dst: "/dev/shm", src: o.ShmPath,
+			options: []string{"nosuid", "noexec", "nodev"}})
+	}
+	return out
+}
+
+// buildMounts merges the default mounts, the pod files and the CRI mounts as containerd
+// does: a CRI mount replaces a pod file or default mount with the same destination, a CRI
+// mount of /dev drops every default mount under it, and the bind mounts are ordered by depth
+// so a parent never hides a child. It returns the mounts and linux.rootfsPropagation.
+func buildMounts(defaults []specs.Mount, pod, cri []bindMount) ([]specs.Mount, string) {
+	binds := slices.Clone(cri)
+	for _, p := range pod {
+		if !slices.ContainsFunc(cri, func(c bindMount) bool { return c.dst == p.dst }) {
+			binds = append(binds, p)
+		}
+	}
+	slices.SortStableFunc(binds, func(a, b bindMount) int {
+		return strings.Count(a.dst, "/") - strings.Count(b.dst, "/")
+	})
+
+	taken := make(map[string]bool)
+	for _, b := range binds {
+		taken[b.dst] = true
+	}
+	var out []specs.Mount
+	for _, m := range defaults {
+		dst := filepath.Clean(m.Destination)
+		if taken[dst] || (taken["/dev"] && strings.HasPrefix(dst, "/dev/")) {
+			continue
+		}
+		out = append(out, m)
+	}
+
+	rootfsPropagation := ""
+	for _, b := range binds {
+		opts := []string{"rbind"}
+		switch b.propagation {
+		case runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL:
+			opts = append(opts, "rshared")
+			rootfsPropagation = "rshared"
+		case runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER:
+			opts = append(opts, "rslave")
+			if rootfsPropagation != "rshared" {
+				rootfsPropagation = "rslave"
+			}
+		default:
+			opts = append(opts, "rprivate")
+		}
+		switch {
+		case b.rro:
+			opts = append(opts, "rro")
+		case b.readonly:
+			opts = append(opts, "ro")
+		default:
+			opts = append(opts, "rw")
+		}
+		out = append(out, specs.Mount{Destination: b.dst, Type: "bind", Source: b.src,
+			Options: append(opts, b.options...)})
+	}
+	return out, rootfsPropagation
+}

@@ -64,6 +64,8 @@ type mon struct {
 	started  bool          // start succeeded
 	exited   chan exitNote // the container's end, from reap or `runtime wait`
 	reaper   *reaper
+	// startStdio are the container's stdout and stderr for a runtime that wires them at start.
+	startStdio []*os.File
 }
 
 type exitNote struct {
@@ -167,8 +169,14 @@ func (m *mon) create() (int, error) {
 	pidFile := filepath.Join(cfg.Dir, monitor.PidFile)
 	args := append(append([]string{}, cfg.RuntimeArgs...), "create", "--bundle", cfg.Bundle, "--pid-file", pidFile, cfg.ID)
 	err = m.reaper.run(devnull, stdoutW, stderrW, cfg.Bundle, 0, cfg.Runtime, args...)
-	stdoutW.Close()
-	stderrW.Close()
+	if cfg.WaitWithRuntime && err == nil {
+		// A sandboxed subcontainer gets its stdio from `start` (runsc passes the start
+		// command's own), so keep the write ends for it.
+		m.startStdio = []*os.File{stdoutW, stderrW}
+	} else {
+		stdoutW.Close()
+		stderrW.Close()
+	}
 	if err != nil {
 		time.Sleep(20 * time.Millisecond) // let the copiers take the runtime's last words
 		return 0, fmt.Errorf("%s create: %v: %s", filepath.Base(cfg.Runtime), err, out.String())
@@ -203,7 +211,13 @@ func (m *mon) start() error {
 		return nil
 	}
 	cfg := m.cfg
-	out, err := m.runtimeCmd(60*time.Second, "start", cfg.ID)
+	var out string
+	var err error
+	if len(m.startStdio) == 2 {
+		err = m.startWithStdio()
+	} else {
+		out, err = m.runtimeCmd(60*time.Second, "start", cfg.ID)
+	}
 	if err != nil {
 		return fmt.Errorf("%s start: %v: %s", filepath.Base(cfg.Runtime), err, out)
 	}
@@ -215,17 +229,9 @@ func (m *mon) start() error {
 			var res struct {
 				ExitStatus int `json:"exitStatus"`
 			}
+			// runsc reports the exit code (128+signal for a signal), not a raw wait status.
 			if err == nil && json.Unmarshal([]byte(out), &res) == nil {
-				ws := unix.WaitStatus(res.ExitStatus)
-				switch {
-				case ws.Exited():
-					e.Status = ws.ExitStatus()
-				case ws.Signaled():
-					e.Signal = int(ws.Signal())
-					e.Status = 128 + e.Signal
-				default:
-					e.Status = res.ExitStatus
-				}
+				e.Status = res.ExitStatus
 			} else {
 				log.Printf("%s wait: %v: %s", filepath.Base(cfg.Runtime), err, out)
 			}
@@ -233,6 +239,23 @@ func (m *mon) start() error {
 		}()
 	}
 	return nil
+}
+
+// startWithStdio runs `<runtime> start` with the container's stdout and stderr as its own
+// (runsc hands a subcontainer the start command's stdio), then lets them go.
+func (m *mon) startWithStdio() error {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	args := append(append([]string{}, m.cfg.RuntimeArgs...), "start", m.cfg.ID)
+	err = m.reaper.run(devnull, m.startStdio[0], m.startStdio[1], m.cfg.Bundle, 60*time.Second, m.cfg.Runtime, args...)
+	for _, f := range m.startStdio {
+		f.Close()
+	}
+	m.startStdio = nil
+	return err
 }
 
 // runtimeCmd runs one runtime subcommand with the container's global flags.

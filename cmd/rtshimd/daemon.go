@@ -9,9 +9,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/cri"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/sdnotify"
@@ -19,10 +21,11 @@ import (
 )
 
 type daemon struct {
-	cfg       *config.Config
-	table     *handlers.Table
-	sandboxes *sandbox.Manager
-	images    *image.Service
+	cfg        *config.Config
+	table      *handlers.Table
+	sandboxes  *sandbox.Manager
+	images     *image.Service
+	containers *container.Manager
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -79,17 +82,38 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
 	}
-	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
 	images, err := image.New(image.Options{StateRoot: cfg.StateRoot, RunRoot: cfg.RunRoot, Config: cfg.Image})
 	if err != nil {
 		mgr.Close()
 		return nil, err
 	}
-	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images}, nil
+	cstore, err := store.New(filepath.Join(cfg.StateRoot, "containers"))
+	if err != nil {
+		return nil, err
+	}
+	ctrs, err := container.NewManager(container.Options{
+		Store:          cstore,
+		RunDir:         filepath.Join(cfg.RunRoot, "containers"),
+		MonitorPath:    monitorPath,
+		Images:         images,
+		Sandboxes:      mgr,
+		CgroupDriver:   cfg.CgroupDriver,
+		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
+		Capabilities:   oci.GrantableCapabilities(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	mgr.SetContainers(ctrs)
+	if err := ctrs.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover containers: %w", err)
+	}
+	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
+	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs}, nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
-	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images}
+	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -99,6 +123,7 @@ func (d *daemon) serve(ctx context.Context) error {
 
 func (d *daemon) close() {
 	_ = sdnotify.Notify("STOPPING=1")
+	d.containers.Close()
 	d.sandboxes.Close()
 	d.images.Close()
 	logrus.Info("rtshimd stopped; pods keep running")

@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
@@ -34,10 +35,11 @@ type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
-	Config    *config.Config
-	Handlers  *handlers.Table
-	Sandboxes *sandbox.Manager
-	Images    *image.Service
+	Config     *config.Config
+	Handlers   *handlers.Table
+	Sandboxes  *sandbox.Manager
+	Images     *image.Service
+	Containers *container.Manager
 }
 
 // Serve listens on the config's Unix socket (0660, parent directory created) and serves

@@ -67,6 +67,12 @@ func pinOnThread(dir string, kinds []Kind, hostname string) (map[Kind]string, er
 				return nil, fmt.Errorf("pin namespaces: set hostname %q: %w", hostname, err)
 			}
 		}
+		if k == Net {
+			// Containers of a pod talk over localhost even before (or without) CNI.
+			if err := loopbackUp(); err != nil {
+				return nil, fmt.Errorf("pin namespaces: bring up lo: %w", err)
+			}
+		}
 	}
 	tid := unix.Gettid()
 	paths := map[Kind]string{}
@@ -116,4 +122,22 @@ func IsPinned(path string) bool {
 		return false
 	}
 	return st.Type == unix.NSFS_MAGIC
+}
+
+// loopbackUp sets IFF_UP on lo in the calling thread's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }

@@ -154,6 +154,12 @@ func (r *Runtime) Run(ctx context.Context, id, bundle string) error {
 	return err
 }
 
+// Update applies the resources in the JSON file to a container.
+func (r *Runtime) Update(ctx context.Context, id, resourcesFile string) error {
+	_, err := r.run(ctx, "update", id, "update", "--resources", resourcesFile, id)
+	return err
+}
+
 // Version returns the first line of `<runtime> --version`.
 func (r *Runtime) Version(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, r.Path, "--version")

@@ -44,9 +44,17 @@ type Options struct {
 	OOMScoreAdjMin int
 }
 
+// Containers is what a sandbox needs of the container manager: its containers go
+// before it does.
+type Containers interface {
+	StopAll(ctx context.Context, sandboxID string) error
+	RemoveAll(ctx context.Context, sandboxID string) error
+}
+
 // Manager runs pod sandboxes.
 type Manager struct {
-	opts Options
+	opts       Options
+	containers Containers
 
 	mu        sync.RWMutex
 	sandboxes map[string]*Sandbox
@@ -66,6 +74,9 @@ func NewManager(opts Options) (*Manager, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{opts: opts, sandboxes: map[string]*Sandbox{}, names: map[string]string{}, ctx: ctx, cancel: cancel}, nil
 }
+
+// SetContainers connects the container manager (built after this one, which it uses).
+func (m *Manager) SetContainers(c Containers) { m.containers = c }
 
 // Close stops the watchers; sandboxes keep running.
 func (m *Manager) Close() {
@@ -414,6 +425,11 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 }
 
 func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
+	if m.containers != nil {
+		if err := m.containers.StopAll(ctx, sb.ID); err != nil {
+			return fmt.Errorf("stop containers of pod sandbox %s: %w", sb.ID, err)
+		}
+	}
 	if sb.Infra {
 		if err := m.stopInfra(ctx, sb); err != nil {
 			return err
@@ -477,6 +493,11 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	if err := m.stop(ctx, sb); err != nil {
 		return err
+	}
+	if m.containers != nil {
+		if err := m.containers.RemoveAll(ctx, sb.ID); err != nil {
+			return fmt.Errorf("remove containers of pod sandbox %s: %w", sb.ID, err)
+		}
 	}
 	if err := m.cleanup(sb); err != nil {
 		return err

@@ -1,0 +1,126 @@
+// Package container owns the containers of pod sandboxes: their root filesystems, OCI
+// specs and bundles, their monitors, their state on disk and in memory, exec, resource
+// updates and log reopening. It asks pkg/sandbox about pods and pkg/image for rootfs
+// layers; it does not talk gRPC.
+package container
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/oci"
+)
+
+// States of a container record. "creating" is on disk only while CreateContainer is under
+// way; a record found in it at start-up is undone.
+const (
+	StateCreating = "creating"
+	StateCreated  = "created"
+	StateRunning  = "running"
+	StateExited   = "exited"
+)
+
+// Metadata is written once, when the container is created.
+type Metadata struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	SandboxID string          `json:"sandbox_id"`
+	Handler   string          `json:"handler"`
+	Shared    bool            `json:"shared"` // the handler runs pods in a shared sandbox (runsc, kata)
+	Runtime   *oci.Runtime    `json:"runtime"`
+	Config    json.RawMessage `json:"config"` // the ContainerConfig (protojson)
+	ImageRef  string          `json:"image_ref"`
+	ImageID   string          `json:"image_id"`
+	CreatedAt int64           `json:"created_at"`
+	Dir       string          `json:"dir"` // bundle and monitor files
+	LogPath   string          `json:"log_path,omitempty"`
+	Rootfs    string          `json:"rootfs"`
+	// StopSignal is the image's STOPSIGNAL, as the runtime's kill accepts it.
+	StopSignal  string `json:"stop_signal"`
+	CgroupsPath string `json:"cgroups_path"`
+	// TerminationLog is the host file kubelet mounted at the termination message path.
+	TerminationLog string `json:"termination_log,omitempty"`
+}
+
+// Status changes over the container's life.
+type Status struct {
+	State      string `json:"state"`
+	Pid        int    `json:"pid,omitempty"`
+	MonitorPid int    `json:"monitor_pid,omitempty"`
+	StartedAt  int64  `json:"started_at,omitempty"`
+	FinishedAt int64  `json:"finished_at,omitempty"`
+	ExitCode   int32  `json:"exit_code"`
+	Reason     string `json:"reason,omitempty"`
+	Message    string `json:"message,omitempty"`
+	// Resources are the limits last applied (CreateContainer or UpdateContainerResources).
+	Resources json.RawMessage `json:"resources,omitempty"`
+}
+
+// Container is one container in memory.
+type Container struct {
+	Metadata
+	config *runtimeapi.ContainerConfig
+
+	// op serialises Start, Stop and Remove of this container.
+	op sync.Mutex
+
+	mu     sync.Mutex
+	status Status
+	// exited is closed once the container's end is known.
+	exited chan struct{}
+}
+
+// Status returns a copy of the container's status.
+func (c *Container) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+func (c *Container) setState(f func(*Status)) {
+	c.mu.Lock()
+	f(&c.status)
+	c.mu.Unlock()
+}
+
+func (c *Container) markExited() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.exited:
+	default:
+		close(c.exited)
+	}
+}
+
+func encodeConfig(cfg *runtimeapi.ContainerConfig) (json.RawMessage, error) {
+	b, err := protojson.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode container config: %w", err)
+	}
+	return b, nil
+}
+
+func decodeConfig(raw json.RawMessage) (*runtimeapi.ContainerConfig, error) {
+	cfg := &runtimeapi.ContainerConfig{}
+	if err := protojson.Unmarshal(raw, cfg); err != nil {
+		return nil, fmt.Errorf("decode container config: %w", err)
+	}
+	return cfg, nil
+}
+
+func criState(s string) runtimeapi.ContainerState {
+	switch s {
+	case StateCreated:
+		return runtimeapi.ContainerState_CONTAINER_CREATED
+	case StateRunning:
+		return runtimeapi.ContainerState_CONTAINER_RUNNING
+	case StateExited:
+		return runtimeapi.ContainerState_CONTAINER_EXITED
+	}
+	return runtimeapi.ContainerState_CONTAINER_UNKNOWN
+}

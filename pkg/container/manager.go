@@ -1,0 +1,612 @@
+package container
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/sandbox"
+	"github.com/rtshimd/rtshimd/pkg/store"
+)
+
+// Options wire a Manager.
+type Options struct {
+	Store          *store.Store
+	RunDir         string // <run_root>/containers
+	MonitorPath    string
+	Images         *image.Service
+	Sandboxes      *sandbox.Manager
+	CgroupDriver   string
+	OOMScoreAdjMin int
+	// Capabilities the node can grant at all (the daemon's bounding set).
+	Capabilities []string
+}
+
+// Manager runs containers.
+type Manager struct {
+	opts Options
+
+	mu         sync.RWMutex
+	containers map[string]*Container
+	names      map[string]string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewManager returns a Manager with no containers; call Recover to load the stored ones.
+func NewManager(opts Options) (*Manager, error) {
+	if err := os.MkdirAll(opts.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create %s: %w", opts.RunDir, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{opts: opts, containers: map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}, nil
+}
+
+// Close stops the watchers; containers keep running.
+func (m *Manager) Close() {
+	m.cancel()
+	m.wg.Wait()
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+}
+
+func newID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Create makes a container in a ready sandbox: its rootfs from the image, its spec and
+// bundle, and the runtime's `create` under a monitor. On error nothing is left.
+func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.ContainerConfig) (string, error) {
+	if cfg == nil || cfg.Metadata == nil || cfg.Metadata.Name == "" {
+		return "", invalid("config.metadata.name is required")
+	}
+	if cfg.GetImage().GetImage() == "" {
+		return "", invalid("config.image.image is required")
+	}
+	sb, err := m.opts.Sandboxes.Get(sandboxID)
+	if err != nil {
+		return "", err
+	}
+	if sb.Status().State != sandbox.StateReady {
+		return "", fmt.Errorf("pod sandbox %s is not ready (%s): %w", sb.ID, sb.Status().State, errdefs.ErrFailedPrecondition)
+	}
+	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
+	id := newID()
+	m.mu.Lock()
+	if other, ok := m.names[name]; ok {
+		m.mu.Unlock()
+		return "", fmt.Errorf("container name %q is already used by container %s; remove it first: %w", name, other, errdefs.ErrAlreadyExists)
+	}
+	m.names[name] = id
+	m.mu.Unlock()
+
+	raw, err := encodeConfig(cfg)
+	if err != nil {
+		m.releaseName(name, id)
+		return "", err
+	}
+	c := &Container{
+		Metadata: Metadata{
+			ID: id, Name: name, SandboxID: sb.ID, Handler: sb.Handler,
+			Shared: sb.Sandbox == config.SandboxShared, Runtime: sb.Runtime, Config: raw,
+			ImageRef: cfg.Image.Image, CreatedAt: time.Now().UnixNano(),
+			Dir:         filepath.Join(m.opts.RunDir, id),
+			CgroupsPath: oci.CgroupsPath(m.opts.CgroupDriver, sb.PodConfig().GetLinux().GetCgroupParent(), id),
+		},
+		config: cfg,
+		status: Status{State: StateCreating},
+		exited: make(chan struct{}),
+	}
+	if dir, p := sb.PodConfig().GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
+		c.LogPath = filepath.Join(dir, p)
+	}
+	log := logrus.WithFields(logrus.Fields{"container": id, "name": name, "sandbox": sb.ID})
+	if err := m.create(ctx, c, sb); err != nil {
+		log.WithError(err).Warn("create container failed; cleaning up")
+		if cerr := m.cleanup(c); cerr != nil {
+			log.WithError(cerr).Error("cleanup of failed container")
+		}
+		m.releaseName(name, id)
+		return "", err
+	}
+	m.mu.Lock()
+	m.containers[id] = c
+	m.mu.Unlock()
+	log.Info("container created")
+	return id, nil
+}
+
+func (m *Manager) releaseName(name, id string) {
+	m.mu.Lock()
+	if m.names[name] == id {
+		delete(m.names, name)
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox) error {
+	cfg := c.config
+	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
+		return fmt.Errorf("create container dir: %w", err)
+	}
+	if err := m.persist(c, true); err != nil {
+		return err
+	}
+	rootfs, imageID, err := m.opts.Images.CreateRootfs(c.ID, c.ImageRef)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("config.image.image %q is not pulled on this node (pull it first): %w", c.ImageRef, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	c.Rootfs, c.ImageID = rootfs, imageID
+	imgCfg, err := m.imageConfig(imageID)
+	if err != nil {
+		return err
+	}
+	if c.StopSignal, err = oci.StopSignal(imgCfg.StopSignal); err != nil {
+		return fmt.Errorf("image %s: %w", c.ImageRef, err)
+	}
+	opts, err := m.specOptions(c, sb, imgCfg)
+	if err != nil {
+		return err
+	}
+	spec, err := oci.ContainerSpec(opts)
+	if err != nil {
+		return err
+	}
+	c.TerminationLog = terminationLog(cfg)
+	if res := spec.Linux.Resources; res != nil {
+		b, _ := json.Marshal(res)
+		c.status.Resources = b
+	}
+	if err := oci.WriteBundle(c.Dir, spec); err != nil {
+		return err
+	}
+	if c.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(c.LogPath), 0o755); err != nil {
+			return fmt.Errorf("create log directory: %w", err)
+		}
+	}
+	if err := m.persist(c, true); err != nil {
+		return err
+	}
+	p, err := monitor.Start(ctx, m.opts.MonitorPath, monitor.Config{
+		ID: c.ID, Dir: c.Dir, Runtime: c.Runtime.Path, RuntimeArgs: c.Runtime.GlobalArgs(), Bundle: c.Dir,
+		LogPath: c.LogPath, WaitWithRuntime: c.Shared,
+	})
+	if err != nil {
+		return fmt.Errorf("handler %q: create container: %w", c.Handler, err)
+	}
+	c.setState(func(s *Status) {
+		s.Pid, s.MonitorPid = p.InitPid, p.Pid
+		s.State = StateCreated
+	})
+	m.watch(c)
+	return m.persist(c, false)
+}
+
+// terminationLog is the host file behind the container's termination message path.
+// The CRI config does not name that path: kubelet mounts a file it made under the pod's
+// containers/<name>/ directory, at /dev/termination-log unless the pod chose another path.
+func terminationLog(cfg *runtimeapi.ContainerConfig) string {
+	for _, m := range cfg.GetMounts() {
+		if m.ContainerPath == "/dev/termination-log" || strings.Contains(m.HostPath, "/containers/"+cfg.GetMetadata().GetName()+"/") {
+			return m.HostPath
+		}
+	}
+	return ""
+}
+
+func (m *Manager) imageConfig(imageID string) (ocispec.ImageConfig, error) {
+	raw, err := m.opts.Images.Config(imageID)
+	if err != nil {
+		return ocispec.ImageConfig{}, fmt.Errorf("image config of %s: %w", imageID, err)
+	}
+	var img ocispec.Image
+	if err := json.Unmarshal(raw, &img); err != nil {
+		return ocispec.ImageConfig{}, fmt.Errorf("image config of %s: %w", imageID, err)
+	}
+	return img.Config, nil
+}
+
+// specOptions gathers what the spec builder needs from the pod and the container config.
+func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.ImageConfig) (oci.ContainerOptions, error) {
+	cfg := c.config
+	podCfg := sb.PodConfig()
+	podNS := podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	o := oci.ContainerOptions{
+		ID: c.ID, Config: cfg, SandboxConfig: podCfg, Image: imgCfg, Rootfs: c.Rootfs,
+		SandboxID: sb.ID, Shared: c.Shared,
+		NetNS: sb.NetNS, IPCNS: sb.IPCNS, UTSNS: sb.UTSNS,
+		HostNetwork:    podNS.GetNetwork() == runtimeapi.NamespaceMode_NODE,
+		HostIPC:        podNS.GetIpc() == runtimeapi.NamespaceMode_NODE,
+		HostnamePath:   filepath.Join(sb.Dir, sandbox.HostnameFile),
+		HostsPath:      filepath.Join(sb.Dir, sandbox.HostsFile),
+		ResolvPath:     filepath.Join(sb.Dir, sandbox.ResolvFile),
+		ShmPath:        sb.Shm,
+		CgroupsPath:    c.CgroupsPath,
+		OOMScoreAdjMin: m.opts.OOMScoreAdjMin,
+		Capabilities:   m.opts.Capabilities,
+	}
+	if o.HostIPC {
+		o.ShmPath = "/dev/shm"
+	}
+	switch ns.GetPid() {
+	case runtimeapi.NamespaceMode_NODE:
+		o.HostPID = true
+	case runtimeapi.NamespaceMode_POD:
+		if !c.Shared {
+			pid := sb.Status().InfraPid
+			if !sb.Infra || pid == 0 {
+				return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s was created without a shared PID namespace: %w", sb.ID, errdefs.ErrFailedPrecondition)
+			}
+			o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", pid)
+		}
+	case runtimeapi.NamespaceMode_TARGET:
+		target, err := m.Get(ns.GetTargetId())
+		if err != nil {
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q: %w", ns.GetTargetId(), err)
+		}
+		if target.SandboxID != sb.ID || target.Status().State != StateRunning {
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q is not a running container of pod %s: %w", ns.GetTargetId(), sb.ID, errdefs.ErrFailedPrecondition)
+		}
+		if !c.Shared {
+			o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", target.Status().Pid)
+		}
+	}
+	return o, nil
+}
+
+// watch follows the container's monitor and records its exit.
+func (m *Manager) watch(c *Container) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		e, ok, err := monitor.Watch(m.ctx, c.Dir)
+		if err != nil {
+			return // daemon shutting down
+		}
+		m.recordExit(c, e, ok)
+	}()
+}
+
+func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
+	st := c.Status()
+	if st.State == StateExited {
+		c.markExited()
+		return
+	}
+	if !ok {
+		if st.State == StateCreated || st.State == StateCreating {
+			c.markExited() // never started; removal ends its monitor
+			return
+		}
+		e = monitor.Exit{Status: 255, ExitedAt: time.Now()}
+	}
+	reason := "Completed"
+	if e.Status != 0 {
+		reason = "Error"
+	}
+	if m.oomKilled(c) {
+		reason = "OOMKilled"
+	}
+	msg := ""
+	if c.TerminationLog != "" {
+		if b, err := readLimited(c.TerminationLog, 4096); err == nil {
+			msg = string(b)
+		}
+	}
+	c.setState(func(s *Status) {
+		s.State = StateExited
+		s.ExitCode = int32(e.Status)
+		s.FinishedAt = e.ExitedAt.UnixNano()
+		if s.StartedAt == 0 {
+			s.StartedAt = s.FinishedAt
+		}
+		s.Reason, s.Message = reason, msg
+	})
+	c.markExited()
+	logrus.WithFields(logrus.Fields{"container": c.ID, "exit": e.Status, "reason": reason}).Info("container exited")
+	if err := m.persist(c, false); err != nil {
+		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
+	}
+}
+
+// oomKilled reads the kernel's OOM-kill count of the container's memory cgroup (v1 and v2,
+// cgroupfs layout).
+func (m *Manager) oomKilled(c *Container) bool {
+	if m.opts.CgroupDriver != config.CgroupfsDriver {
+		return false
+	}
+	for _, f := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", c.CgroupsPath, "memory.oom_control"),
+		filepath.Join("/sys/fs/cgroup", c.CgroupsPath, "memory.events"),
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				return n > 0
+			}
+		}
+	}
+	return false
+}
+
+func readLimited(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	k, _ := f.Read(buf)
+	return buf[:k], nil
+}
+
+func (m *Manager) persist(c *Container, withMeta bool) error {
+	if withMeta {
+		b, err := json.Marshal(&c.Metadata)
+		if err != nil {
+			return err
+		}
+		if err := m.opts.Store.WriteMeta(c.ID, b); err != nil {
+			return err
+		}
+	}
+	st := c.Status()
+	b, err := json.Marshal(&st)
+	if err != nil {
+		return err
+	}
+	return m.opts.Store.WriteStatus(c.ID, b)
+}
+
+// Get finds a container by ID or unique ID prefix.
+func (m *Manager) Get(id string) (*Container, error) {
+	if id == "" {
+		return nil, invalid("container_id is empty")
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if c, ok := m.containers[id]; ok {
+		return c, nil
+	}
+	var found *Container
+	for k, c := range m.containers {
+		if strings.HasPrefix(k, id) {
+			if found != nil {
+				return nil, invalid("container_id %q is ambiguous: it is a prefix of more than one container", id)
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	return found, nil
+}
+
+// Start starts a created container.
+func (m *Manager) Start(ctx context.Context, id string) error {
+	c, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
+	if st := c.Status().State; st != StateCreated {
+		return fmt.Errorf("container %s is %s, not created: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	if err := monitor.Command(ctx, c.Dir, monitor.CmdStart); err != nil {
+		return fmt.Errorf("handler %q: start container %s: %w", c.Handler, c.ID, err)
+	}
+	c.setState(func(s *Status) {
+		if s.State == StateCreated {
+			s.State = StateRunning
+		}
+		s.StartedAt = time.Now().UnixNano()
+	})
+	logrus.WithField("container", c.ID).Info("container started")
+	return m.persist(c, false)
+}
+
+// StopTimeout bounds the wait for a container to die after SIGKILL.
+const killWait = 10 * time.Second
+
+// Stop stops a running container: its stop signal, then SIGKILL after timeout seconds.
+// A container that is not running (or gone) is not an error.
+func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
+	c, err := m.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
+	return m.stop(ctx, c, timeout)
+}
+
+func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
+	if c.Status().State != StateRunning {
+		return nil
+	}
+	log := logrus.WithField("container", c.ID)
+	if timeout > 0 {
+		if err := c.Runtime.Kill(ctx, c.ID, c.StopSignal, false); err != nil && !m.hasExited(c) {
+			log.WithError(err).Warn("stop signal")
+		}
+		select {
+		case <-c.exited:
+			return nil
+		case <-time.After(time.Duration(timeout) * time.Second):
+			log.WithField("timeout", timeout).Info("container ignored its stop signal; killing it")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := c.Runtime.Kill(ctx, c.ID, "SIGKILL", !c.Shared); err != nil && !m.hasExited(c) {
+		return fmt.Errorf("kill container %s: %w", c.ID, err)
+	}
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(killWait):
+		return fmt.Errorf("container %s did not exit %v after SIGKILL", c.ID, killWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Manager) hasExited(c *Container) bool {
+	select {
+	case <-c.exited:
+		return true
+	case <-time.After(100 * time.Millisecond):
+		return false
+	}
+}
+
+// Remove removes a container, killing it if it runs. A container that is gone is not an
+// error.
+func (m *Manager) Remove(ctx context.Context, id string) error {
+	c, err := m.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
+	m.mu.RLock()
+	_, present := m.containers[c.ID]
+	m.mu.RUnlock()
+	if !present {
+		return nil
+	}
+	if err := m.stop(ctx, c, 0); err != nil {
+		return err
+	}
+	if err := m.cleanup(c); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.containers, c.ID)
+	if m.names[c.Name] == c.ID {
+		delete(m.names, c.Name)
+	}
+	m.mu.Unlock()
+	logrus.WithField("container", c.ID).Info("container removed")
+	return nil
+}
+
+// cleanup undoes everything a container may hold, whatever state it reached, and deletes
+// its record. Safe to repeat.
+func (m *Manager) cleanup(c *Container) error {
+	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
+	defer cancel()
+	var errs []error
+	if c.Runtime != nil {
+		if err := c.Runtime.Delete(ctx, c.ID, true); err != nil {
+			errs = append(errs, fmt.Errorf("delete container: %w", err))
+		}
+	}
+	if monitor.Alive(c.Dir) {
+		// A never-started container under `runtime wait` supervision: release its monitor.
+		_ = monitor.Command(ctx, c.Dir, monitor.CmdExit)
+		select {
+		case <-c.exited:
+		case <-time.After(killWait):
+		}
+	}
+	if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("clean up container %s: %w", c.ID, errors.Join(errs...))
+	}
+	if err := os.RemoveAll(c.Dir); err != nil {
+		return fmt.Errorf("clean up container %s: %w", c.ID, err)
+	}
+	return m.opts.Store.Delete(c.ID)
+}
+
+// StopAll stops every container of a sandbox (StopPodSandbox).
+func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
+	var errs []error
+	for _, c := range m.ofSandbox(sandboxID) {
+		if err := m.Stop(ctx, c.ID, 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveAll removes every container of a sandbox (RemovePodSandbox).
+func (m *Manager) RemoveAll(ctx context.Context, sandboxID string) error {
+	var errs []error
+	for _, c := range m.ofSandbox(sandboxID) {
+		if err := m.Remove(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) ofSandbox(sandboxID string) []*Container {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*Container
+	for _, c := range m.containers {
+		if c.SandboxID == sandboxID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Spec reads the container's OCI spec from its bundle.
+func (c *Container) Spec() (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

@@ -1,0 +1,140 @@
+package container
+
+import (
+	"encoding/json"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// List returns the containers that match filter, from memory.
+func (m *Manager) List(filter *runtimeapi.ContainerFilter) []*runtimeapi.Container {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*runtimeapi.Container, 0, len(m.containers))
+	for id, c := range m.containers {
+		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
+			continue
+		}
+		if f := filter.GetPodSandboxId(); f != "" && !strings.HasPrefix(c.SandboxID, f) {
+			continue
+		}
+		st := c.Status()
+		state := criState(st.State)
+		if f := filter.GetState(); f != nil && f.State != state {
+			continue
+		}
+		if !matchLabels(filter.GetLabelSelector(), c.config.Labels) {
+			continue
+		}
+		out = append(out, &runtimeapi.Container{
+			Id:           id,
+			PodSandboxId: c.SandboxID,
+			Metadata:     c.config.Metadata,
+			Image:        &runtimeapi.ImageSpec{Image: c.ImageRef},
+			ImageRef:     c.ImageID,
+			ImageId:      c.ImageID,
+			State:        state,
+			CreatedAt:    c.CreatedAt,
+			Labels:       c.config.Labels,
+			Annotations:  c.config.Annotations,
+		})
+	}
+	return out
+}
+
+func matchLabels(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// CRIStatus is the container as ContainerStatus reports it; verbose adds the pid, the
+// record and the OCI spec.
+func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error) {
+	c, err := m.Get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := c.Status()
+	cfg := c.config
+	out := &runtimeapi.ContainerStatus{
+		Id:          c.ID,
+		Metadata:    cfg.Metadata,
+		State:       criState(st.State),
+		CreatedAt:   c.CreatedAt,
+		StartedAt:   st.StartedAt,
+		FinishedAt:  st.FinishedAt,
+		ExitCode:    st.ExitCode,
+		Image:       &runtimeapi.ImageSpec{Image: c.ImageRef},
+		ImageRef:    c.ImageID,
+		ImageId:     c.ImageID,
+		Reason:      st.Reason,
+		Message:     st.Message,
+		Labels:      cfg.Labels,
+		Annotations: cfg.Annotations,
+		Mounts:      cfg.Mounts,
+		LogPath:     c.LogPath,
+	}
+	if len(st.Resources) > 0 {
+		var r specs.LinuxResources
+		if json.Unmarshal(st.Resources, &r) == nil {
+			out.Resources = &runtimeapi.ContainerResources{Linux: criResources(&r)}
+		}
+	}
+	var spec *specs.Spec
+	if s, err := c.Spec(); err == nil {
+		spec = s
+		if p := s.Process; p != nil {
+			out.User = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
+				Uid: int64(p.User.UID), Gid: int64(p.User.GID), SupplementalGroups: toInt64(p.User.AdditionalGids),
+			}}
+		}
+	}
+	if !verbose {
+		return out, nil, nil
+	}
+	info, err := json.Marshal(struct {
+		Pid         int         `json:"pid"`
+		SandboxID   string      `json:"sandboxID"`
+		Metadata    *Metadata   `json:"metadata"`
+		Status      Status      `json:"status"`
+		RuntimeSpec *specs.Spec `json:"runtimeSpec,omitempty"`
+	}{st.Pid, c.SandboxID, &c.Metadata, st, spec})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, map[string]string{"info": string(info)}, nil
+}
+
+func toInt64(in []uint32) []int64 {
+	out := make([]int64, len(in))
+	for i, v := range in {
+		out[i] = int64(v)
+	}
+	return out
+}
+
+func criResources(r *specs.LinuxResources) *runtimeapi.LinuxContainerResources {
+	out := &runtimeapi.LinuxContainerResources{}
+	if c := r.CPU; c != nil {
+		if c.Shares != nil {
+			out.CpuShares = int64(*c.Shares)
+		}
+		if c.Quota != nil {
+			out.CpuQuota = *c.Quota
+		}
+		if c.Period != nil {
+			out.CpuPeriod = int64(*c.Period)
+		}
+		out.CpusetCpus, out.CpusetMems = c.Cpus, c.Mems
+	}
+	if mem := r.Memory; mem != nil && mem.Limit != nil {
+		out.MemoryLimitInBytes = *mem.Limit
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+)
+
+// Recover loads every stored container and reconciles it: running ones are watched again
+// (their monitors kept them and their logs going), exits that happened while the daemon
+// was down are recorded with their real code and time, and half-created containers are
+// undone. Sandboxes must be recovered first.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.opts.Store.Load()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+		log := logrus.WithField("container", r.ID)
+		c, err := decodeRecord(r.Meta, r.Status)
+		if err != nil {
+			log.WithError(err).Warn("unreadable container record; removing what it may hold")
+			_ = m.opts.Images.RemoveRootfs(r.ID)
+			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, r.ID))
+			_ = m.opts.Store.Delete(r.ID)
+			continue
+		}
+		if c.Status().State == StateCreating {
+			log.Info("container was half-created when the daemon stopped; cleaning up")
+			if err := m.cleanup(c); err != nil {
+				log.WithError(err).Error("clean up half-created container")
+			}
+			continue
+		}
+		if _, err := m.opts.Sandboxes.Get(c.SandboxID); err != nil {
+			log.WithField("sandbox", c.SandboxID).Warn("container of a sandbox that no longer exists; removing it")
+			if err := m.cleanup(c); err != nil {
+				log.WithError(err).Error("clean up orphan container")
+			}
+			continue
+		}
+		m.reconcile(ctx, c)
+		m.mu.Lock()
+		m.containers[c.ID] = c
+		m.names[c.Name] = c.ID
+		m.mu.Unlock()
+		log.WithField("state", c.Status().State).Info("container recovered")
+	}
+	entries, _ := os.ReadDir(m.opts.RunDir)
+	for _, e := range entries {
+		if e.IsDir() && !known[e.Name()] {
+			_ = m.opts.Images.RemoveRootfs(e.Name())
+			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, e.Name()))
+		}
+	}
+	return nil
+}
+
+func decodeRecord(meta, status []byte) (*Container, error) {
+	if meta == nil {
+		return nil, errors.New("no metadata")
+	}
+	c := &Container{exited: make(chan struct{}), status: Status{State: StateCreating}}
+	if err := json.Unmarshal(meta, &c.Metadata); err != nil {
+		return nil, err
+	}
+	if status != nil {
+		if err := json.Unmarshal(status, &c.status); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := decodeConfig(c.Metadata.Config)
+	if err != nil {
+		return nil, err
+	}
+	c.config = cfg
+	return c, nil
+}
+
+func (m *Manager) reconcile(ctx context.Context, c *Container) {
+	if c.Status().State == StateExited {
+		c.markExited()
+		return
+	}
+	if e, err := monitor.ReadExit(c.Dir); err == nil {
+		m.recordExit(c, e, true)
+		return
+	}
+	if monitor.Alive(c.Dir) {
+		m.watch(c)
+		return
+	}
+	st, err := c.Runtime.State(ctx, c.ID)
+	if err == nil && st.Status == specs.StateRunning {
+		logrus.WithField("container", c.ID).Warn("container runs without its monitor; its exit will not be noticed")
+		return
+	}
+	m.recordExit(c, monitor.Exit{}, false)
+	if c.Status().State != StateExited {
+		c.setState(func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
+		_ = m.persist(c, false)
+	}
+}

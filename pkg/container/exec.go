@@ -98,9 +98,16 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 		timedOut = true
 	}
 	if timedOut {
+		// Kill the process first and let the runtime's exec reap it and return: killing
+		// the runtime first would orphan the process to the container's init, which may
+		// never reap it.
 		m.killExec(c, pidFile)
-		_ = run.Process.Kill()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = run.Process.Kill()
+			<-done
+		}
 		what := fmt.Sprintf("timed out after %ds", timeout)
 		if ctx.Err() != nil {
 			what = ctx.Err().Error()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -105,15 +106,16 @@ func toStatus(err error) error {
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	}
-	return status.Error(code, trimKind(err.Error()))
+	return status.Error(code, trimKind(err))
 }
 
-// trimKind drops the trailing ": not found" style suffix the kind adds to messages.
-func trimKind(msg string) string {
+// trimKind drops the trailing ": not found" style suffix an error kind adds to a message.
+func trimKind(err error) string {
+	msg := err.Error()
 	for _, k := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable} {
 		suffix := ": " + k.Error()
-		if len(msg) > len(suffix) && msg[len(msg)-len(suffix):] == suffix {
-			return msg[:len(msg)-len(suffix)]
+		if errors.Is(err, k) && strings.HasSuffix(msg, suffix) {
+			return strings.TrimSuffix(msg, suffix)
 		}
 	}
 	return msg

@@ -137,6 +137,9 @@ func (s *Service) lookup(ref string) (*storage.Image, error) {
 		if img, err := s.store.Image(id); err == nil {
 			return img, nil
 		}
+		if len(id) == 64 {
+			return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+		}
 	}
 	named, err := normalize(ref)
 	if err != nil {

@@ -83,6 +83,10 @@ func ResolveUser(rootfs string, sc *runtimeapi.LinuxContainerSecurityContext, im
 		userPart, userValue = "0", "0"
 	}
 	if g := sc.GetRunAsGroup(); g != nil {
+		// As containerd and the conformance suite require: a group alone is a mistake.
+		if sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
+			return specs.User{}, invalidf("%s %d is set without run_as_user or run_as_username", fieldRunAsGroup, g.GetValue())
+		}
 		v := g.GetValue()
 		if v < 0 || v > math.MaxUint32 {
 			return specs.User{}, invalidf("%s %d is not a valid gid", fieldRunAsGroup, v)

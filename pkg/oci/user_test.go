@@ -72,8 +72,6 @@ func TestResolveUser(t *testing.T) {
 			specs.User{UID: 1001, GID: 100, AdditionalGids: []uint32{29, 44, 100}}},
 		{"run_as_group replaces the primary group", &runtimeapi.LinuxContainerSecurityContext{RunAsUser: i64(1000), RunAsGroup: i64(7)}, "",
 			specs.User{UID: 1000, GID: 7, AdditionalGids: []uint32{7, 10, 29}}},
-		{"run_as_group with the image's user", &runtimeapi.LinuxContainerSecurityContext{RunAsGroup: i64(7)}, "alice:staff",
-			specs.User{UID: 1000, GID: 7, AdditionalGids: []uint32{7, 10, 29}}},
 		{"supplemental groups merged", &runtimeapi.LinuxContainerSecurityContext{RunAsUser: i64(1000), SupplementalGroups: []int64{5, 10}}, "",
 			specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{5, 10, 29, 1000}}},
 		{"strict policy skips /etc/group", &runtimeapi.LinuxContainerSecurityContext{
@@ -111,6 +109,7 @@ func TestResolveUserErrors(t *testing.T) {
 		{"image group missing", root, nil, "bob:nogroup", `image USER "bob:nogroup": no group "nogroup" in the image's /etc/group`},
 		{"named user without /etc/passwd", t.TempDir(), nil, "alice", `no user "alice"`},
 		{"negative run_as_user", root, &runtimeapi.LinuxContainerSecurityContext{RunAsUser: i64(-1)}, "", `config.linux.security_context.run_as_user -1 is not a valid uid`},
+		{"run_as_group without a user", root, &runtimeapi.LinuxContainerSecurityContext{RunAsGroup: i64(7)}, "alice:staff", `run_as_group 7 is set without run_as_user`},
 		{"negative run_as_group", root, &runtimeapi.LinuxContainerSecurityContext{RunAsUser: i64(1), RunAsGroup: i64(-2)}, "", `run_as_group -2 is not a valid gid`},
 		{"negative supplemental group", root, &runtimeapi.LinuxContainerSecurityContext{SupplementalGroups: []int64{1, -3}}, "", `supplemental_groups[1] -3 is not a valid gid`},
 		{"unknown policy", root, &runtimeapi.LinuxContainerSecurityContext{SupplementalGroupsPolicy: 7}, "", `supplemental_groups_policy 7 is not Merge or Strict`},

@@ -207,7 +207,8 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 		hostname, _ = os.Hostname()
 	}
 	if hostname == "" {
-		hostname = cfg.Metadata.Name
+		// As containerd: a pod that names no hostname gets the node's.
+		hostname, _ = os.Hostname()
 	}
 
 	var kinds []nsfile.Kind
@@ -296,6 +297,9 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	// kubelet asks for -998 for infra containers; a node may not let us go below our own.
 	oom := max(-998, m.opts.OOMScoreAdjMin)
 	md := cfg.Metadata
+	if hostNet {
+		hostname = "" // the node's UTS namespace: runtimes refuse to set a hostname there
+	}
 	spec := oci.InfraSpec(oci.InfraOptions{
 		ID:          sb.ID,
 		Rootfs:      m.opts.PauseRootfs,

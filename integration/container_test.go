@@ -515,3 +515,47 @@ func verbosePid(t *testing.T, d *Daemon, id string) int {
 }
 
 var _ = syscall.Kill
+
+// OOMKilled and the termination message reach ContainerStatus.
+func TestContainerOOMAndTerminationMessage(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	podID, pod := e.pod("oom", "runc")
+	cfg := e.ctrConfig("hog", "sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c")
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20}
+	st := e.waitExit(e.run(podID, pod, cfg))
+	if st.Reason != "OOMKilled" || st.ExitCode != 137 {
+		t.Errorf("memory hog: reason %q exit %d, want OOMKilled 137", st.Reason, st.ExitCode)
+	}
+
+	// kubelet mounts a host file at the termination message path; its content is the
+	// message.
+	msgFile := filepath.Join(t.TempDir(), "termination-log")
+	if err := os.WriteFile(msgFile, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	cfg = e.ctrConfig("says-why", "sh", "-c", "echo 'config file missing' > /dev/termination-log; exit 2")
+	cfg.Mounts = []*runtimeapi.Mount{{HostPath: msgFile, ContainerPath: "/dev/termination-log"}}
+	st = e.waitExit(e.run(podID, pod, cfg))
+	if st.ExitCode != 2 || strings.TrimSpace(st.Message) != "config file missing" {
+		t.Errorf("termination message: exit %d message %q", st.ExitCode, st.Message)
+	}
+	// A mount of a missing host path is refused by name, and nothing is left.
+	cfg = e.ctrConfig("bad-mount", "true")
+	cfg.Mounts = []*runtimeapi.Mount{{HostPath: "/nonexistent/rtshimd", ContainerPath: "/data"}}
+	_, err := e.d.RS.CreateContainer(ctx, podID, cfg, pod)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "/nonexistent/rtshimd") || !strings.Contains(err.Error(), "host_path") {
+		t.Errorf("missing host path: %v", err)
+	}
+	// An image that is not pulled is refused by name.
+	cfg = e.ctrConfig("no-image", "true")
+	cfg.Image = imgSpec("127.0.0.1:1/not/pulled:1")
+	_, err = e.d.RS.CreateContainer(ctx, podID, cfg, pod)
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "not/pulled") {
+		t.Errorf("image not pulled: %v", err)
+	}
+	ctrs, _ := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})
+	if len(ctrs) != 2 {
+		t.Errorf("refused containers were listed: %d containers", len(ctrs))
+	}
+}

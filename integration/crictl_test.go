@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCrictl drives the daemon with crictl as a person would (README, "Using crictl").
@@ -114,5 +115,53 @@ func TestCrictlImages(t *testing.T) {
 	run("rmi", ref)
 	if out := run("images", "-q"); out != "" {
 		t.Errorf("after rmi, images = %q", out)
+	}
+}
+
+// TestCrictlContainers: crictl create, start, ps, inspect, exec, logs, stop and rm, as the
+// README shows, on both handlers.
+func TestCrictlContainers(t *testing.T) {
+	if _, err := exec.LookPath("crictl"); err != nil {
+		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
+	}
+	e := newContainerEnv(t)
+	run := crictlRunner(t, e.d)
+	dir := t.TempDir()
+	for _, handler := range []string{"runc", "runsc"} {
+		pod := filepath.Join(dir, handler+"-pod.json")
+		ctr := filepath.Join(dir, handler+"-ctr.json")
+		_ = os.WriteFile(pod, []byte(`{"metadata": {"name": "crictl-`+handler+`", "namespace": "default", "uid": "uid-`+handler+`", "attempt": 1},
+ "hostname": "crictl-`+handler+`", "log_directory": "`+dir+`/logs-`+handler+`", "linux": {"cgroup_parent": "/rtshimd-test/crictl-`+handler+`"}}`), 0o644)
+		_ = os.WriteFile(ctr, []byte(`{"metadata": {"name": "web"}, "image": {"image": "`+e.image+`"},
+ "command": ["sh", "-c", "echo started; sleep 1000"], "log_path": "web.log"}`), 0o644)
+		podID := run("runp", "--runtime="+handler, pod)
+		id := run("create", podID, ctr, pod)
+		run("start", id)
+		if out := run("ps", "--id", id); !strings.Contains(out, "Running") || !strings.Contains(out, "web") {
+			t.Errorf("%s: crictl ps:\n%s", handler, out)
+		}
+		var inspect struct {
+			Status struct {
+				State string `json:"state"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(run("inspect", id)), &inspect); err != nil || inspect.Status.State != "CONTAINER_RUNNING" {
+			t.Errorf("%s: crictl inspect: %+v %v", handler, inspect, err)
+		}
+		// Plain `crictl exec` streams (issue 5); --sync runs ExecSync.
+		if out := run("exec", "--sync", id, "hostname"); out != "crictl-"+handler {
+			t.Errorf("%s: crictl exec hostname = %q", handler, out)
+		}
+		waitFor(t, 10*time.Second, "crictl logs", func() (bool, string) {
+			out := run("logs", id)
+			return out == "started", out
+		})
+		run("stop", "--timeout", "1", id)
+		if out := run("ps", "-a", "--id", id); !strings.Contains(out, "Exited") {
+			t.Errorf("%s: after stop:\n%s", handler, out)
+		}
+		run("rm", id)
+		run("stopp", podID)
+		run("rmp", podID)
 	}
 }

@@ -372,3 +372,31 @@ func removeTestCgroups(t *testing.T) {
 		}
 	}
 }
+
+// A sandboxing handler's pod is bounded as a whole: the pod's limits plus the handler's
+// overhead, on the sandbox's cgroup.
+func TestHandlerOverheadOnPodCgroup(t *testing.T) {
+	d := newDaemon(t)
+	ctx := ctxT(t)
+	cfg := podConfig("overhead", runtimeapi.NamespaceMode_CONTAINER)
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 128 << 20, CpuPeriod: 100000, CpuQuota: 50000}
+	id, err := d.RS.RunPodSandbox(ctx, cfg, "runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := d.RS.PodSandboxStatus(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := decodeInfo(t, resp.Info).Metadata.CgroupsPath
+	mem := readInt(t, filepath.Join("/sys/fs/cgroup/memory", cg, "memory.limit_in_bytes"))
+	quota := readInt(t, filepath.Join("/sys/fs/cgroup/cpu", cg, "cpu.cfs_quota_us"))
+	// The test table gives runsc 64Mi and 100m of overhead.
+	if mem != (128+64)<<20 || quota != 50000+10000 {
+		t.Errorf("sandbox cgroup memory %d quota %d, want %d and %d", mem, quota, (128+64)<<20, 60000)
+	}
+	if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	removeTestCgroups(t)
+}

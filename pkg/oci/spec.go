@@ -59,6 +59,8 @@ type InfraOptions struct {
 	User        specs.User
 	// ShmPath is bind-mounted on /dev/shm; empty gives the container its own tmpfs.
 	ShmPath string
+	// Resources bound the infra container's cgroup (for sandboxing runtimes, the whole pod).
+	Resources *specs.LinuxResources
 }
 
 // InfraSpec builds the spec of an infra container: the pause program on a read-only
@@ -95,6 +97,7 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 		Linux: &specs.Linux{
 			Namespaces:    o.Namespaces,
 			CgroupsPath:   o.CgroupsPath,
+			Resources:     o.Resources,
 			Sysctl:        o.Sysctls,
 			MaskedPaths:   slices.Clone(DefaultMaskedPaths),
 			ReadonlyPaths: slices.Clone(DefaultReadonlyPaths),

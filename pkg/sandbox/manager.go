@@ -311,6 +311,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		Sysctls:     cfg.GetLinux().GetSysctls(),
 		User:        user,
 		ShmPath:     sb.Shm,
+		Resources:   podResources(cfg, sb.Overhead, sb.Sandbox == config.SandboxShared),
 		Annotations: map[string]string{
 			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
 			oci.AnnotationSandboxID:     sb.ID,
@@ -340,6 +341,33 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		return fmt.Errorf("handler %q: start infra container: %w", sb.Handler, err)
 	}
 	return nil
+}
+
+// podResources are the limits of a sandboxing runtime's whole pod: the pod's own limits
+// (linux.resources) plus the handler's overhead, or the overhead kubelet passed from the
+// RuntimeClass (linux.overhead) where that is larger, so it is never counted twice. Only a
+// shared sandbox holds the pod's processes in the infra cgroup; runc-family pods are
+// limited per container, under kubelet's pod cgroup. A pod without limits gets none.
+func podResources(cfg *runtimeapi.PodSandboxConfig, handler config.Overhead, shared bool) *specs.LinuxResources {
+	res := cfg.GetLinux().GetResources()
+	if !shared || res == nil {
+		return nil
+	}
+	over := cfg.GetLinux().GetOverhead()
+	out := &specs.LinuxResources{}
+	if mem := res.GetMemoryLimitInBytes(); mem > 0 {
+		limit := mem + max(handler.MemoryBytes, over.GetMemoryLimitInBytes())
+		out.Memory = &specs.LinuxMemory{Limit: &limit}
+	}
+	if quota, period := res.GetCpuQuota(), res.GetCpuPeriod(); quota > 0 && period > 0 {
+		extra := max(handler.MilliCPU*period/1000, over.GetCpuQuota())
+		q, p := quota+extra, uint64(period)
+		out.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+	}
+	if out.Memory == nil && out.CPU == nil {
+		return nil
+	}
+	return out
 }
 
 // watch follows the infra container's monitor and marks the sandbox not ready when the

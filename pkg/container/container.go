@@ -72,6 +72,10 @@ type Container struct {
 	status Status
 	// exited is closed once the container's end is known.
 	exited chan struct{}
+	// pmu orders record writes against deletion; removed is set when the record is
+	// deleted, so a late watcher does not write it back.
+	pmu     sync.Mutex
+	removed bool
 }
 
 // Status returns a copy of the container's status.

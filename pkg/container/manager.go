@@ -380,6 +380,11 @@ func readLimited(path string, n int64) ([]byte, error) {
 }
 
 func (m *Manager) persist(c *Container, withMeta bool) error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.removed {
+		return nil
+	}
 	if withMeta {
 		b, err := json.Marshal(&c.Metadata)
 		if err != nil {
@@ -566,6 +571,9 @@ func (m *Manager) cleanup(c *Container) error {
 	if err := os.RemoveAll(c.Dir); err != nil {
 		return fmt.Errorf("clean up container %s: %w", c.ID, err)
 	}
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	c.removed = true
 	return m.opts.Store.Delete(c.ID)
 }
 

@@ -399,6 +399,11 @@ func (m *Manager) watch(sb *Sandbox) {
 }
 
 func (m *Manager) persist(sb *Sandbox, withMeta bool) error {
+	sb.pmu.Lock()
+	defer sb.pmu.Unlock()
+	if sb.removed {
+		return nil
+	}
 	if withMeta {
 		b, err := json.Marshal(&sb.Metadata)
 		if err != nil {
@@ -582,6 +587,9 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 			return fmt.Errorf("clean up sandbox %s: %w", sb.ID, err)
 		}
 	}
+	sb.pmu.Lock()
+	defer sb.pmu.Unlock()
+	sb.removed = true
 	return m.opts.Store.Delete(sb.ID)
 }
 

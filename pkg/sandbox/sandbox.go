@@ -73,6 +73,10 @@ type Sandbox struct {
 	stopping bool
 	// exited is closed when the infra container's exit is known.
 	exited chan struct{}
+	// pmu orders record writes against deletion; removed is set when the record is
+	// deleted, so a late watcher does not write it back.
+	pmu     sync.Mutex
+	removed bool
 }
 
 func (s *Sandbox) Status() Status {

@@ -559,3 +559,45 @@ func TestContainerOOMAndTerminationMessage(t *testing.T) {
 		t.Errorf("refused containers were listed: %d containers", len(ctrs))
 	}
 }
+
+// A container whose CreateContainer never finished (the daemon died between its first
+// record and its last) is undone at the next start: no record, rootfs, monitor or runtime
+// state remains, and the pod carries on.
+func TestRestartCleansHalfCreatedContainer(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range []string{"runc", "runsc"} {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			podID, pod := e.pod("half-ctr-"+handler, handler)
+			ctx := ctxT(t)
+			id, err := e.d.RS.CreateContainer(ctx, podID, e.ctrConfig("half", "sleep", "1000"), pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.d.Kill()
+			statusFile := filepath.Join(e.d.State, "containers", id, "status.json")
+			if err := os.WriteFile(statusFile, []byte(`{"state":"creating"}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e.d.Start()
+			if _, err := e.d.RS.ContainerStatus(ctx, id, false); status.Code(err) != codes.NotFound {
+				t.Errorf("half-created container after restart: %v, want NotFound", err)
+			}
+			if _, err := os.Stat(filepath.Join(e.d.RunRoot, "containers", id)); !os.IsNotExist(err) {
+				t.Errorf("run dir of the half-created container is still there (%v)", err)
+			}
+			waitFor(t, 15*time.Second, "its monitor to end", func() (bool, string) {
+				procs := processesMentioning(id, 0)
+				return len(procs) == 0, strings.Join(procs, "; ")
+			})
+			// The pod still works.
+			ok := e.run(podID, pod, e.ctrConfig("after", "true"))
+			if st := e.waitExit(ok); st.ExitCode != 0 {
+				t.Errorf("container after the cleanup: exit %d", st.ExitCode)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -555,12 +555,12 @@ func (m *Manager) cleanup(c *Container) error {
 		}
 	}
 	if monitor.Alive(c.Dir) {
-		// A never-started container under `runtime wait` supervision: release its monitor.
+		// A never-started container under `runtime wait` supervision: release its monitor
+		// and wait for it to go, so its files are final before they are removed.
 		_ = monitor.Command(ctx, c.Dir, monitor.CmdExit)
-		select {
-		case <-c.exited:
-		case <-time.After(killWait):
-		}
+		wctx, wcancel := context.WithTimeout(ctx, killWait)
+		_, _, _ = monitor.Watch(wctx, c.Dir)
+		wcancel()
 	}
 	if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
 		errs = append(errs, err)

@@ -23,6 +23,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -272,21 +273,30 @@ type reaper struct {
 	finished map[int]unix.WaitStatus
 }
 
+// maxFinished bounds the statuses kept for processes nobody waits for yet (the init can
+// exit before its pid is known; other orphans, with a host PID namespace, are many).
+const maxFinished = 64
+
 func newReaper() *reaper {
 	r := &reaper{waiters: map[int]chan unix.WaitStatus{}, finished: map[int]unix.WaitStatus{}}
-	go r.loop()
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, unix.SIGCHLD)
+	go r.loop(sigchld)
 	return r
 }
 
-func (r *reaper) loop() {
+func (r *reaper) loop(sigchld chan os.Signal) {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if err != nil { // no children right now
-			time.Sleep(20 * time.Millisecond)
+		if err != nil { // no children right now: sleep until one ends
+			select {
+			case <-sigchld:
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		r.mu.Lock()
@@ -294,6 +304,12 @@ func (r *reaper) loop() {
 			delete(r.waiters, pid)
 			ch <- ws
 		} else {
+			if len(r.finished) >= maxFinished {
+				for k := range r.finished {
+					delete(r.finished, k)
+					break
+				}
+			}
 			r.finished[pid] = ws
 		}
 		r.mu.Unlock()
@@ -317,16 +333,24 @@ func (r *reaper) wait(pid int) unix.WaitStatus {
 // spawn runs a command with the given stdio and waits for it through the reaper. Output
 // pipes are the caller's; nothing waits for their EOF.
 func (r *reaper) run(stdin, stdout, stderr *os.File, dir string, timeout time.Duration, name string, args ...string) error {
+	// Register before the loop can see the process end, and drop any stale status of an
+	// earlier process with the same pid.
+	r.mu.Lock()
 	p, err := os.StartProcess(name, append([]string{name}, args...), &os.ProcAttr{Dir: dir, Files: []*os.File{stdin, stdout, stderr}})
 	if err != nil {
+		r.mu.Unlock()
 		return err
 	}
+	delete(r.finished, p.Pid)
+	ch := make(chan unix.WaitStatus, 1)
+	r.waiters[p.Pid] = ch
+	r.mu.Unlock()
 	var timer *time.Timer
 	if timeout > 0 {
 		timer = time.AfterFunc(timeout, func() { _ = p.Signal(os.Kill) })
 		defer timer.Stop()
 	}
-	ws := r.wait(p.Pid)
+	ws := <-ch
 	_ = p.Release()
 	switch {
 	case ws.Exited() && ws.ExitStatus() == 0:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -42,8 +43,11 @@ type Metadata struct {
 	// StopSignal is the image's STOPSIGNAL, as the runtime's kill accepts it.
 	StopSignal  string `json:"stop_signal"`
 	CgroupsPath string `json:"cgroups_path"`
-	// TerminationLog is the host file kubelet mounted at the termination message path.
+	// TerminationLog is the host file whose content becomes the exit message.
 	TerminationLog string `json:"termination_log,omitempty"`
+	// User is who the container's process runs as (for ContainerStatus, without
+	// reading the spec).
+	User *specs.User `json:"user,omitempty"`
 }
 
 // Status changes over the container's life.

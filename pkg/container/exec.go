@@ -46,8 +46,11 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
 	spec, err := c.Spec()
-	if err != nil || spec.Process == nil {
-		return nil, fmt.Errorf("read spec of %s: %v", c.ID, err)
+	if err != nil {
+		return nil, fmt.Errorf("read the spec of container %s: %w", c.ID, err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("the spec of container %s has no process to take user and environment from", c.ID)
 	}
 	// The exec'd process runs as the container's process does, with another command.
 	proc := *spec.Process
@@ -175,7 +178,7 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.
 		return err
 	}
 	if r == nil {
-		return invalid("linux resources are required")
+		return invalid("linux (LinuxContainerResources) is required: rtshimd updates Linux CPU and memory limits")
 	}
 	if st := c.Status().State; st != StateRunning && st != StateCreated {
 		return fmt.Errorf("container %s is %s: %w", c.ID, st, errdefs.ErrFailedPrecondition)

@@ -137,6 +137,11 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	m.mu.Lock()
 	m.containers[id] = c
 	m.mu.Unlock()
+	// A RemovePodSandbox that ran meanwhile could not see this container: undo it.
+	if _, err := m.opts.Sandboxes.Get(sb.ID); err != nil {
+		_ = m.Remove(context.WithoutCancel(ctx), id)
+		return "", fmt.Errorf("pod sandbox %s was removed while the container was created: %w", sb.ID, errdefs.ErrNotFound)
+	}
 	log.Info("container created")
 	return id, nil
 }
@@ -183,6 +188,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		return err
 	}
 	c.TerminationLog = terminationLog(cfg)
+	if spec.Process != nil {
+		c.User = &spec.Process.User
+	}
 	if res := spec.Linux.Resources; res != nil {
 		b, _ := json.Marshal(res)
 		c.status.Resources = b
@@ -216,12 +224,20 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	return err
 }
 
-// terminationLog is the host file behind the container's termination message path.
-// The CRI config does not name that path: kubelet mounts a file it made under the pod's
-// containers/<name>/ directory, at /dev/termination-log unless the pod chose another path.
+// kubeletTerminationPath is the annotation by which kubelet names a container's
+// termination message path; kubelet then reads the file itself (from the status mounts)
+// and appends it to the status message.
+const kubeletTerminationPath = "io.kubernetes.container.terminationMessagePath"
+
+// terminationLog is the host file whose content becomes the status message: the mount at
+// /dev/termination-log (the path kubelet uses by default). Not for kubelet's own
+// containers, or kubelet would show the message twice.
 func terminationLog(cfg *runtimeapi.ContainerConfig) string {
+	if _, ok := cfg.GetAnnotations()[kubeletTerminationPath]; ok {
+		return ""
+	}
 	for _, m := range cfg.GetMounts() {
-		if m.ContainerPath == "/dev/termination-log" || strings.Contains(m.HostPath, "/containers/"+cfg.GetMetadata().GetName()+"/") {
+		if m.ContainerPath == "/dev/termination-log" {
 			return m.HostPath
 		}
 	}
@@ -308,12 +324,16 @@ func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
 		c.markExited()
 		return
 	}
+	lostMsg := ""
 	if !ok {
 		if st.State == StateCreated || st.State == StateCreating {
 			c.markExited() // never started; removal ends its monitor
 			return
 		}
-		e = monitor.Exit{Status: 255, ExitedAt: time.Now()}
+		// The monitor died without recording an exit. Its container may still run, with
+		// nobody holding its output; end it rather than report a live process as exited.
+		e = m.endUnsupervised(c)
+		lostMsg = "its monitor died; rtshimd stopped the container"
 	}
 	reason := "Completed"
 	if e.Status != 0 {
@@ -322,8 +342,8 @@ func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
 	if m.oomKilled(c) {
 		reason = "OOMKilled"
 	}
-	msg := ""
-	if c.TerminationLog != "" {
+	msg := lostMsg
+	if c.TerminationLog != "" && msg == "" {
 		if b, err := readLimited(c.TerminationLog, 4096); err == nil {
 			msg = string(b)
 		}
@@ -342,6 +362,18 @@ func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
 	if err := m.persist(c, false); err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
+}
+
+// endUnsupervised kills a container whose monitor is gone and waits, through the
+// runtime, until it no longer runs.
+func (m *Manager) endUnsupervised(c *Container) monitor.Exit {
+	ctx, cancel := context.WithTimeout(m.ctx, killWait+oci.DefaultTimeout)
+	defer cancel()
+	if err := c.Runtime.Kill(ctx, c.ID, "SIGKILL", !c.Shared); err != nil && !oci.IsNotExist(err) {
+		logrus.WithError(err).WithField("container", c.ID).Warn("kill container whose monitor died")
+	}
+	c.Runtime.WaitStopped(ctx, c.ID)
+	return monitor.Exit{Status: 137, Signal: 9, ExitedAt: time.Now()}
 }
 
 // oomKilled reads the kernel's OOM-kill count of the container's memory cgroup (v1 and v2,
@@ -445,13 +477,15 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		if s.State == StateCreated {
 			s.State = StateRunning
 		}
-		s.StartedAt = time.Now().UnixNano()
+		if s.StartedAt == 0 { // a quick container's exit may have set it already
+			s.StartedAt = time.Now().UnixNano()
+		}
 	})
 	logrus.WithField("container", c.ID).Info("container started")
 	return m.persist(c, false)
 }
 
-// StopTimeout bounds the wait for a container to die after SIGKILL.
+// killWait bounds the wait for a container to die after SIGKILL.
 const killWait = 10 * time.Second
 
 // Stop stops a running container: its stop signal, then SIGKILL after timeout seconds.
@@ -562,8 +596,11 @@ func (m *Manager) cleanup(c *Container) error {
 		_, _, _ = monitor.Watch(wctx, c.Dir)
 		wcancel()
 	}
-	if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
-		errs = append(errs, err)
+	if len(errs) == 0 {
+		// Never pull the filesystem from under a process the runtime failed to remove.
+		if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("clean up container %s: %w", c.ID, errors.Join(errs...))

@@ -6,6 +6,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
 // List returns the containers that match filter, from memory.
@@ -25,7 +27,7 @@ func (m *Manager) List(filter *runtimeapi.ContainerFilter) []*runtimeapi.Contain
 		if f := filter.GetState(); f != nil && f.State != state {
 			continue
 		}
-		if !matchLabels(filter.GetLabelSelector(), c.config.Labels) {
+		if !sandbox.MatchLabels(filter.GetLabelSelector(), c.config.Labels) {
 			continue
 		}
 		out = append(out, &runtimeapi.Container{
@@ -42,15 +44,6 @@ func (m *Manager) List(filter *runtimeapi.ContainerFilter) []*runtimeapi.Contain
 		})
 	}
 	return out
-}
-
-func matchLabels(sel, labels map[string]string) bool {
-	for k, v := range sel {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // CRIStatus is the container as ContainerStatus reports it; verbose adds the pid, the
@@ -86,18 +79,15 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatu
 			out.Resources = &runtimeapi.ContainerResources{Linux: criResources(&r)}
 		}
 	}
-	var spec *specs.Spec
-	if s, err := c.Spec(); err == nil {
-		spec = s
-		if p := s.Process; p != nil {
-			out.User = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
-				Uid: int64(p.User.UID), Gid: int64(p.User.GID), SupplementalGroups: toInt64(p.User.AdditionalGids),
-			}}
-		}
+	if u := c.User; u != nil {
+		out.User = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
+			Uid: int64(u.UID), Gid: int64(u.GID), SupplementalGroups: toInt64(u.AdditionalGids),
+		}}
 	}
 	if !verbose {
 		return out, nil, nil
 	}
+	spec, _ := c.Spec() // verbose only: the one answer that reads the bundle
 	info, err := json.Marshal(struct {
 		Pid         int         `json:"pid"`
 		SandboxID   string      `json:"sandboxID"`

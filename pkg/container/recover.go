@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/monitor"
@@ -99,14 +98,16 @@ func (m *Manager) reconcile(ctx context.Context, c *Container) {
 		m.watch(c)
 		return
 	}
-	st, err := c.Runtime.State(ctx, c.ID)
-	if err == nil && st.Status == specs.StateRunning {
-		logrus.WithField("container", c.ID).Warn("container runs without its monitor; its exit will not be noticed")
-		return
-	}
-	m.recordExit(c, monitor.Exit{}, false)
-	if c.Status().State != StateExited {
-		c.setState(func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
-		_ = m.persist(c, false)
-	}
+	// No monitor and no exit record: the monitor died while the daemon was down. End
+	// the container if it still runs (nobody holds its output) and record that.
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.recordExit(c, monitor.Exit{}, false)
+		if c.Status().State != StateExited { // created, never started
+			c.setState(func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
+			_ = m.persist(c, false)
+			c.markExited()
+		}
+	}()
 }

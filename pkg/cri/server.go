@@ -70,7 +70,15 @@ func (s *Server) Serve(ctx context.Context, ready func()) error {
 	runtimeapi.RegisterImageServiceServer(g, s)
 	go func() {
 		<-ctx.Done()
-		g.GracefulStop()
+		// In-flight RPCs (a long pull, a StopContainer's grace period) get a moment to
+		// finish; kubelet retries whatever is cut off.
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			g.Stop()
+		}
 	}()
 	logrus.WithField("socket", path).Info("serving CRI")
 	if ready != nil {

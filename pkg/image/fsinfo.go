@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -17,32 +18,55 @@ type Usage struct {
 	Timestamp  time.Time
 }
 
-// fsCache keeps the last walk: kubelet asks every few seconds and a walk of a large store
-// is not free. Any change to the store invalidates it.
+// fsCache keeps the last walk of the store: kubelet asks every few seconds and a walk of
+// a large store is not free. A change to the store bumps gen, which makes the cached
+// answer stale without taking any lock (it is bumped under the image lock, on the path of
+// every container create and remove). One walk runs at a time, outside every other lock.
 type fsCache struct {
-	sync.Mutex
-	at     time.Time
-	images Usage
-	ctrs   Usage
+	gen atomic.Uint64
+
+	walk sync.Mutex // held for a walk
+
+	mu       sync.Mutex // guards the fields below
+	at       time.Time
+	atGen    uint64
+	images   Usage
+	ctrs     Usage
+	computed bool
 }
 
-func (c *fsCache) invalidate() {
-	c.Lock()
-	c.at = time.Time{}
-	c.Unlock()
+func (c *fsCache) invalidate() { c.gen.Add(1) }
+
+func (c *fsCache) fresh() (Usage, Usage, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := c.computed && c.atGen == c.gen.Load() && time.Since(c.at) < fsCacheTTL
+	return c.images, c.ctrs, ok
 }
 
-const fsCacheTTL = 5 * time.Second
+const fsCacheTTL = 10 * time.Second
 
 // FsInfo reports the image store (image layers) and the container store (writable
 // layers) usage, both under the graph root.
 func (s *Service) FsInfo() (images, containers Usage) {
 	c := &s.fsCache
-	c.Lock()
-	defer c.Unlock()
-	if time.Since(c.at) < fsCacheTTL {
-		return c.images, c.ctrs
+	if im, ct, ok := c.fresh(); ok {
+		return im, ct
 	}
+	c.walk.Lock()
+	defer c.walk.Unlock()
+	if im, ct, ok := c.fresh(); ok { // another caller walked meanwhile
+		return im, ct
+	}
+	gen := c.gen.Load()
+	images, containers = s.walkStore()
+	c.mu.Lock()
+	c.at, c.atGen, c.images, c.ctrs, c.computed = images.Timestamp, gen, images, containers, true
+	c.mu.Unlock()
+	return images, containers
+}
+
+func (s *Service) walkStore() (images, containers Usage) {
 	root := s.store.GraphRoot()
 	ctrLayers := map[string]bool{}
 	if ctrs, err := s.store.Containers(); err == nil {
@@ -82,6 +106,5 @@ func (s *Service) FsInfo() (images, containers Usage) {
 		u.Inodes++
 		return nil
 	})
-	c.at, c.images, c.ctrs = now, images, containers
 	return images, containers
 }

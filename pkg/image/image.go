@@ -87,9 +87,6 @@ func (s *Service) Close() {
 	}
 }
 
-// Store exposes the containers/storage store (for the rootfs of containers).
-func (s *Service) Store() storage.Store { return s.store }
-
 // normalize parses a reference the way Docker and containerd do: short names are
 // docker.io/library/..., and a reference without tag or digest means :latest.
 func normalize(ref string) (dockerref.Named, error) {

@@ -129,14 +129,15 @@ func pullError(named dockerref.Named, err error) error {
 	low := strings.ToLower(msg)
 	why, kind := "", error(nil)
 	switch {
-	case strings.Contains(low, "unauthorized") || strings.Contains(low, "authentication required") || strings.Contains(low, "401"):
-		why = "unauthorized (missing or wrong credentials)"
-		kind = errdefs.ErrFailedPrecondition
-	case strings.Contains(low, "manifest unknown") || strings.Contains(low, "name unknown") || strings.Contains(low, "not found") || strings.Contains(low, "404"):
-		why = "not found"
-		kind = errdefs.ErrNotFound
+	// Most specific first; never match bare status numbers (a port can contain "401").
 	case strings.Contains(low, "no image found in") || strings.Contains(low, "choosing image instance"):
 		why = "no image for this node's platform"
+		kind = errdefs.ErrNotFound
+	case strings.Contains(low, "unauthorized") || strings.Contains(low, "authentication required") || strings.Contains(low, "status 401"):
+		why = "unauthorized (missing or wrong credentials)"
+		kind = errdefs.ErrFailedPrecondition
+	case strings.Contains(low, "manifest unknown") || strings.Contains(low, "name unknown") || strings.Contains(low, "not found") || strings.Contains(low, "status 404"):
+		why = "not found"
 		kind = errdefs.ErrNotFound
 	case strings.Contains(low, "connection refused") || strings.Contains(low, "no such host") || strings.Contains(low, "i/o timeout") ||
 		strings.Contains(low, "unexpected eof") || strings.Contains(low, "connection reset") || strings.Contains(low, "server gave http response to https client") ||

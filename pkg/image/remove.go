@@ -17,7 +17,7 @@ import (
 func (s *Service) Remove(ref string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.fsCache.invalidate()
+	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	img, err := s.lookup(ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -72,7 +72,7 @@ func (s *Service) deleteImage(img *storage.Image) error {
 func (s *Service) gcLayers() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.fsCache.invalidate()
+	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	if s.inFlight > 1 {
 		return
 	}

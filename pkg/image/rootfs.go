@@ -15,7 +15,7 @@ import (
 func (s *Service) CreateRootfs(id, ref string) (rootfs, imageID string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.fsCache.invalidate()
+	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	img, err := s.lookup(ref)
 	if err != nil {
 		return "", "", err
@@ -39,7 +39,7 @@ func (s *Service) CreateRootfs(id, ref string) (rootfs, imageID string, err erro
 func (s *Service) RemoveRootfs(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.fsCache.invalidate()
+	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	c, err := s.store.Container(id)
 	if errors.Is(err, storage.ErrContainerUnknown) {
 		return nil

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -135,7 +136,7 @@ func Start(ctx context.Context, binary string, cfg Config) (*Process, error) {
 	case rep := <-ch:
 		if rep.err != nil {
 			<-p.done
-			return nil, fmt.Errorf("monitor exited before reporting (see %s): %s", filepath.Join(cfg.Dir, LogFile), tail(filepath.Join(cfg.Dir, LogFile)))
+			return nil, fmt.Errorf("the container's monitor (%s) exited before reporting: %s", binary, tail(filepath.Join(cfg.Dir, LogFile)))
 		}
 		if rep.res.Error != "" {
 			<-p.done
@@ -187,7 +188,7 @@ func Watch(ctx context.Context, dir string) (Exit, bool, error) {
 func Command(ctx context.Context, dir, cmd string) error {
 	conn, err := dial(ctx, dir)
 	if err != nil {
-		return fmt.Errorf("monitor of %s: %w", filepath.Base(dir), err)
+		return fmt.Errorf("the monitor of %s is not running (it exited or was killed); remove and recreate it: %w", filepath.Base(dir), errdefs.ErrFailedPrecondition)
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })

@@ -105,12 +105,6 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// Start starts a created container.
-func (r *Runtime) Start(ctx context.Context, id string) error {
-	_, err := r.run(ctx, "start", id, "start", id)
-	return err
-}
-
 // Kill sends sig to the container's init (all its processes if all is set).
 func (r *Runtime) Kill(ctx context.Context, id string, sig string, all bool) error {
 	args := []string{"kill"}
@@ -146,6 +140,22 @@ func (r *Runtime) State(ctx context.Context, id string) (*specs.State, error) {
 		return nil, &Error{Handler: r.Handler, Op: "state", ID: id, Text: fmt.Sprintf("unreadable state %q: %v", out, err)}
 	}
 	return &st, nil
+}
+
+// WaitStopped polls the runtime until the container no longer runs (or ctx ends): for
+// containers whose monitor is gone, so nothing else reports their end.
+func (r *Runtime) WaitStopped(ctx context.Context, id string) {
+	for {
+		st, err := r.State(ctx, id)
+		if IsNotExist(err) || (err == nil && st.Status != specs.StateRunning && st.Status != specs.StateCreated) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Run creates, starts and waits for a container in one call (used by handler probes).

@@ -504,7 +504,7 @@ func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
 			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, ctx.Err())
 		}
 	}
-	if err := sb.Runtime.Delete(ctx, sb.ID, false); err != nil {
+	if err := sb.Runtime.Delete(ctx, sb.ID, true); err != nil {
 		return fmt.Errorf("delete infra container: %w", err)
 	}
 	return nil
@@ -606,7 +606,7 @@ func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSan
 		if f := filter.GetState(); f != nil && f.State != state {
 			continue
 		}
-		if !matchLabels(filter.GetLabelSelector(), sb.config.Labels) {
+		if !MatchLabels(filter.GetLabelSelector(), sb.config.Labels) {
 			continue
 		}
 		out = append(out, &runtimeapi.PodSandbox{
@@ -622,7 +622,8 @@ func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSan
 	return out
 }
 
-func matchLabels(sel, labels map[string]string) bool {
+// MatchLabels reports whether labels has every key and value of the selector sel.
+func MatchLabels(sel, labels map[string]string) bool {
 	for k, v := range sel {
 		if labels[k] != v {
 			return false

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
@@ -115,10 +116,20 @@ func (m *Manager) reconcile(ctx context.Context, sb *Sandbox) {
 		m.watch(sb)
 		return
 	}
-	// No monitor and no exit record: ask the runtime.
+	// No monitor and no exit record: ask the runtime. An infra that still runs is
+	// followed through the runtime, so Stop and Remove can tell when it is gone.
 	st, err := sb.Runtime.State(ctx, sb.ID)
 	if err == nil && st.Status == specs.StateRunning {
-		logrus.WithField("sandbox", sb.ID).Warn("infra container runs without its monitor; its exit will not be noticed")
+		logrus.WithField("sandbox", sb.ID).Warn("infra container runs without its monitor; following it through the runtime")
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			sb.Runtime.WaitStopped(m.ctx, sb.ID)
+			if m.ctx.Err() == nil {
+				sb.infraExited(monitor.Exit{Status: 255, ExitedAt: time.Now()})
+				_ = m.persist(sb, false)
+			}
+		}()
 		return
 	}
 	sb.infraExited(monitor.Exit{Status: 255})

@@ -9,7 +9,7 @@ GOFLAGS_BUILD := -trimpath
 BUILDTAGS := containers_image_openpgp,exclude_graphdriver_btrfs
 export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
-RUN_PKGS := runc runsc crun iproute2
+RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables
 TEST_PKGS := $(RUN_PKGS) busybox-static util-linux procps docker-registry skopeo
 
 .PHONY: all build run test unit integration deps-run deps-test install clean vet bench
@@ -39,6 +39,8 @@ deps-test:
 run: deps-run build
 	@mkdir -p /etc/rtshimd
 	@[ -f /etc/rtshimd/config.toml ] || { ./$(BIN)/rtshimd config default > /etc/rtshimd/config.toml; echo "wrote /etc/rtshimd/config.toml"; }
+	@mkdir -p /etc/cni/net.d
+	@ls /etc/cni/net.d/*.conf* >/dev/null 2>&1 || { install -m 0644 configs/cni/10-rtshimd.conflist /etc/cni/net.d/; echo "installed /etc/cni/net.d/10-rtshimd.conflist"; }
 	./$(BIN)/rtshimd --config /etc/rtshimd/config.toml
 
 vet:
@@ -58,6 +60,8 @@ install: build
 	install -D -m 0644 contrib/systemd/rtshimd.service /etc/systemd/system/rtshimd.service
 	@mkdir -p /etc/rtshimd
 	@[ -f /etc/rtshimd/config.toml ] || /usr/local/bin/rtshimd config default > /etc/rtshimd/config.toml
+	@mkdir -p /etc/cni/net.d
+	@ls /etc/cni/net.d/*.conf* >/dev/null 2>&1 || install -m 0644 configs/cni/10-rtshimd.conflist /etc/cni/net.d/
 
 clean:
 	rm -rf $(BIN)

@@ -115,7 +115,12 @@ func newDaemonWith(t testing.TB, extra string) *Daemon {
 	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
 	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = \"debug\"\nmonitor_path = %q\npause_path = %q\n",
 		d.Socket, d.State, d.RunRoot, filepath.Join(binDir, "rtshim-monitor"), filepath.Join(binDir, "rtshim-pause"))
-	if err := os.WriteFile(d.Config, []byte(cfg+handlerTable(d.RunRoot)+extra), 0o644); err != nil {
+	// Each daemon has CNI dirs of its own, empty until a test writes a network config.
+	netCfg := fmt.Sprintf("\n[network]\ncni_conf_dir = %q\ncni_cache_dir = %q\n", filepath.Join(dir, "cni"), filepath.Join(dir, "cni-cache"))
+	if err := os.MkdirAll(filepath.Join(dir, "cni"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.Config, []byte(cfg+handlerTable(d.RunRoot)+netCfg+extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	d.Start()

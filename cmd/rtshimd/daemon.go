@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/cri"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
@@ -26,6 +28,7 @@ type daemon struct {
 	sandboxes  *sandbox.Manager
 	images     *image.Service
 	containers *container.Manager
+	network    *network.Manager
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -67,6 +70,13 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if _, err := os.Stat(monitorPath); err != nil {
 		return nil, fmt.Errorf("monitor_path: %w", err)
 	}
+	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir})
+	for _, h := range table.List() {
+		if h.CNIConfDir != "" {
+			netw.AddDir(h.CNIConfDir)
+		}
+	}
+	netw.Watch(ctx, 2*time.Second)
 	mgr, err := sandbox.NewManager(sandbox.Options{
 		Handlers:       table,
 		Store:          st,
@@ -75,6 +85,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		PauseRootfs:    rootfs,
 		CgroupDriver:   cfg.CgroupDriver,
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
+		Network:        netw,
 	})
 	if err != nil {
 		return nil, err
@@ -109,11 +120,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
-	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs}, nil
+	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw}, nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
-	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers}
+	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")

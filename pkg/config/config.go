@@ -45,6 +45,7 @@ type Config struct {
 	DefaultHandler string              `toml:"default_handler"`
 	Handlers       map[string]*Handler `toml:"handlers"`
 	Image          Image               `toml:"image"`
+	Network        Network             `toml:"network"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -58,6 +59,21 @@ type Handler struct {
 	Sandbox     string   `toml:"sandbox"`
 	Overhead    Overhead `toml:"overhead"`
 	Features    Declared `toml:"features"`
+	// CNIConfDir and CNINetwork give the handler's pods another CNI network than the
+	// default (a conf dir of its own, and/or a network by name).
+	CNIConfDir string `toml:"cni_conf_dir"`
+	CNINetwork string `toml:"cni_network"`
+}
+
+// Network configures pod networking through CNI.
+type Network struct {
+	// ConfDir holds the CNI network configs; the first valid one (in name order) is the
+	// default network.
+	ConfDir string `toml:"cni_conf_dir"`
+	// BinDirs are searched for plugin binaries.
+	BinDirs []string `toml:"cni_bin_dirs"`
+	// CacheDir keeps results so that DEL works after a restart (default <state_root>/cni).
+	CacheDir string `toml:"cni_cache_dir"`
 }
 
 // Image configures the image service: where images come from and how they are kept.
@@ -170,6 +186,11 @@ func (c *Config) applyDefaults() {
 	def(&c.CgroupDriver, CgroupfsDriver)
 	def(&c.LogLevel, "info")
 	def(&c.Image.StorageDriver, "overlay")
+	def(&c.Network.ConfDir, "/etc/cni/net.d")
+	def(&c.Network.CacheDir, filepath.Join(c.StateRoot, "cni"))
+	if len(c.Network.BinDirs) == 0 {
+		c.Network.BinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+	}
 	if c.Image.MaxParallelDownloads == 0 {
 		c.Image.MaxParallelDownloads = 3 // containerd's default
 	}
@@ -209,6 +230,16 @@ func (c *Config) validate(p positions) error {
 	if _, err := logrus.ParseLevel(c.LogLevel); err != nil {
 		return p.errf("log_level", "log_level %q is not a level (panic, fatal, error, warn, info, debug, trace)", c.LogLevel)
 	}
+	for _, f := range []struct{ key, val string }{{"network.cni_conf_dir", c.Network.ConfDir}, {"network.cni_cache_dir", c.Network.CacheDir}} {
+		if !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
+	for i, d := range c.Network.BinDirs {
+		if !filepath.IsAbs(d) {
+			return p.errf("network.cni_bin_dirs", "network.cni_bin_dirs[%d] must be an absolute path, got %q", i, d)
+		}
+	}
 	if c.Image.RegistriesConf != "" && !filepath.IsAbs(c.Image.RegistriesConf) {
 		return p.errf("image.registries_conf", "image.registries_conf must be an absolute path, got %q", c.Image.RegistriesConf)
 	}
@@ -245,6 +276,9 @@ func (c *Config) validate(p positions) error {
 		}
 		if !filepath.IsAbs(h.RuntimeRoot) {
 			return p.errf(key+".runtime_root", "handler %q: runtime_root must be an absolute path, got %q", name, h.RuntimeRoot)
+		}
+		if h.CNIConfDir != "" && !filepath.IsAbs(h.CNIConfDir) {
+			return p.errf(key+".cni_conf_dir", "handler %q: cni_conf_dir must be an absolute path, got %q", name, h.CNIConfDir)
 		}
 		if h.Sandbox != SandboxNamespaces && h.Sandbox != SandboxShared {
 			return p.errf(key+".sandbox", "handler %q: sandbox must be %q or %q, got %q", name, SandboxNamespaces, SandboxShared, h.Sandbox)

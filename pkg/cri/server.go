@@ -25,6 +25,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -41,6 +42,7 @@ type Server struct {
 	Sandboxes  *sandbox.Manager
 	Images     *image.Service
 	Containers *container.Manager
+	Network    *network.Manager
 }
 
 // Serve listens on the config's Unix socket (0660, parent directory created) and serves

@@ -10,15 +10,15 @@ import (
 // Status reports the runtime and network conditions and, per ready handler, its
 // features; the default handler is listed again under "".
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	netCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
+	if ok, why := s.Network.Ready(); !ok {
+		netCond.Status, netCond.Reason = false, "NetworkPluginNotReady"
+		netCond.Message = "CNI: " + why + " (pods get loopback only until a network config exists)"
+	}
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 			{Type: runtimeapi.RuntimeReady, Status: true},
-			{
-				Type:    runtimeapi.NetworkReady,
-				Status:  false,
-				Reason:  "NetworkPluginNotReady",
-				Message: "rtshimd has no pod networking (CNI) yet: pods get an isolated network namespace without interfaces",
-			},
+			netCond,
 		}},
 		Features: &runtimeapi.RuntimeFeatures{},
 	}

@@ -30,10 +30,13 @@ type Handler struct {
 	Sandbox  string          `json:"sandbox"`
 	Runtime  *oci.Runtime    `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
-	Version  string          `json:"version,omitempty"`
-	Features Features        `json:"features"`
-	Ready    bool            `json:"ready"`
-	Reason   string          `json:"reason,omitempty"` // why not ready
+	// CNIConfDir and CNINetwork choose the handler's pod network ("" = the default).
+	CNIConfDir string   `json:"cni_conf_dir,omitempty"`
+	CNINetwork string   `json:"cni_network,omitempty"`
+	Version    string   `json:"version,omitempty"`
+	Features   Features `json:"features"`
+	Ready      bool     `json:"ready"`
+	Reason     string   `json:"reason,omitempty"` // why not ready
 	// Notes say where each feature came from (discovered, declared, probe timing).
 	Notes []string `json:"notes,omitempty"`
 
@@ -61,9 +64,11 @@ func New(cfg *config.Config) *Table {
 				Args:          hc.RuntimeArgs,
 				SystemdCgroup: cfg.CgroupDriver == config.SystemdDriver,
 			},
-			Overhead: hc.Overhead,
-			Reason:   "not discovered yet",
-			declared: hc.Features,
+			Overhead:   hc.Overhead,
+			CNIConfDir: hc.CNIConfDir,
+			CNINetwork: hc.CNINetwork,
+			Reason:     "not discovered yet",
+			declared:   hc.Features,
 		}
 	}
 	return t

@@ -23,6 +23,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
@@ -42,6 +43,8 @@ type Options struct {
 	CgroupDriver string
 	// OOMScoreAdjMin is the lowest oom_score_adj the daemon may give a process (its own).
 	OOMScoreAdjMin int
+	// Network attaches pods to CNI networks; nil leaves pods with loopback only.
+	Network *network.Manager
 }
 
 // Containers is what a sandbox needs of the container manager: its containers go
@@ -231,6 +234,26 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 	if !hostIPC {
 		sb.Shm = filepath.Join(sb.Dir, ShmDir)
 	}
+	var cniNet *network.Network
+	if !hostNet && m.opts.Network != nil {
+		h, _ := m.opts.Handlers.Lookup(sb.Handler)
+		dir, name := "", ""
+		if h != nil {
+			dir, name = h.CNIConfDir, h.CNINetwork
+		}
+		n, err := m.opts.Network.Lookup(dir, name)
+		switch {
+		case err == nil:
+			cniNet = n
+			sb.Network, sb.NetworkDir = n.List.Name, dir
+		case dir != "" || name != "":
+			return fmt.Errorf("handler %q: %v: %w", sb.Handler, err, errdefs.ErrFailedPrecondition)
+		default:
+			// No CNI config on the node (Status says NetworkReady false): the pod gets
+			// loopback only, which is all kubelet-less users of crictl may want.
+			logrus.WithField("sandbox", sb.ID).Warnf("no pod network: %v", err)
+		}
+	}
 	// Decide every path before the first write so the record names all there is to undo.
 	nsDir := filepath.Join(sb.Dir, "ns")
 	for _, k := range kinds {
@@ -250,6 +273,18 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 
 	if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
 		return err
+	}
+	if cniNet != nil {
+		ips, err := m.opts.Network.Setup(ctx, cniNet, m.cniPod(sb))
+		if err != nil {
+			sb.mu.Lock()
+			sb.status.NetworkDown = true // Setup ran DEL itself
+			sb.mu.Unlock()
+			return err
+		}
+		sb.mu.Lock()
+		sb.status.IPs = ips
+		sb.mu.Unlock()
 	}
 	if err := writePodFiles(sb.Dir, hostname, cfg, hostNet); err != nil {
 		return err
@@ -341,6 +376,41 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		return fmt.Errorf("handler %q: start infra container: %w", sb.Handler, err)
 	}
 	return nil
+}
+
+// cniPod describes the sandbox to CNI: its netns, identity and hostPorts.
+func (m *Manager) cniPod(sb *Sandbox) network.Pod {
+	md := sb.config.GetMetadata()
+	p := network.Pod{SandboxID: sb.ID, NetNS: sb.NetNS, Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}
+	for _, pm := range sb.config.GetPortMappings() {
+		if pm.HostPort <= 0 {
+			continue
+		}
+		p.PortMappings = append(p.PortMappings, network.PortMapping{
+			HostPort: pm.HostPort, ContainerPort: pm.ContainerPort,
+			Protocol: strings.ToLower(pm.Protocol.String()), HostIP: pm.HostIp,
+		})
+	}
+	return p
+}
+
+// teardownNetwork runs CNI DEL once for a pod that was attached; it is retried by the
+// next Stop or Remove if it fails.
+func (m *Manager) teardownNetwork(ctx context.Context, sb *Sandbox) error {
+	sb.mu.Lock()
+	done := sb.status.NetworkDown
+	sb.mu.Unlock()
+	if sb.Network == "" || done || m.opts.Network == nil {
+		return nil
+	}
+	if err := m.opts.Network.Teardown(ctx, sb.NetworkDir, sb.Network, m.cniPod(sb)); err != nil {
+		return fmt.Errorf("pod sandbox %s: %w", sb.ID, err)
+	}
+	sb.mu.Lock()
+	sb.status.NetworkDown = true
+	sb.status.IPs = nil
+	sb.mu.Unlock()
+	return m.persist(sb, false)
 }
 
 // podResources are the limits of a sandboxing runtime's whole pod: the pod's own limits
@@ -472,6 +542,9 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 			return err
 		}
 	}
+	if err := m.teardownNetwork(ctx, sb); err != nil {
+		return err
+	}
 	sb.mu.Lock()
 	changed := sb.status.State != StateNotReady
 	sb.status.State = StateNotReady
@@ -567,6 +640,9 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 			}
 		}
 	}
+	if err := m.teardownNetwork(ctx, sb); err != nil {
+		errs = append(errs, err)
+	}
 	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS} {
 		if p != "" {
 			if err := nsfile.Unpin(p); err != nil {
@@ -651,7 +727,7 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStat
 		Metadata:    cfg.Metadata,
 		State:       sb.criState(),
 		CreatedAt:   sb.CreatedAt,
-		Network:     &runtimeapi.PodSandboxNetworkStatus{},
+		Network:     networkStatus(sb.Status().IPs),
 		Labels:      cfg.Labels,
 		Annotations: cfg.Annotations,
 		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
@@ -670,6 +746,17 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStat
 		return nil, nil, err
 	}
 	return st, map[string]string{"info": string(info)}, nil
+}
+
+func networkStatus(ips []string) *runtimeapi.PodSandboxNetworkStatus {
+	st := &runtimeapi.PodSandboxNetworkStatus{}
+	if len(ips) > 0 {
+		st.Ip = ips[0]
+		for _, ip := range ips[1:] {
+			st.AdditionalIps = append(st.AdditionalIps, &runtimeapi.PodIP{Ip: ip})
+		}
+	}
+	return st
 }
 
 // Count returns the number of sandboxes (for logs and tests).

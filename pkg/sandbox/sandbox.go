@@ -48,6 +48,9 @@ type Metadata struct {
 	Shm         string `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
 	Infra       bool   `json:"infra"`         // an infra container runs through the handler
 	CgroupsPath string `json:"cgroups_path,omitempty"`
+	// Network and NetworkDir name the CNI network the pod was attached to ("" = none).
+	Network    string `json:"network,omitempty"`
+	NetworkDir string `json:"network_dir,omitempty"`
 }
 
 // Status changes over the sandbox's life.
@@ -57,6 +60,10 @@ type Status struct {
 	InfraExit  *int      `json:"infra_exit,omitempty"`
 	ExitedAt   time.Time `json:"exited_at,omitempty"`
 	MonitorPid int       `json:"monitor_pid,omitempty"`
+	// IPs are the pod's addresses from CNI, the primary first.
+	IPs []string `json:"ips,omitempty"`
+	// NetworkDown is set once CNI DEL has run.
+	NetworkDown bool `json:"network_down,omitempty"`
 }
 
 // Sandbox is one pod sandbox in memory.

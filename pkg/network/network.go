@@ -1,0 +1,268 @@
+// Package network attaches pod network namespaces to CNI networks through libcni: it
+// watches the CNI config directories, reports whether a usable network exists, and runs
+// ADD and DEL for pods. It does not create namespaces (pkg/nsfile does) or know sandboxes.
+package network
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/sirupsen/logrus"
+)
+
+// Options configure a Manager.
+type Options struct {
+	ConfDir  string   // default network configs
+	BinDirs  []string // plugin binaries
+	CacheDir string   // libcni's cache of results, so DEL works after a restart
+}
+
+// Network is one loaded CNI network.
+type Network struct {
+	List *libcni.NetworkConfigList
+	File string
+}
+
+// Manager loads CNI networks and runs plugins.
+type Manager struct {
+	opts Options
+	cni  *libcni.CNIConfig
+
+	mu      sync.RWMutex
+	loaded  map[string]*Network // conf dir (and network name) → network
+	errs    map[string]error
+	watched map[string]bool
+}
+
+// New returns a Manager; call Watch to keep its view of the config dirs current.
+func New(opts Options) *Manager {
+	return &Manager{
+		opts:    opts,
+		cni:     libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, nil),
+		loaded:  map[string]*Network{},
+		errs:    map[string]error{},
+		watched: map[string]bool{opts.ConfDir: true},
+	}
+}
+
+// AddDir makes the Manager watch another config dir (a handler's own cni_conf_dir).
+func (m *Manager) AddDir(dir string) {
+	m.mu.Lock()
+	m.watched[dir] = true
+	m.mu.Unlock()
+}
+
+// Watch reloads the config dirs now and then every interval until ctx ends. Polling a
+// directory listing is cheap and needs no inotify limits.
+func (m *Manager) Watch(ctx context.Context, interval time.Duration) {
+	m.reload(ctx)
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.reload(ctx)
+			}
+		}
+	}()
+}
+
+func key(dir, name string) string { return dir + "\x00" + name }
+
+// reload loads, for every watched dir, the first valid network in name order (as kubelet
+// and containerd choose the default network), and every network by name.
+func (m *Manager) reload(ctx context.Context) {
+	m.mu.RLock()
+	dirs := make([]string, 0, len(m.watched))
+	for d := range m.watched {
+		dirs = append(dirs, d)
+	}
+	m.mu.RUnlock()
+	loaded, errs := map[string]*Network{}, map[string]error{}
+	for _, dir := range dirs {
+		files, err := libcni.ConfFiles(dir, []string{".conflist", ".conf", ".json"})
+		if err != nil || len(files) == 0 {
+			errs[dir] = fmt.Errorf("no network config in %s", dir)
+			continue
+		}
+		sort.Strings(files)
+		var problems []string
+		for _, f := range files {
+			n, err := load(ctx, m.cni, f)
+			if err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			if _, ok := loaded[key(dir, "")]; !ok {
+				loaded[key(dir, "")] = n
+			}
+			loaded[key(dir, n.List.Name)] = n
+		}
+		if _, ok := loaded[key(dir, "")]; !ok {
+			errs[dir] = fmt.Errorf("no valid network config in %s: %s", dir, strings.Join(problems, "; "))
+		}
+	}
+	m.mu.Lock()
+	changed := len(loaded) != len(m.loaded)
+	for k, n := range loaded {
+		if old, ok := m.loaded[k]; !ok || string(old.List.Bytes) != string(n.List.Bytes) {
+			changed = true
+		}
+	}
+	m.loaded, m.errs = loaded, errs
+	m.mu.Unlock()
+	if changed {
+		for k, n := range loaded {
+			if strings.HasSuffix(k, "\x00") {
+				logrus.WithFields(logrus.Fields{"network": n.List.Name, "file": n.File}).Info("CNI network loaded")
+			}
+		}
+	}
+}
+
+func load(ctx context.Context, cni *libcni.CNIConfig, file string) (*Network, error) {
+	var list *libcni.NetworkConfigList
+	var err error
+	if strings.HasSuffix(file, ".conflist") {
+		list, err = libcni.NetworkConfFromFile(file)
+	} else {
+		var conf *libcni.PluginConfig
+		if conf, err = libcni.ConfFromFile(file); err == nil {
+			list, err = libcni.ConfListFromConf(conf)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", file, err)
+	}
+	if _, err := cni.ValidateNetworkList(ctx, list); err != nil {
+		return nil, fmt.Errorf("%s: %v", file, err)
+	}
+	return &Network{List: list, File: file}, nil
+}
+
+// Ready reports whether the default network is usable, and why not.
+func (m *Manager) Ready() (bool, string) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if _, ok := m.loaded[key(m.opts.ConfDir, "")]; ok {
+		return true, ""
+	}
+	if err := m.errs[m.opts.ConfDir]; err != nil {
+		return false, err.Error()
+	}
+	return false, "CNI configuration not loaded yet"
+}
+
+// Lookup returns the network for a pod: name ("" = the first) in dir ("" = the default).
+func (m *Manager) Lookup(dir, name string) (*Network, error) {
+	if dir == "" {
+		dir = m.opts.ConfDir
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if n, ok := m.loaded[key(dir, name)]; ok {
+		return n, nil
+	}
+	if name != "" {
+		return nil, fmt.Errorf("CNI network %q not found in %s", name, dir)
+	}
+	if err := m.errs[dir]; err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("no CNI network loaded from %s", dir)
+}
+
+// Pod is what a CNI call needs to know about a pod.
+type Pod struct {
+	SandboxID, NetNS     string
+	Name, Namespace, UID string
+	PortMappings         []PortMapping
+}
+
+// PortMapping is a hostPort, for the portmap plugin.
+type PortMapping struct {
+	HostPort      int32  `json:"hostPort"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+func runtimeConf(p Pod) *libcni.RuntimeConf {
+	rt := &libcni.RuntimeConf{
+		ContainerID: p.SandboxID,
+		NetNS:       p.NetNS,
+		IfName:      "eth0",
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", p.Namespace},
+			{"K8S_POD_NAME", p.Name},
+			{"K8S_POD_INFRA_CONTAINER_ID", p.SandboxID},
+			{"K8S_POD_UID", p.UID},
+		},
+	}
+	if len(p.PortMappings) > 0 {
+		rt.CapabilityArgs = map[string]interface{}{"portMappings": p.PortMappings}
+	}
+	return rt
+}
+
+// Setup runs ADD for the pod and returns its IPs (the first is the primary). On error
+// the plugins' own message is returned and DEL has been run, so nothing is left.
+func (m *Manager) Setup(ctx context.Context, n *Network, p Pod) ([]string, error) {
+	rt := runtimeConf(p)
+	res, err := m.cni.AddNetworkList(ctx, n.List, rt)
+	if err != nil {
+		if derr := m.cni.DelNetworkList(context.WithoutCancel(ctx), n.List, rt); derr != nil {
+			logrus.WithError(derr).WithField("sandbox", p.SandboxID).Warn("CNI DEL after a failed ADD")
+		}
+		return nil, fmt.Errorf("CNI network %q (%s): ADD: %w", n.List.Name, n.File, err)
+	}
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("CNI network %q: unreadable result: %w", n.List.Name, err)
+	}
+	var ips []string
+	for _, ip := range r.IPs {
+		ips = append(ips, ip.Address.IP.String())
+	}
+	return ips, nil
+}
+
+// Teardown runs DEL for the pod on network name of dir, as it was set up. It prefers
+// the config the pod was set up with (libcni's cache), so a changed or removed config
+// does not strand the pod's address; a netns that is already gone is fine.
+func (m *Manager) Teardown(ctx context.Context, dir, name string, p Pod) error {
+	rt := runtimeConf(p)
+	if _, err := os.Stat(p.NetNS); err != nil {
+		rt.NetNS = "" // plugins release IPAM state without a namespace
+	}
+	var list *libcni.NetworkConfigList
+	if cached, _, err := m.cni.GetNetworkListCachedConfig(&libcni.NetworkConfigList{Name: name}, rt); err == nil && len(cached) > 0 {
+		list, _ = libcni.NetworkConfFromBytes(cached)
+	}
+	if list == nil {
+		n, err := m.Lookup(dir, name)
+		if err != nil {
+			return fmt.Errorf("tear down the network of pod %s: %w", p.SandboxID, err)
+		}
+		list = n.List
+	}
+	if err := m.cni.DelNetworkList(ctx, list, rt); err != nil {
+		return fmt.Errorf("CNI network %q: DEL: %w", list.Name, err)
+	}
+	return nil
+}
+
+// CacheDir is where libcni keeps results (for tests and cleanup checks).
+func (m *Manager) CacheDir() string { return filepath.Clean(m.opts.CacheDir) }

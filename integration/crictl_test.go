@@ -148,9 +148,11 @@ func TestCrictlContainers(t *testing.T) {
 		if err := json.Unmarshal([]byte(run("inspect", id)), &inspect); err != nil || inspect.Status.State != "CONTAINER_RUNNING" {
 			t.Errorf("%s: crictl inspect: %+v %v", handler, inspect, err)
 		}
-		// Plain `crictl exec` streams (issue 5); --sync runs ExecSync.
-		if out := run("exec", "--sync", id, "hostname"); out != "crictl-"+handler {
-			t.Errorf("%s: crictl exec hostname = %q", handler, out)
+		// Plain `crictl exec` streams through the streaming server; --sync runs ExecSync.
+		for _, args := range [][]string{{"exec", id, "hostname"}, {"exec", "--sync", id, "hostname"}} {
+			if out := run(args...); out != "crictl-"+handler {
+				t.Errorf("%s: crictl %v = %q", handler, args, out)
+			}
 		}
 		waitFor(t, 10*time.Second, "crictl logs", func() (bool, string) {
 			out := run("logs", id)

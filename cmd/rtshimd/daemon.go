@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/cri-streaming/pkg/streaming"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
@@ -20,6 +23,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/sdnotify"
 	"github.com/rtshimd/rtshimd/pkg/store"
+	"github.com/rtshimd/rtshimd/pkg/stream"
 )
 
 type daemon struct {
@@ -29,6 +33,7 @@ type daemon struct {
 	images     *image.Service
 	containers *container.Manager
 	network    *network.Manager
+	streaming  streaming.Server
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -120,11 +125,20 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
-	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw}, nil
+	srv, err := stream.New(cfg.Streaming.Addr, ctrs, mgr)
+	if err != nil {
+		return nil, fmt.Errorf("streaming server: %w", err)
+	}
+	go func() {
+		if err := srv.Start(true); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logrus.WithError(err).Error("streaming server stopped")
+		}
+	}()
+	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv}, nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
-	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network}
+	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -134,6 +148,7 @@ func (d *daemon) serve(ctx context.Context) error {
 
 func (d *daemon) close() {
 	_ = sdnotify.Notify("STOPPING=1")
+	_ = d.streaming.Stop()
 	d.containers.Close()
 	d.sandboxes.Close()
 	d.images.Close()

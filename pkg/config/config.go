@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,6 +47,7 @@ type Config struct {
 	Handlers       map[string]*Handler `toml:"handlers"`
 	Image          Image               `toml:"image"`
 	Network        Network             `toml:"network"`
+	Streaming      Streaming           `toml:"streaming"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -63,6 +65,13 @@ type Handler struct {
 	// default (a conf dir of its own, and/or a network by name).
 	CNIConfDir string `toml:"cni_conf_dir"`
 	CNINetwork string `toml:"cni_network"`
+}
+
+// Streaming configures the server behind Exec, Attach and PortForward URLs.
+type Streaming struct {
+	// Addr is host:port; port 0 picks a free one. Keep it on loopback unless a TLS
+	// front or the node's firewall protects it: whoever reaches it can exec into pods.
+	Addr string `toml:"addr"`
 }
 
 // Network configures pod networking through CNI.
@@ -187,6 +196,7 @@ func (c *Config) applyDefaults() {
 	def(&c.LogLevel, "info")
 	def(&c.Image.StorageDriver, "overlay")
 	def(&c.Network.ConfDir, "/etc/cni/net.d")
+	def(&c.Streaming.Addr, "127.0.0.1:0")
 	def(&c.Network.CacheDir, filepath.Join(c.StateRoot, "cni"))
 	if len(c.Network.BinDirs) == 0 {
 		c.Network.BinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
@@ -234,6 +244,9 @@ func (c *Config) validate(p positions) error {
 		if !filepath.IsAbs(f.val) {
 			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
 		}
+	}
+	if _, _, err := net.SplitHostPort(c.Streaming.Addr); err != nil {
+		return p.errf("streaming.addr", "streaming.addr %q is not host:port", c.Streaming.Addr)
 	}
 	for i, d := range c.Network.BinDirs {
 		if !filepath.IsAbs(d) {

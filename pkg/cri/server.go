@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/cri-streaming/pkg/streaming"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
@@ -43,6 +44,7 @@ type Server struct {
 	Images     *image.Service
 	Containers *container.Manager
 	Network    *network.Manager
+	Streaming  streaming.Server
 }
 
 // Serve listens on the config's Unix socket (0660, parent directory created) and serves

@@ -1,0 +1,187 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/streaming/pkg/httpstream/spdy"
+)
+
+// spdyConnect upgrades a streaming URL to SPDY with protocol, as kubectl does.
+func spdyConnect(t *testing.T, url, protocol string) httpstream.Connection {
+	t.Helper()
+	rt, err := spdy.NewRoundTripper(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Add(httpstream.HeaderProtocolVersion, protocol)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("upgrade %s: %v", url, err)
+	}
+	conn, err := rt.NewConnection(resp)
+	if err != nil {
+		t.Fatalf("SPDY connection: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+type execResult struct {
+	stdout, stderr string
+	exitCode       string // "" for success, else the code the server reported
+}
+
+// streamExec runs an Exec through the streaming server with the remotecommand v4 protocol.
+func streamExec(t *testing.T, d *Daemon, id string, cmd []string, stdin string, tty bool, size *[2]uint16) execResult {
+	t.Helper()
+	resp, err := d.RS.Exec(ctxT(t), &runtimeapi.ExecRequest{ContainerId: id, Cmd: cmd, Stdout: true, Stderr: !tty, Stdin: stdin != "", Tty: tty})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	conn := spdyConnect(t, resp.Url, "v4.channel.k8s.io")
+	stream := func(typ string) httpstream.Stream {
+		h := http.Header{}
+		h.Set("streamType", typ)
+		s, err := conn.CreateStream(h)
+		if err != nil {
+			t.Fatalf("create %s stream: %v", typ, err)
+		}
+		return s
+	}
+	errStream := stream("error")
+	out := stream("stdout")
+	var errOut httpstream.Stream
+	if !tty {
+		errOut = stream("stderr")
+	}
+	if tty {
+		rs := stream("resize")
+		if size != nil {
+			_ = json.NewEncoder(rs).Encode(map[string]uint16{"Width": size[0], "Height": size[1]})
+		}
+	}
+	if stdin != "" {
+		in := stream("stdin")
+		_, _ = io.WriteString(in, stdin)
+		in.Close()
+	}
+	var res execResult
+	done := make(chan struct{})
+	go func() {
+		b, _ := io.ReadAll(out)
+		res.stdout = string(b)
+		close(done)
+	}()
+	if errOut != nil {
+		b, _ := io.ReadAll(errOut)
+		res.stderr = string(b)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec output did not end")
+	}
+	raw, _ := io.ReadAll(errStream)
+	if len(raw) > 0 {
+		var st struct {
+			Status  string `json:"status"`
+			Details struct {
+				Causes []struct {
+					Reason, Message string
+				} `json:"causes"`
+			} `json:"details"`
+		}
+		_ = json.Unmarshal(raw, &st)
+		for _, c := range st.Details.Causes {
+			if c.Reason == "ExitCode" {
+				res.exitCode = c.Message
+			}
+		}
+		if res.exitCode == "" && st.Status != "Success" {
+			res.exitCode = "error: " + string(raw)
+		}
+	}
+	return res
+}
+
+// Exec with and without a terminal, stdin, resize and exit codes; port-forward into the
+// pod's network namespace; on runc and runsc, driven by a SPDY client as kubectl is.
+func TestStreaming(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range []string{"runc", "runsc"} {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			podID, pod := e.pod("stream-"+handler, handler)
+			id := e.run(podID, pod, e.ctrConfig("server", "sh", "-c", "while true; do echo hello-through-port-forward | nc -l -p 8080; done"))
+
+			res := streamExec(t, e.d, id, []string{"sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"}, "", false, nil)
+			if res.stdout != "to-stdout\n" || res.stderr != "to-stderr\n" || res.exitCode != "3" {
+				t.Errorf("exec: %+v", res)
+			}
+			res = streamExec(t, e.d, id, []string{"cat"}, "from-stdin\n", false, nil)
+			if res.stdout != "from-stdin\n" || res.exitCode != "" {
+				t.Errorf("exec with stdin: %+v", res)
+			}
+			res = streamExec(t, e.d, id, []string{"sh", "-c", "sleep 1; tty; stty size"}, "", true, &[2]uint16{123, 45})
+			out := strings.ReplaceAll(res.stdout, "\r", "")
+			// stty fails without a terminal; gVisor's `tty` cannot name a host terminal.
+			if !strings.Contains(out, "45 123") || (handler == "runc" && !strings.Contains(out, "/dev/pts/")) {
+				t.Errorf("exec with a terminal resized to 123x45: %q (%s)", out, res.exitCode)
+			}
+
+			// Port-forward: a data and an error stream for the port, as kubectl opens them.
+			pf, err := e.d.RS.PortForward(ctxT(t), &runtimeapi.PortForwardRequest{PodSandboxId: podID, Port: []int32{8080}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			waitFor(t, 20*time.Second, "the server through port-forward", func() (bool, string) {
+				conn := spdyConnect(t, pf.Url, "portforward.k8s.io")
+				h := http.Header{}
+				h.Set("streamType", "error")
+				h.Set("port", "8080")
+				h.Set("requestID", "1")
+				errS, err := conn.CreateStream(h)
+				if err != nil {
+					return false, err.Error()
+				}
+				h.Set("streamType", "data")
+				data, err := conn.CreateStream(h)
+				if err != nil {
+					return false, err.Error()
+				}
+				b := make([]byte, 64)
+				n, _ := io.ReadAtLeast(data, b, len("hello-through-port-forward"))
+				got = strings.TrimSpace(string(b[:n]))
+				data.Close()
+				errS.Close()
+				conn.Close()
+				return got == "hello-through-port-forward", fmt.Sprintf("%q", got)
+			})
+
+			_, err = e.d.RS.Attach(ctxT(t), &runtimeapi.AttachRequest{ContainerId: id, Stdout: true})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "attach") {
+				t.Errorf("Attach: %v, want FailedPrecondition saying attach is not supported", err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctxT(t), podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/store"
+)
+
+// TerminalSize is a terminal's width and height in characters.
+type TerminalSize struct{ Width, Height uint16 }
+
+// ExitCodeError is a command that ran and exited non-zero.
+type ExitCodeError struct{ Code int }
+
+func (e *ExitCodeError) Error() string { return fmt.Sprintf("command exited with status %d", e.Code) }
+
+// ExecStream runs cmd in the running container with the given streams (streaming Exec).
+// With tty the process gets a terminal (the runtime hands its master over a console
+// socket), resized as resize says. It returns an *ExitCodeError for a non-zero exit; when
+// ctx ends (the client went away) the process is killed.
+func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.Writer, tty bool, resize <-chan TerminalSize) error {
+	c, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if len(cmd) == 0 {
+		return invalid("cmd is empty")
+	}
+	if st := c.Status().State; st != StateRunning {
+		return fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		return fmt.Errorf("read the spec of container %s: %w", c.ID, err)
+	}
+	if spec.Process == nil {
+		return fmt.Errorf("the spec of container %s has no process to take user and environment from", c.ID)
+	}
+	proc := *spec.Process
+	proc.Args = cmd
+	proc.Terminal = tty
+	proc.ConsoleSize = nil
+	dir, err := os.MkdirTemp(c.Dir, "exec-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	pj, _ := json.Marshal(&proc)
+	procFile, pidFile := filepath.Join(dir, "process.json"), filepath.Join(dir, "pid")
+	if err := store.WriteFileAtomic(procFile, pj, 0o600); err != nil {
+		return err
+	}
+	args := append(c.Runtime.GlobalArgs(), "exec", "--process", procFile, "--pid-file", pidFile)
+	if c.Shared {
+		pidFile = filepath.Join(dir, "internal-pid")
+		args = append(args, "--internal-pid-file", pidFile)
+	}
+	run := exec.Command(c.Runtime.Path, append(args, c.ID)...)
+	var master *os.File
+	if tty {
+		// The runtime runs in the foreground on a terminal of ours and relays it to the
+		// container's: it resizes the container's terminal when ours is resized (SIGWINCH)
+		// and we can wait for it. (A console socket needs a detached exec, whose process
+		// nobody could then wait for.)
+		var slave *os.File
+		if master, slave, err = openPTY(); err != nil {
+			return fmt.Errorf("exec in %s: allocate a terminal: %w", c.ID, err)
+		}
+		defer master.Close()
+		run.Stdin, run.Stdout, run.Stderr = slave, slave, slave
+		run.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		err = run.Start()
+		slave.Close()
+	} else {
+		run.Stdin, run.Stdout, run.Stderr = in, out, errw
+		run.WaitDelay = 2 * time.Second
+		err = run.Start()
+	}
+	if err != nil {
+		return fmt.Errorf("handler %q: exec in %s: %w", c.Handler, c.ID, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Wait() }()
+	if tty {
+		go func() {
+			for sz := range resize {
+				_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: sz.Height, Col: sz.Width})
+			}
+		}()
+		if in != nil {
+			go func() { _, _ = io.Copy(master, in) }()
+		}
+		copied := make(chan struct{})
+		go func() { _, _ = io.Copy(out, master); close(copied) }()
+		defer func() {
+			select { // the last output, without waiting on a terminal someone else holds
+			case <-copied:
+			case <-time.After(time.Second):
+			}
+		}()
+	}
+	select {
+	case werr := <-done:
+		return exitError(werr)
+	case <-ctx.Done():
+		m.killExec(c, pidFile)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = run.Process.Kill()
+			<-done
+		}
+		return ctx.Err()
+	}
+}
+
+func exitError(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return &ExitCodeError{Code: ee.ExitCode()}
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		return nil
+	}
+	return err
+}
+
+// openPTY allocates a pseudo-terminal pair.
+func openPTY() (master, slave *os.File, err error) {
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	master = os.NewFile(uintptr(fd), "/dev/ptmx")
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}

@@ -1,0 +1,48 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/container"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+)
+
+// Exec returns the URL of a streaming exec session in a running container.
+func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
+	c, err := s.Containers.Get(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if st := c.Status().State; st != container.StateRunning {
+		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	if len(req.GetCmd()) == 0 {
+		return nil, fmt.Errorf("cmd is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	if !req.GetStdout() && !req.GetStderr() && !req.GetStdin() {
+		return nil, fmt.Errorf("one of stdin, stdout and stderr must be set: %w", errdefs.ErrInvalidArgument)
+	}
+	req.ContainerId = c.ID
+	return s.Streaming.GetExec(req)
+}
+
+// Attach is not supported yet: the monitor does not serve a container's stdio to clients.
+func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
+	if _, err := s.Containers.Get(req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("attach to container %s is not supported by rtshimd yet; use exec or the container's log: %w", req.GetContainerId(), errdefs.ErrFailedPrecondition)
+}
+
+// PortForward returns the URL of a port-forward session into a pod's network namespace.
+func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
+	sb, err := s.Sandboxes.Get(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	req.PodSandboxId = sb.ID
+	return s.Streaming.GetPortForward(req)
+}

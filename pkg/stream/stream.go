@@ -1,0 +1,132 @@
+// Package stream serves the CRI streaming endpoints (Exec, Attach, PortForward) through
+// k8s.io/cri-streaming: the RPCs hand out URLs of this server, and kubectl or crictl connect
+// to it with SPDY or WebSocket. It adapts those calls to the container manager and enters
+// pod network namespaces for port forwarding.
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/cri-streaming/pkg/streaming"
+	remotecommandserver "k8s.io/cri-streaming/pkg/streaming/remotecommand"
+
+	"github.com/rtshimd/rtshimd/pkg/container"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/sandbox"
+)
+
+// New returns a streaming server on addr ("127.0.0.1:0" picks a free port).
+func New(addr string, ctrs *container.Manager, sandboxes *sandbox.Manager) (streaming.Server, error) {
+	cfg := streaming.DefaultConfig
+	cfg.Addr = addr
+	return streaming.NewServer(cfg, &runtimeAdapter{ctrs: ctrs, sandboxes: sandboxes})
+}
+
+type runtimeAdapter struct {
+	ctrs      *container.Manager
+	sandboxes *sandbox.Manager
+}
+
+// exitError is what the remotecommand server turns into the exit code the client sees.
+type exitError struct{ code int }
+
+func (e exitError) Error() string   { return "command terminated with exit code " + strconv.Itoa(e.code) }
+func (e exitError) String() string  { return e.Error() }
+func (e exitError) Exited() bool    { return true }
+func (e exitError) ExitStatus() int { return e.code }
+
+func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
+	sizes := make(chan container.TerminalSize)
+	go func() {
+		defer close(sizes)
+		for s := range resize {
+			select {
+			case sizes <- container.TerminalSize{Width: s.Width, Height: s.Height}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var o, e io.Writer
+	if out != nil {
+		o = out
+	}
+	if errw != nil {
+		e = errw
+	}
+	err := r.ctrs.ExecStream(ctx, id, cmd, in, o, e, tty, sizes)
+	var ec *container.ExitCodeError
+	if errors.As(err, &ec) {
+		return exitError{ec.Code}
+	}
+	return err
+}
+
+func (r *runtimeAdapter) Attach(ctx context.Context, id string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
+	return fmt.Errorf("attach to container %s: not supported by rtshimd yet (use exec): %w", id, errdefs.ErrFailedPrecondition)
+}
+
+// PortForward connects the stream to port on the pod's localhost, from inside the pod's
+// network namespace (runsc pods share it through --network=host).
+func (r *runtimeAdapter) PortForward(ctx context.Context, podID string, port int32, stream io.ReadWriteCloser) error {
+	defer stream.Close()
+	sb, err := r.sandboxes.Get(podID)
+	if err != nil {
+		return err
+	}
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("port %d is not a TCP port: %w", port, errdefs.ErrInvalidArgument)
+	}
+	conn, err := dialIn(sb.NetNS, fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return fmt.Errorf("port-forward to pod %s port %d: %w", sb.ID, port, err)
+	}
+	defer conn.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(conn, stream); conn.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(stream, conn); done <- struct{}{} }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// dialIn dials addr from inside the network namespace file netns ("" = the node's). The
+// socket is created on a thread that enters the namespace and is then discarded.
+func dialIn(netns, addr string) (net.Conn, error) {
+	if netns == "" {
+		return net.Dial("tcp", addr)
+	}
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine instead of carrying the
+		// pod's namespace into the rest of the daemon.
+		runtime.LockOSThread()
+		fd, err := unix.Open(netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, fmt.Errorf("enter %s: %w", netns, err)}
+			return
+		}
+		c, err := net.Dial("tcp", addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}

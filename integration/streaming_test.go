@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
@@ -54,7 +53,24 @@ func streamExec(t *testing.T, d *Daemon, id string, cmd []string, stdin string, 
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
-	conn := spdyConnect(t, resp.Url, "v4.channel.k8s.io")
+	return streamSession(t, resp.Url, stdin, tty, size)
+}
+
+// streamAttach attaches through the streaming server, as `kubectl attach` does.
+func streamAttach(t *testing.T, d *Daemon, id string, stdin string, tty bool, size *[2]uint16) execResult {
+	t.Helper()
+	resp, err := d.RS.Attach(ctxT(t), &runtimeapi.AttachRequest{ContainerId: id, Stdout: true, Stderr: !tty, Stdin: stdin != "", Tty: tty})
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	return streamSession(t, resp.Url, stdin, tty, size)
+}
+
+// streamSession drives one remotecommand session: stdin (then closed), a resize, and
+// stdout/stderr read to their end.
+func streamSession(t *testing.T, url, stdin string, tty bool, size *[2]uint16) execResult {
+	t.Helper()
+	conn := spdyConnect(t, url, "v4.channel.k8s.io")
 	stream := func(typ string) httpstream.Stream {
 		h := http.Header{}
 		h.Set("streamType", typ)
@@ -175,13 +191,48 @@ func TestStreaming(t *testing.T) {
 				return got == "hello-through-port-forward", fmt.Sprintf("%q", got)
 			})
 
-			_, err = e.d.RS.Attach(ctxT(t), &runtimeapi.AttachRequest{ContainerId: id, Stdout: true})
-			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "attach") {
-				t.Errorf("Attach: %v, want FailedPrecondition saying attach is not supported", err)
+			// Attach to a container's output as it comes.
+			talker := e.run(podID, pod, e.ctrConfig("talker", "sh", "-c", "sleep 2; echo said-after-attach; sleep 1"))
+			if res := streamAttach(t, e.d, talker, "", false, nil); !strings.Contains(res.stdout, "said-after-attach") {
+				t.Errorf("attach to output: %+v", res)
 			}
 			if err := e.d.RS.RemovePodSandbox(ctxT(t), podID); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Attach with stdin and with a terminal, as `kubectl attach -it` / `kubectl run -it` use
+// it: the container reads what the client types, a resize reaches its terminal, and its
+// output is logged too.
+func TestAttachStdinAndTerminal(t *testing.T) {
+	e := newContainerEnv(t)
+	podID, pod := e.pod("attach", "runc")
+
+	cfg := e.ctrConfig("reader", "sh", "-c", "read line; echo got:$line")
+	cfg.Stdin, cfg.StdinOnce = true, true
+	id := e.run(podID, pod, cfg)
+	res := streamAttach(t, e.d, id, "typed-in\n", false, nil)
+	if !strings.Contains(res.stdout, "got:typed-in") {
+		t.Errorf("attach with stdin: %+v", res)
+	}
+	if st := e.waitExit(id); st.ExitCode != 0 {
+		t.Errorf("reader exit %d", st.ExitCode)
+	}
+
+	cfg = e.ctrConfig("shell", "sh")
+	cfg.Stdin, cfg.Tty = true, true
+	id = e.run(podID, pod, cfg)
+	res = streamAttach(t, e.d, id, "sleep 1; stty size; exit 7\n", true, &[2]uint16{111, 22})
+	if out := strings.ReplaceAll(res.stdout, "\r", ""); !strings.Contains(out, "22 111") {
+		t.Errorf("attach to a terminal resized to 111x22: %q", out)
+	}
+	st := e.waitExit(id)
+	if st.ExitCode != 7 {
+		t.Errorf("shell exit %d, want 7", st.ExitCode)
+	}
+	if log, _ := os.ReadFile(st.LogPath); !strings.Contains(string(log), "stdout F 22 111") {
+		t.Errorf("terminal output not in the CRI log: %q", log)
 	}
 }

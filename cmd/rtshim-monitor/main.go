@@ -67,6 +67,7 @@ type mon struct {
 	reaper   *reaper
 	// startStdio are the container's stdout and stderr for a runtime that wires them at start.
 	startStdio []*os.File
+	att        *attachers
 }
 
 type exitNote struct {
@@ -75,7 +76,7 @@ type exitNote struct {
 }
 
 func run(cfgPath string, sync *os.File) error {
-	m := &mon{exited: make(chan exitNote, 2)}
+	m := &mon{exited: make(chan exitNote, 2), att: &attachers{conns: map[net.Conn]bool{}}}
 	b, err := os.ReadFile(cfgPath)
 	if err == nil {
 		err = json.Unmarshal(b, &m.cfg)
@@ -126,6 +127,7 @@ func run(cfgPath string, sync *os.File) error {
 		}
 		log.Printf("container exited with status %d", note.e.Status)
 		m.notify(append(data, '\n'))
+		m.att.end()
 	} else {
 		log.Printf("supervision ended without a start")
 		m.notify([]byte("{}\n"))
@@ -154,6 +156,27 @@ func (m *mon) create() (int, error) {
 		return 0, err
 	}
 	defer devnull.Close()
+	if cfg.Terminal && cfg.WaitWithRuntime {
+		return 0, errors.New("terminal (tty) containers are not supported on this handler yet")
+	}
+	stdin := devnull
+	m.att.once = cfg.StdinOnce
+	if cfg.Stdin && !cfg.Terminal {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, err
+		}
+		defer r.Close()
+		stdin, m.att.stdin = r, w
+	}
+	var console *net.UnixListener
+	if cfg.Terminal {
+		_ = os.Remove(consoleSocketFile)
+		if console, err = net.ListenUnix("unix", &net.UnixAddr{Name: consoleSocketFile, Net: "unix"}); err != nil {
+			return 0, fmt.Errorf("console socket: %w", err)
+		}
+		defer console.Close()
+	}
 	// While create runs, its output is also the runtime's error text; keep the last part.
 	out := &tailBuffer{max: 8 << 10}
 	stdoutR, stdoutW, err := os.Pipe()
@@ -164,12 +187,16 @@ func (m *mon) create() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	go copyStream(m.sink, "stdout", stdoutR, out)
-	go copyStream(m.sink, "stderr", stderrR, out)
+	go copyStream(m.sink, "stdout", stdoutR, out, m.att.writer(monitor.FrameStdout))
+	go copyStream(m.sink, "stderr", stderrR, out, m.att.writer(monitor.FrameStderr))
 
 	pidFile := filepath.Join(cfg.Dir, monitor.PidFile)
-	args := append(append([]string{}, cfg.RuntimeArgs...), "create", "--bundle", cfg.Bundle, "--pid-file", pidFile, cfg.ID)
-	err = m.reaper.run(devnull, stdoutW, stderrW, cfg.Bundle, 0, cfg.Runtime, args...)
+	args := append(append([]string{}, cfg.RuntimeArgs...), "create", "--bundle", cfg.Bundle, "--pid-file", pidFile)
+	if console != nil {
+		args = append(args, "--console-socket", consoleSocketFile)
+	}
+	args = append(args, cfg.ID)
+	err = m.reaper.run(stdin, stdoutW, stderrW, cfg.Bundle, 0, cfg.Runtime, args...)
 	if cfg.WaitWithRuntime && err == nil {
 		// A sandboxed subcontainer gets its stdio from `start` (runsc passes the start
 		// command's own), so keep the write ends for it.
@@ -183,6 +210,15 @@ func (m *mon) create() (int, error) {
 		return 0, fmt.Errorf("%s create: %v: %s", filepath.Base(cfg.Runtime), err, out.String())
 	}
 	out.stop()
+	if console != nil {
+		master, err := receiveConsole(console)
+		if err != nil {
+			return 0, fmt.Errorf("%s create: %w", filepath.Base(cfg.Runtime), err)
+		}
+		m.att.master, m.att.stdin = master, master
+		// A terminal has one stream: the container's output, logged as stdout.
+		go copyStream(m.sink, "stdout", master, &tailBuffer{stopped: true}, m.att.writer(monitor.FrameStdout))
+	}
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		return 0, fmt.Errorf("%s create: read pid file: %w", filepath.Base(cfg.Runtime), err)
@@ -194,8 +230,8 @@ func (m *mon) create() (int, error) {
 	return pid, nil
 }
 
-func copyStream(sink *monitor.CRILog, stream string, r io.Reader, tee *tailBuffer) {
-	r = io.TeeReader(r, tee)
+func copyStream(sink *monitor.CRILog, stream string, r io.Reader, tee *tailBuffer, attached io.Writer) {
+	r = io.TeeReader(io.TeeReader(r, tee), attached)
 	if sink == nil {
 		_, _ = io.Copy(io.Discard, r)
 		return
@@ -412,7 +448,8 @@ func (m *mon) serve(ln net.Listener) {
 
 func (m *mon) handle(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
 	if err != nil {
 		c.Close()
 		return
@@ -438,6 +475,9 @@ func (m *mon) handle(c net.Conn) {
 		m.mu.Unlock()
 	case monitor.CmdStart:
 		reply(m.start())
+	case monitor.CmdAttach:
+		_ = c.SetReadDeadline(time.Time{})
+		m.att.serve(c, br)
 	case monitor.CmdReopen:
 		if m.sink == nil {
 			reply(errors.New("container has no log"))

@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -159,4 +161,65 @@ func openPTY() (master, slave *os.File, err error) {
 		return nil, nil, err
 	}
 	return master, slave, nil
+}
+
+// Attach connects streams to the running container's stdio through its monitor: output as
+// it comes (not the past: that is in the log), stdin if the container keeps one, and
+// terminal resizes. It returns when the container exits or ctx ends.
+func (m *Manager) Attach(ctx context.Context, id string, in io.Reader, out, errw io.Writer, resize <-chan TerminalSize) error {
+	c, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if st := c.Status().State; st != StateRunning {
+		return fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	conn, err := monitor.Attach(ctx, c.Dir)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var wmu sync.Mutex
+	send := func(kind byte, p []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return monitor.WriteFrame(conn, kind, p)
+	}
+	if in != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := in.Read(buf)
+				if n > 0 && send(monitor.FrameStdin, buf[:n]) != nil {
+					return
+				}
+				if err != nil {
+					_ = send(monitor.FrameCloseStdin, nil)
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		for sz := range resize {
+			_ = send(monitor.FrameResize, []byte{byte(sz.Width >> 8), byte(sz.Width), byte(sz.Height >> 8), byte(sz.Height)})
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	for {
+		kind, p, err := monitor.ReadFrame(conn)
+		if err != nil {
+			return nil // the container ended or the client left
+		}
+		w := out
+		if kind == monitor.FrameStderr && errw != nil {
+			w = errw
+		}
+		if w != nil {
+			if _, err := w.Write(p); err != nil {
+				return nil
+			}
+		}
+	}
 }

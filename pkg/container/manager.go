@@ -207,6 +207,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	p, err := monitor.Start(ctx, m.opts.MonitorPath, monitor.Config{
 		ID: c.ID, Dir: c.Dir, Runtime: c.Runtime.Path, RuntimeArgs: c.Runtime.GlobalArgs(), Bundle: c.Dir,
 		LogPath: c.LogPath, WaitWithRuntime: c.Shared,
+		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(), Terminal: cfg.GetTty(),
 	})
 	if err != nil {
 		return fmt.Errorf("handler %q: create container: %w", c.Handler, err)

@@ -29,12 +29,20 @@ func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtim
 	return s.Streaming.GetExec(req)
 }
 
-// Attach is not supported yet: the monitor does not serve a container's stdio to clients.
+// Attach returns the URL of a session on a running container's stdio (its monitor's).
 func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
-	if _, err := s.Containers.Get(req.GetContainerId()); err != nil {
+	c, err := s.Containers.Get(req.GetContainerId())
+	if err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("attach to container %s is not supported by rtshimd yet; use exec or the container's log: %w", req.GetContainerId(), errdefs.ErrFailedPrecondition)
+	if st := c.Status().State; st != container.StateRunning {
+		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	if !req.GetStdout() && !req.GetStderr() && !req.GetStdin() {
+		return nil, fmt.Errorf("one of stdin, stdout and stderr must be set: %w", errdefs.ErrInvalidArgument)
+	}
+	req.ContainerId = c.ID
+	return s.Streaming.GetAttach(req)
 }
 
 // PortForward returns the URL of a port-forward session into a pod's network namespace.

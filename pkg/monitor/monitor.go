@@ -48,6 +48,12 @@ type Config struct {
 	// WaitWithRuntime: the container's processes are not host processes we can wait for
 	// (a subcontainer of a runsc sandbox); follow it with `<runtime> wait` after start.
 	WaitWithRuntime bool `json:"wait_with_runtime,omitempty"`
+	// Stdin keeps a pipe to the container's stdin for attach clients; StdinOnce closes it
+	// when the first attach client's stdin ends. Terminal gives the container a pty (the
+	// runtime hands over its master), which then carries stdin and output.
+	Stdin     bool `json:"stdin,omitempty"`
+	StdinOnce bool `json:"stdin_once,omitempty"`
+	Terminal  bool `json:"terminal,omitempty"`
 }
 
 // Commands the monitor answers on its socket, one per connection.

@@ -70,7 +70,25 @@ func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in i
 }
 
 func (r *runtimeAdapter) Attach(ctx context.Context, id string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
-	return fmt.Errorf("attach to container %s: not supported by rtshimd yet (use exec): %w", id, errdefs.ErrFailedPrecondition)
+	sizes := make(chan container.TerminalSize)
+	go func() {
+		defer close(sizes)
+		for s := range resize {
+			select {
+			case sizes <- container.TerminalSize{Width: s.Width, Height: s.Height}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var o, e io.Writer
+	if out != nil {
+		o = out
+	}
+	if errw != nil {
+		e = errw
+	}
+	return r.ctrs.Attach(ctx, id, in, o, e, sizes)
 }
 
 // PortForward connects the stream to port on the pod's localhost, from inside the pod's

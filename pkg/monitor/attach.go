@@ -1,0 +1,67 @@
+package monitor
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+)
+
+// CmdAttach turns a monitor connection into an attach session: frames both ways.
+const CmdAttach = "attach"
+
+// Frame kinds of an attach session.
+const (
+	FrameStdin      byte = 0 // client → monitor: bytes for the container's stdin
+	FrameStdout     byte = 1 // monitor → client
+	FrameStderr     byte = 2 // monitor → client
+	FrameResize     byte = 3 // client → monitor: width, height (uint16 each, big-endian)
+	FrameCloseStdin byte = 4 // client → monitor: the client's stdin ended
+)
+
+// maxFrame bounds one frame's payload.
+const maxFrame = 1 << 20
+
+// WriteFrame writes one frame: kind, length (uint32, big-endian), payload.
+func WriteFrame(w io.Writer, kind byte, payload []byte) error {
+	var hdr [5]byte
+	hdr[0] = kind
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(payload)
+	return err
+}
+
+// ReadFrame reads one frame.
+func ReadFrame(r io.Reader) (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > maxFrame {
+		return 0, nil, fmt.Errorf("attach frame of %d bytes", n)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return 0, nil, err
+	}
+	return hdr[0], buf, nil
+}
+
+// Attach opens an attach session with the monitor in dir.
+func Attach(ctx context.Context, dir string) (net.Conn, error) {
+	conn, err := dial(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("the monitor of %s is not running: %w", filepath.Base(dir), err)
+	}
+	if _, err := conn.Write([]byte(CmdAttach + "\n")); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}

@@ -3,7 +3,10 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,6 +161,40 @@ func TestCrictlContainers(t *testing.T) {
 			out := run("logs", id)
 			return out == "started", out
 		})
+		// crictl attach shows live output; crictl port-forward reaches a port of the pod.
+		tick := filepath.Join(dir, handler+"-tick.json")
+		_ = os.WriteFile(tick, []byte(`{"metadata": {"name": "ticker"}, "image": {"image": "`+e.image+`"},
+ "command": ["sh", "-c", "while true; do echo tick; echo hello-pf | nc -l -p 8080 & sleep 0.5; kill $! 2>/dev/null; done"], "log_path": "tick.log"}`), 0o644)
+		tid := run("create", podID, tick, pod)
+		run("start", tid)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		att := exec.CommandContext(ctx, "crictl", "--runtime-endpoint", "unix://"+e.d.Socket, "attach", tid)
+		att.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
+		out, _ := att.Output()
+		cancel()
+		if !strings.Contains(string(out), "tick") {
+			t.Errorf("%s: crictl attach showed %q", handler, out)
+		}
+		port := 19000 + len(handler)
+		pf := exec.Command("crictl", "--runtime-endpoint", "unix://"+e.d.Socket, "port-forward", podID, fmt.Sprintf("%d:8080", port))
+		pf.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
+		if err := pf.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 15*time.Second, "crictl port-forward", func() (bool, string) {
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+			if err != nil {
+				return false, err.Error()
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			b := make([]byte, 32)
+			n, _ := c.Read(b)
+			return strings.Contains(string(b[:n]), "hello-pf"), string(b[:n])
+		})
+		_ = pf.Process.Kill()
+		_ = pf.Wait()
+
 		run("stop", "--timeout", "1", id)
 		if out := run("ps", "-a", "--id", id); !strings.Contains(out, "Exited") {
 			t.Errorf("%s: after stop:\n%s", handler, out)

@@ -273,3 +273,41 @@ func TestCNIFailures(t *testing.T) {
 		}
 	}
 }
+
+// A handler can name its own CNI network: its pods get addresses from that network, the
+// others from the default one.
+func TestHandlerOwnNetwork(t *testing.T) {
+	d := newDaemonWith(t, `
+[handlers.runc-isolated]
+runtime_path = "/usr/sbin/runc"
+cni_network = "rtshimd-isolated"
+`)
+	ipam := filepath.Join(d.Dir, "ipam")
+	write := func(file, name, bridge, subnet string) {
+		conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "plugins": [
+  {"type": "bridge", "bridge": %q, "isGateway": true, "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]]}}]}`, name, bridge, ipam, subnet)
+		if err := os.WriteFile(filepath.Join(d.Dir, "cni", file), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", bridge).Run() })
+	}
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	write("10-default.conflist", "rtshimd-default", "rtdf"+suffix, "10.215.1.0/24")
+	write("20-isolated.conflist", "rtshimd-isolated", "rtis"+suffix, "10.215.2.0/24")
+	waitNetworkReady(t, d, true)
+	for _, tc := range []struct{ handler, prefix string }{{"runc", "10.215.1."}, {"runc-isolated", "10.215.2."}} {
+		id, err := d.RS.RunPodSandbox(ctxT(t), podConfig("own-net-"+tc.handler, runtimeapi.NamespaceMode_CONTAINER), tc.handler)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.handler, err)
+		}
+		if ip := podIP(t, d, id); !strings.HasPrefix(ip, tc.prefix) {
+			t.Errorf("%s pod IP %q, want one from %s0/24", tc.handler, ip, tc.prefix)
+		}
+		if err := d.RS.RemovePodSandbox(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeTestCgroups(t)
+}

@@ -208,31 +208,39 @@ func TestStreaming(t *testing.T) {
 // output is logged too.
 func TestAttachStdinAndTerminal(t *testing.T) {
 	e := newContainerEnv(t)
-	podID, pod := e.pod("attach", "runc")
+	for _, handler := range []string{"runc", "runsc"} {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			podID, pod := e.pod("attach-"+handler, handler)
 
-	cfg := e.ctrConfig("reader", "sh", "-c", "read line; echo got:$line")
-	cfg.Stdin, cfg.StdinOnce = true, true
-	id := e.run(podID, pod, cfg)
-	res := streamAttach(t, e.d, id, "typed-in\n", false, nil)
-	if !strings.Contains(res.stdout, "got:typed-in") {
-		t.Errorf("attach with stdin: %+v", res)
-	}
-	if st := e.waitExit(id); st.ExitCode != 0 {
-		t.Errorf("reader exit %d", st.ExitCode)
-	}
+			cfg := e.ctrConfig("reader", "sh", "-c", "read line; echo got:$line")
+			cfg.Stdin, cfg.StdinOnce = true, true
+			id := e.run(podID, pod, cfg)
+			res := streamAttach(t, e.d, id, "typed-in\n", false, nil)
+			if !strings.Contains(res.stdout, "got:typed-in") {
+				t.Errorf("attach with stdin: %+v", res)
+			}
+			if st := e.waitExit(id); st.ExitCode != 0 {
+				t.Errorf("reader exit %d", st.ExitCode)
+			}
 
-	cfg = e.ctrConfig("shell", "sh")
-	cfg.Stdin, cfg.Tty = true, true
-	id = e.run(podID, pod, cfg)
-	res = streamAttach(t, e.d, id, "sleep 1; stty size; exit 7\n", true, &[2]uint16{111, 22})
-	if out := strings.ReplaceAll(res.stdout, "\r", ""); !strings.Contains(out, "22 111") {
-		t.Errorf("attach to a terminal resized to 111x22: %q", out)
-	}
-	st := e.waitExit(id)
-	if st.ExitCode != 7 {
-		t.Errorf("shell exit %d, want 7", st.ExitCode)
-	}
-	if log, _ := os.ReadFile(st.LogPath); !strings.Contains(string(log), "stdout F 22 111") {
-		t.Errorf("terminal output not in the CRI log: %q", log)
+			cfg = e.ctrConfig("shell", "sh")
+			cfg.Stdin, cfg.Tty = true, true
+			id = e.run(podID, pod, cfg)
+			res = streamAttach(t, e.d, id, "sleep 1; stty size; exit 7\n", true, &[2]uint16{111, 22})
+			if out := strings.ReplaceAll(res.stdout, "\r", ""); !strings.Contains(out, "22 111") {
+				t.Errorf("attach to a terminal resized to 111x22: %q", out)
+			}
+			st := e.waitExit(id)
+			if st.ExitCode != 7 {
+				t.Errorf("shell exit %d, want 7", st.ExitCode)
+			}
+			if log, _ := os.ReadFile(st.LogPath); !strings.Contains(string(log), "stdout F 22 111") {
+				t.Errorf("terminal output not in the CRI log: %q", log)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctxT(t), podID); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

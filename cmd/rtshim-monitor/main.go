@@ -65,8 +65,11 @@ type mon struct {
 	started  bool          // start succeeded
 	exited   chan exitNote // the container's end, from reap or `runtime wait`
 	reaper   *reaper
-	// startStdio are the container's stdout and stderr for a runtime that wires them at start.
+	// startStdio are the container's stdout and stderr for a runtime that wires them at
+	// start; startStdin and console its stdin and terminal.
 	startStdio []*os.File
+	startStdin *os.File
+	console    *net.UnixListener
 	att        *attachers
 }
 
@@ -156,9 +159,6 @@ func (m *mon) create() (int, error) {
 		return 0, err
 	}
 	defer devnull.Close()
-	if cfg.Terminal && cfg.WaitWithRuntime {
-		return 0, errors.New("terminal (tty) containers are not supported on this handler yet")
-	}
 	stdin := devnull
 	m.att.once = cfg.StdinOnce
 	if cfg.Stdin && !cfg.Terminal {
@@ -166,8 +166,12 @@ func (m *mon) create() (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		defer r.Close()
 		stdin, m.att.stdin = r, w
+		if cfg.WaitWithRuntime {
+			m.startStdin = r // runsc wires a subcontainer's stdio at start
+		} else {
+			defer r.Close()
+		}
 	}
 	var console *net.UnixListener
 	if cfg.Terminal {
@@ -175,7 +179,11 @@ func (m *mon) create() (int, error) {
 		if console, err = net.ListenUnix("unix", &net.UnixAddr{Name: consoleSocketFile, Net: "unix"}); err != nil {
 			return 0, fmt.Errorf("console socket: %w", err)
 		}
-		defer console.Close()
+		if cfg.WaitWithRuntime {
+			m.console = console // runsc hands a subcontainer's terminal over at start
+		} else {
+			defer console.Close()
+		}
 	}
 	// While create runs, its output is also the runtime's error text; keep the last part.
 	out := &tailBuffer{max: 8 << 10}
@@ -210,7 +218,7 @@ func (m *mon) create() (int, error) {
 		return 0, fmt.Errorf("%s create: %v: %s", filepath.Base(cfg.Runtime), err, out.String())
 	}
 	out.stop()
-	if console != nil {
+	if console != nil && !cfg.WaitWithRuntime {
 		master, err := receiveConsole(console)
 		if err != nil {
 			return 0, fmt.Errorf("%s create: %w", filepath.Base(cfg.Runtime), err)
@@ -258,6 +266,18 @@ func (m *mon) start() error {
 	if err != nil {
 		return fmt.Errorf("%s start: %v: %s", filepath.Base(cfg.Runtime), err, out)
 	}
+	if m.console != nil {
+		master, err := receiveConsole(m.console)
+		m.console.Close()
+		m.console = nil
+		if err != nil {
+			return fmt.Errorf("%s start: %w", filepath.Base(cfg.Runtime), err)
+		}
+		m.att.mu.Lock()
+		m.att.master, m.att.stdin = master, master
+		m.att.mu.Unlock()
+		go copyStream(m.sink, "stdout", master, &tailBuffer{stopped: true}, m.att.writer(monitor.FrameStdout))
+	}
 	m.started = true
 	if cfg.WaitWithRuntime {
 		go func() {
@@ -286,8 +306,13 @@ func (m *mon) startWithStdio() error {
 		return err
 	}
 	defer devnull.Close()
+	stdin := devnull
+	if m.startStdin != nil {
+		stdin = m.startStdin
+		defer func() { m.startStdin.Close(); m.startStdin = nil }()
+	}
 	args := append(append([]string{}, m.cfg.RuntimeArgs...), "start", m.cfg.ID)
-	err = m.reaper.run(devnull, m.startStdio[0], m.startStdio[1], m.cfg.Bundle, 60*time.Second, m.cfg.Runtime, args...)
+	err = m.reaper.run(stdin, m.startStdio[0], m.startStdio[1], m.cfg.Bundle, 60*time.Second, m.cfg.Runtime, args...)
 	for _, f := range m.startStdio {
 		f.Close()
 	}

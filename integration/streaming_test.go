@@ -3,11 +3,20 @@
 package integration
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +29,8 @@ import (
 // spdyConnect upgrades a streaming URL to SPDY with protocol, as kubectl does.
 func spdyConnect(t *testing.T, url, protocol string) httpstream.Connection {
 	t.Helper()
-	rt, err := spdy.NewRoundTripper(nil)
+	// The TLS test's server has a self-signed certificate.
+	rt, err := spdy.NewRoundTripper(&tls.Config{InsecureSkipVerify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,4 +253,42 @@ func TestAttachStdinAndTerminal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The streaming server over TLS, with a certificate from the config.
+func TestStreamingTLS(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+
+	reg := startRegistry(t, nil)
+	reg.Push(t, "test/busybox", "1", ImageSpec{Layers: []Layer{busyboxLayer(t), toolsLayer()}}, nil)
+	d := newDaemonWith(t, insecureRegistries(reg.Addr)+fmt.Sprintf("\n[streaming]\naddr = \"127.0.0.1:0\"\ntls_cert_file = %q\ntls_key_file = %q\n", certFile, keyFile))
+	e := &containerEnv{t: t, d: d, image: reg.Ref("test/busybox", "1"), logs: t.TempDir()}
+	if _, err := d.IS.PullImage(ctxT(t), imgSpec(e.image), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	podID, pod := e.pod("tls", "runc")
+	id := e.run(podID, pod, e.ctrConfig("sleeper", "sleep", "1000"))
+	resp, err := d.RS.Exec(ctxT(t), &runtimeapi.ExecRequest{ContainerId: id, Cmd: []string{"echo", "over-tls"}, Stdout: true, Stderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(resp.Url, "https://") {
+		t.Fatalf("exec URL %q is not https", resp.Url)
+	}
+	if res := streamSession(t, resp.Url, "", false, nil); res.stdout != "over-tls\n" {
+		t.Errorf("exec over TLS: %+v", res)
+	}
+	_ = d.RS.RemovePodSandbox(ctxT(t), podID)
+	removeTestCgroups(t)
 }

@@ -125,7 +125,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
-	srv, err := stream.New(cfg.Streaming.Addr, ctrs, mgr)
+	srv, err := stream.New(cfg.Streaming.Addr, cfg.Streaming.TLSCertFile, cfg.Streaming.TLSKeyFile, ctrs, mgr)
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}

@@ -72,6 +72,9 @@ type Streaming struct {
 	// Addr is host:port; port 0 picks a free one. Keep it on loopback unless a TLS
 	// front or the node's firewall protects it: whoever reaches it can exec into pods.
 	Addr string `toml:"addr"`
+	// TLSCertFile and TLSKeyFile serve the streaming server over TLS (both or neither).
+	TLSCertFile string `toml:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file"`
 }
 
 // Network configures pod networking through CNI.
@@ -247,6 +250,9 @@ func (c *Config) validate(p positions) error {
 	}
 	if _, _, err := net.SplitHostPort(c.Streaming.Addr); err != nil {
 		return p.errf("streaming.addr", "streaming.addr %q is not host:port", c.Streaming.Addr)
+	}
+	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
+		return p.errf("streaming", "streaming.tls_cert_file and streaming.tls_key_file go together: set both or neither")
 	}
 	for i, d := range c.Network.BinDirs {
 		if !filepath.IsAbs(d) {

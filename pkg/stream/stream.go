@@ -6,6 +6,7 @@ package stream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +23,18 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
-// New returns a streaming server on addr ("127.0.0.1:0" picks a free port).
-func New(addr string, ctrs *container.Manager, sandboxes *sandbox.Manager) (streaming.Server, error) {
+// New returns a streaming server on addr ("127.0.0.1:0" picks a free port), over TLS when
+// certFile and keyFile are set.
+func New(addr, certFile, keyFile string, ctrs *container.Manager, sandboxes *sandbox.Manager) (streaming.Server, error) {
 	cfg := streaming.DefaultConfig
 	cfg.Addr = addr
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("streaming.tls_cert_file %q / tls_key_file %q: %w", certFile, keyFile, err)
+		}
+		cfg.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	return streaming.NewServer(cfg, &runtimeAdapter{ctrs: ctrs, sandboxes: sandboxes})
 }
 

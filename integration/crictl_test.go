@@ -164,9 +164,13 @@ func TestCrictlContainers(t *testing.T) {
 		// crictl attach shows live output; crictl port-forward reaches a port of the pod.
 		tick := filepath.Join(dir, handler+"-tick.json")
 		_ = os.WriteFile(tick, []byte(`{"metadata": {"name": "ticker"}, "image": {"image": "`+e.image+`"},
- "command": ["sh", "-c", "while true; do echo tick; echo hello-pf | nc -l -p 8080 & sleep 0.5; kill $! 2>/dev/null; done"], "log_path": "tick.log"}`), 0o644)
+ "command": ["sh", "-c", "while true; do echo tick; sleep 0.5; done"], "log_path": "tick.log"}`), 0o644)
 		tid := run("create", podID, tick, pod)
 		run("start", tid)
+		srv := filepath.Join(dir, handler+"-srv.json")
+		_ = os.WriteFile(srv, []byte(`{"metadata": {"name": "pf-server"}, "image": {"image": "`+e.image+`"},
+ "command": ["sh", "-c", "while true; do echo hello-pf | nc -l -p 8080; done"], "log_path": "srv.log"}`), 0o644)
+		run("start", run("create", podID, srv, pod))
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		att := exec.CommandContext(ctx, "crictl", "--runtime-endpoint", "unix://"+e.d.Socket, "attach", tid)
 		att.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
@@ -176,8 +180,16 @@ func TestCrictlContainers(t *testing.T) {
 			t.Errorf("%s: crictl attach showed %q", handler, out)
 		}
 		port := 19000 + len(handler)
+		// kubectl-style port-forward gives up on a connection the pod refuses, so
+		// connect only once the server listens.
+		waitFor(t, 15*time.Second, "the pod's server to listen", func() (bool, string) {
+			out, _, err := e.d.RS.ExecSync(ctxT(t), tid, []string{"nc", "127.0.0.1", "8080"}, 5*time.Second)
+			return err == nil && strings.Contains(string(out), "hello-pf"), string(out)
+		})
 		pf := exec.Command("crictl", "--runtime-endpoint", "unix://"+e.d.Socket, "port-forward", podID, fmt.Sprintf("%d:8080", port))
 		pf.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
+		var pfOut strings.Builder
+		pf.Stdout, pf.Stderr = &pfOut, &pfOut
 		if err := pf.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +202,7 @@ func TestCrictlContainers(t *testing.T) {
 			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 			b := make([]byte, 32)
 			n, _ := c.Read(b)
-			return strings.Contains(string(b[:n]), "hello-pf"), string(b[:n])
+			return strings.Contains(string(b[:n]), "hello-pf"), string(b[:n]) + " | crictl: " + pfOut.String()
 		})
 		_ = pf.Process.Kill()
 		_ = pf.Wait()

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"k8s.io/cri-streaming/pkg/streaming"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
@@ -33,7 +30,7 @@ type daemon struct {
 	images     *image.Service
 	containers *container.Manager
 	network    *network.Manager
-	streaming  streaming.Server
+	streaming  *stream.Server
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -129,11 +126,6 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
-	go func() {
-		if err := srv.Start(true); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logrus.WithError(err).Error("streaming server stopped")
-		}
-	}()
 	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv}, nil
 }
 

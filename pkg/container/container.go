@@ -82,6 +82,9 @@ type Container struct {
 	removed bool
 }
 
+// TTY reports whether the container has a terminal.
+func (c *Container) TTY() bool { return c.config.GetTty() }
+
 // Status returns a copy of the container's status.
 func (c *Container) Status() Status {
 	c.mu.Lock()

@@ -69,6 +69,25 @@ func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io
 		pidFile = filepath.Join(dir, "internal-pid")
 		args = append(args, "--internal-pid-file", pidFile)
 	}
+	// A client that goes away shows as a failed write: then the process is ended too.
+	gone := make(chan struct{})
+	var goneOnce sync.Once
+	watch := func(w io.Writer) io.Writer {
+		if w == nil {
+			return nil
+		}
+		return writerFunc(func(p []byte) (int, error) {
+			n, err := w.Write(p)
+			if err != nil {
+				goneOnce.Do(func() { close(gone) })
+			}
+			return n, err
+		})
+	}
+	out, errw = watch(out), watch(errw)
+	if out == nil {
+		out = io.Discard
+	}
 	run := exec.Command(c.Runtime.Path, append(args, c.ID)...)
 	var master *os.File
 	if tty {
@@ -116,6 +135,15 @@ func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io
 	select {
 	case werr := <-done:
 		return exitError(werr)
+	case <-gone:
+		m.killExec(c, pidFile)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = run.Process.Kill()
+			<-done
+		}
+		return errors.New("the client went away; the process was killed")
 	case <-ctx.Done():
 		m.killExec(c, pidFile)
 		select {
@@ -127,6 +155,10 @@ func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io
 		return ctx.Err()
 	}
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func exitError(err error) error {
 	var ee *exec.ExitError

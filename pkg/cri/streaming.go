@@ -41,6 +41,9 @@ func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*ru
 	if !req.GetStdout() && !req.GetStderr() && !req.GetStdin() {
 		return nil, fmt.Errorf("one of stdin, stdout and stderr must be set: %w", errdefs.ErrInvalidArgument)
 	}
+	if req.GetTty() != c.TTY() {
+		return nil, fmt.Errorf("tty %v does not match the container's tty %v: %w", req.GetTty(), c.TTY(), errdefs.ErrInvalidArgument)
+	}
 	req.ContainerId = c.ID
 	return s.Streaming.GetAttach(req)
 }
@@ -50,6 +53,11 @@ func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardReq
 	sb, err := s.Sandboxes.Get(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
+	}
+	for i, p := range req.GetPort() {
+		if p <= 0 || p > 65535 {
+			return nil, fmt.Errorf("port[%d] %d is not a TCP port: %w", i, p, errdefs.ErrInvalidArgument)
+		}
 	}
 	req.PodSandboxId = sb.ID
 	return s.Streaming.GetPortForward(req)

@@ -16,6 +16,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/nsfile"
 )
 
 // Options configure a Manager.
@@ -40,6 +42,9 @@ type Manager struct {
 	loaded  map[string]*Network // conf dir (and network name) → network
 	errs    map[string]error
 	watched map[string]bool
+	// seen is the last listing (names, sizes, times) of the watched dirs: reloading
+	// validates every plugin by running it, so it happens only when something changed.
+	seen string
 }
 
 // New returns a Manager; call Watch to keep its view of the config dirs current.
@@ -72,7 +77,9 @@ func (m *Manager) Watch(ctx context.Context, interval time.Duration) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				m.reload(ctx)
+				if fp := m.fingerprint(); fp != m.lastSeen() {
+					m.reload(ctx)
+				}
 			}
 		}
 	}()
@@ -80,9 +87,38 @@ func (m *Manager) Watch(ctx context.Context, interval time.Duration) {
 
 func key(dir, name string) string { return dir + "\x00" + name }
 
+func (m *Manager) lastSeen() string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.seen
+}
+
+// fingerprint describes the watched dirs' contents cheaply (no file is read).
+func (m *Manager) fingerprint() string {
+	m.mu.RLock()
+	dirs := make([]string, 0, len(m.watched))
+	for d := range m.watched {
+		dirs = append(dirs, d)
+	}
+	m.mu.RUnlock()
+	sort.Strings(dirs)
+	var b strings.Builder
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		fmt.Fprintf(&b, "%s:%v;", d, err)
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil {
+				fmt.Fprintf(&b, "%s/%d/%d;", e.Name(), info.Size(), info.ModTime().UnixNano())
+			}
+		}
+	}
+	return b.String()
+}
+
 // reload loads, for every watched dir, the first valid network in name order (as kubelet
 // and containerd choose the default network), and every network by name.
 func (m *Manager) reload(ctx context.Context) {
+	fp := m.fingerprint()
 	m.mu.RLock()
 	dirs := make([]string, 0, len(m.watched))
 	for d := range m.watched {
@@ -92,7 +128,11 @@ func (m *Manager) reload(ctx context.Context) {
 	loaded, errs := map[string]*Network{}, map[string]error{}
 	for _, dir := range dirs {
 		files, err := libcni.ConfFiles(dir, []string{".conflist", ".conf", ".json"})
-		if err != nil || len(files) == 0 {
+		if err != nil {
+			errs[dir] = fmt.Errorf("read network configs: %v", err)
+			continue
+		}
+		if len(files) == 0 {
 			errs[dir] = fmt.Errorf("no network config in %s", dir)
 			continue
 		}
@@ -120,7 +160,7 @@ func (m *Manager) reload(ctx context.Context) {
 			changed = true
 		}
 	}
-	m.loaded, m.errs = loaded, errs
+	m.loaded, m.errs, m.seen = loaded, errs, fp
 	m.mu.Unlock()
 	if changed {
 		for k, n := range loaded {
@@ -221,22 +261,24 @@ func runtimeConf(p Pod) *libcni.RuntimeConf {
 // the plugins' own message is returned and DEL has been run, so nothing is left.
 func (m *Manager) Setup(ctx context.Context, n *Network, p Pod) ([]string, error) {
 	rt := runtimeConf(p)
+	// On any error after ADD began, DEL runs here; the caller runs it again at cleanup
+	// (DEL is idempotent), so a DEL that fails now is retried rather than forgotten.
 	res, err := m.cni.AddNetworkList(ctx, n.List, rt)
-	if err != nil {
-		if derr := m.cni.DelNetworkList(context.WithoutCancel(ctx), n.List, rt); derr != nil {
-			logrus.WithError(derr).WithField("sandbox", p.SandboxID).Warn("CNI DEL after a failed ADD")
+	if err == nil {
+		var r *current.Result
+		if r, err = current.NewResultFromResult(res); err == nil {
+			var ips []string
+			for _, ip := range r.IPs {
+				ips = append(ips, ip.Address.IP.String())
+			}
+			return ips, nil
 		}
-		return nil, fmt.Errorf("CNI network %q (%s): ADD: %w", n.List.Name, n.File, err)
+		err = fmt.Errorf("unreadable result: %w", err)
 	}
-	r, err := current.NewResultFromResult(res)
-	if err != nil {
-		return nil, fmt.Errorf("CNI network %q: unreadable result: %w", n.List.Name, err)
+	if derr := m.cni.DelNetworkList(context.WithoutCancel(ctx), n.List, rt); derr != nil {
+		logrus.WithError(derr).WithField("sandbox", p.SandboxID).Warn("CNI DEL after a failed ADD")
 	}
-	var ips []string
-	for _, ip := range r.IPs {
-		ips = append(ips, ip.Address.IP.String())
-	}
-	return ips, nil
+	return nil, fmt.Errorf("CNI network %q (%s): ADD: %w", n.List.Name, n.File, err)
 }
 
 // Teardown runs DEL for the pod on network name of dir, as it was set up. It prefers
@@ -244,8 +286,8 @@ func (m *Manager) Setup(ctx context.Context, n *Network, p Pod) ([]string, error
 // does not strand the pod's address; a netns that is already gone is fine.
 func (m *Manager) Teardown(ctx context.Context, dir, name string, p Pod) error {
 	rt := runtimeConf(p)
-	if _, err := os.Stat(p.NetNS); err != nil {
-		rt.NetNS = "" // plugins release IPAM state without a namespace
+	if !nsfile.IsPinned(p.NetNS) {
+		rt.NetNS = "" // gone (or a stale file): plugins release IPAM state without one
 	}
 	var list *libcni.NetworkConfigList
 	if cached, _, err := m.cni.GetNetworkListCachedConfig(&libcni.NetworkConfigList{Name: name}, rt); err == nil && len(cached) > 0 {

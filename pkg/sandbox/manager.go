@@ -247,7 +247,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 			cniNet = n
 			sb.Network, sb.NetworkDir = n.List.Name, dir
 		case dir != "" || name != "":
-			return fmt.Errorf("handler %q: %v: %w", sb.Handler, err, errdefs.ErrFailedPrecondition)
+			return fmt.Errorf("handler %q (cni_conf_dir %q, cni_network %q): %v: %w", sb.Handler, dir, name, err, errdefs.ErrFailedPrecondition)
 		default:
 			// No CNI config on the node (Status says NetworkReady false): the pod gets
 			// loopback only, which is all kubelet-less users of crictl may want.
@@ -277,10 +277,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 	if cniNet != nil {
 		ips, err := m.opts.Network.Setup(ctx, cniNet, m.cniPod(sb))
 		if err != nil {
-			sb.mu.Lock()
-			sb.status.NetworkDown = true // Setup ran DEL itself
-			sb.mu.Unlock()
-			return err
+			return err // cleanup runs DEL again, in case Setup's own DEL failed
 		}
 		sb.mu.Lock()
 		sb.status.IPs = ips

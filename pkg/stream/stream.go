@@ -11,9 +11,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
 	"strconv"
+	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 	"k8s.io/cri-streaming/pkg/streaming"
 	remotecommandserver "k8s.io/cri-streaming/pkg/streaming/remotecommand"
@@ -23,11 +26,17 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
-// New returns a streaming server on addr ("127.0.0.1:0" picks a free port), over TLS when
-// certFile and keyFile are set.
-func New(addr, certFile, keyFile string, ctrs *container.Manager, sandboxes *sandbox.Manager) (streaming.Server, error) {
+// Server is the streaming server, already listening.
+type Server struct {
+	streaming.Server
+	http *http.Server
+}
+
+// New listens on addr ("127.0.0.1:0" picks a free port), over TLS when certFile and
+// keyFile are set, and serves in the background. Listening here, not later, means a bad
+// address stops the daemon at start and every URL handed out names the real port.
+func New(addr, certFile, keyFile string, ctrs *container.Manager, sandboxes *sandbox.Manager) (*Server, error) {
 	cfg := streaming.DefaultConfig
-	cfg.Addr = addr
 	if certFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
@@ -35,7 +44,65 @@ func New(addr, certFile, keyFile string, ctrs *container.Manager, sandboxes *san
 		}
 		cfg.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	return streaming.NewServer(cfg, &runtimeAdapter{ctrs: ctrs, sandboxes: sandboxes})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("streaming.addr %q: %w", addr, err)
+	}
+	cfg.Addr = ln.Addr().String()
+	if host, _, _ := net.SplitHostPort(cfg.Addr); cfg.TLSConfig == nil && !net.ParseIP(host).IsLoopback() {
+		logrus.WithField("addr", cfg.Addr).Warn("streaming server reachable beyond this node without TLS: whoever reaches it can exec into pods")
+	}
+	srv, err := streaming.NewServer(cfg, &runtimeAdapter{ctrs: ctrs, sandboxes: sandboxes})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	hs := &http.Server{Handler: srv, TLSConfig: cfg.TLSConfig, ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		var err error
+		if cfg.TLSConfig != nil {
+			err = hs.ServeTLS(ln, "", "")
+		} else {
+			err = hs.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logrus.WithError(err).Error("streaming server stopped")
+		}
+	}()
+	logrus.WithField("addr", cfg.Addr).Info("streaming server listening")
+	return &Server{Server: srv, http: hs}, nil
+}
+
+// Stop closes the listener and every session.
+func (s *Server) Stop() error { return s.http.Close() }
+
+// sizes turns the remotecommand resize channel (nil without a terminal) into ours, and
+// ends with ctx.
+func sizes(ctx context.Context, resize <-chan remotecommandserver.TerminalSize) <-chan container.TerminalSize {
+	out := make(chan container.TerminalSize)
+	if resize == nil {
+		close(out)
+		return out
+	}
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case s, ok := <-resize:
+				if !ok {
+					return
+				}
+				select {
+				case out <- container.TerminalSize{Width: s.Width, Height: s.Height}:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 type runtimeAdapter struct {
@@ -52,17 +119,8 @@ func (e exitError) Exited() bool    { return true }
 func (e exitError) ExitStatus() int { return e.code }
 
 func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
-	sizes := make(chan container.TerminalSize)
-	go func() {
-		defer close(sizes)
-		for s := range resize {
-			select {
-			case sizes <- container.TerminalSize{Width: s.Width, Height: s.Height}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var o, e io.Writer
 	if out != nil {
 		o = out
@@ -70,7 +128,7 @@ func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in i
 	if errw != nil {
 		e = errw
 	}
-	err := r.ctrs.ExecStream(ctx, id, cmd, in, o, e, tty, sizes)
+	err := r.ctrs.ExecStream(ctx, id, cmd, in, o, e, tty, sizes(ctx, resize))
 	var ec *container.ExitCodeError
 	if errors.As(err, &ec) {
 		return exitError{ec.Code}
@@ -79,17 +137,8 @@ func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in i
 }
 
 func (r *runtimeAdapter) Attach(ctx context.Context, id string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
-	sizes := make(chan container.TerminalSize)
-	go func() {
-		defer close(sizes)
-		for s := range resize {
-			select {
-			case sizes <- container.TerminalSize{Width: s.Width, Height: s.Height}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var o, e io.Writer
 	if out != nil {
 		o = out
@@ -97,7 +146,7 @@ func (r *runtimeAdapter) Attach(ctx context.Context, id string, in io.Reader, ou
 	if errw != nil {
 		e = errw
 	}
-	return r.ctrs.Attach(ctx, id, in, o, e, sizes)
+	return r.ctrs.Attach(ctx, id, in, o, e, sizes(ctx, resize))
 }
 
 // PortForward connects the stream to port on the pod's localhost, from inside the pod's
@@ -116,11 +165,13 @@ func (r *runtimeAdapter) PortForward(ctx context.Context, podID string, port int
 		return fmt.Errorf("port-forward to pod %s port %d: %w", sb.ID, port, err)
 	}
 	defer conn.Close()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(conn, stream); conn.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(stream, conn); done <- struct{}{} }()
+	// Client to pod until the client half-closes, then the pod's reply to its end.
+	replied := make(chan struct{})
+	go func() { _, _ = io.Copy(stream, conn); close(replied) }()
+	_, _ = io.Copy(conn, stream)
+	_ = conn.(*net.TCPConn).CloseWrite()
 	select {
-	case <-done:
+	case <-replied:
 	case <-ctx.Done():
 	}
 	return nil

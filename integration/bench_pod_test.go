@@ -45,7 +45,7 @@ func BenchmarkPodStart(b *testing.B) {
 		b.Fatal(err)
 	}
 	f := newFloor(b, layer)
-	b.Cleanup(func() { removeTestCgroupsTB(b) })
+	b.Cleanup(func() { removeTestCgroups(b) })
 
 	var phaseMu sync.Mutex
 	phases := map[string][]time.Duration{}
@@ -304,20 +304,4 @@ func (f *floor) cleanup(b *testing.B) {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)
 	}
 	f.ids, f.mounts = nil, nil
-}
-
-func removeTestCgroupsTB(b *testing.B) {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/rtshimd-test")
-	for _, root := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
-			if err == nil && de.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Remove(dirs[i])
-		}
-	}
 }

@@ -353,7 +353,7 @@ func readInt(t *testing.T, path string) int {
 // removeTestCgroups removes the pod cgroup parents the runtimes created for the tests'
 // cgroup_parent values (kubelet owns those on a real node), failing if any still holds a
 // container's cgroup.
-func removeTestCgroups(t *testing.T) {
+func removeTestCgroups(t testing.TB) {
 	t.Helper()
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*/rtshimd-test")
 	for _, root := range roots {

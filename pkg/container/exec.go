@@ -39,42 +39,12 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	if err != nil {
 		return nil, err
 	}
-	if len(cmd) == 0 {
-		return nil, invalid("cmd is empty")
-	}
-	if st := c.Status().State; st != StateRunning {
-		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
-	}
-	spec, err := c.Spec()
-	if err != nil {
-		return nil, fmt.Errorf("read the spec of container %s: %w", c.ID, err)
-	}
-	if spec.Process == nil {
-		return nil, fmt.Errorf("the spec of container %s has no process to take user and environment from", c.ID)
-	}
-	// The exec'd process runs as the container's process does, with another command.
-	proc := *spec.Process
-	proc.Args = cmd
-	proc.Terminal = false
-	proc.ConsoleSize = nil
-	dir, err := os.MkdirTemp(c.Dir, "exec-")
+	x, err := m.prepareExec(c, cmd, false)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	pj, _ := json.Marshal(&proc)
-	procFile, pidFile := filepath.Join(dir, "process.json"), filepath.Join(dir, "pid")
-	if err := store.WriteFileAtomic(procFile, pj, 0o600); err != nil {
-		return nil, err
-	}
-
-	args := append(c.Runtime.GlobalArgs(), "exec", "--process", procFile, "--pid-file", pidFile)
-	if c.Shared {
-		// runsc's --pid-file names a host process; the one to kill lives in the sandbox.
-		pidFile = filepath.Join(dir, "internal-pid")
-		args = append(args, "--internal-pid-file", pidFile)
-	}
-	args = append(args, c.ID)
+	defer x.cleanup()
+	args, pidFile := append(x.args, c.ID), x.pidFile
 	run := exec.Command(c.Runtime.Path, args...)
 	stdout, stderr := &capped{max: MaxExecOutput}, &capped{max: MaxExecOutput}
 	run.Stdout, run.Stderr = stdout, stderr
@@ -156,6 +126,55 @@ func (m *Manager) killExec(c *Container, pidFile string) {
 	if err != nil {
 		logrus.WithField("container", c.ID).Warnf("kill exec'd process %d: %v: %s", pid, err, out)
 	}
+}
+
+// execPrep is an exec's process file and runtime arguments (without the container ID).
+type execPrep struct {
+	dir, pidFile string
+	args         []string
+}
+
+func (x *execPrep) cleanup() { os.RemoveAll(x.dir) }
+
+// prepareExec checks the container runs and writes the process the exec runs: the
+// container's own (user, environment, capabilities) with another command.
+func (m *Manager) prepareExec(c *Container, cmd []string, tty bool) (*execPrep, error) {
+	if len(cmd) == 0 {
+		return nil, invalid("cmd is empty")
+	}
+	if st := c.Status().State; st != StateRunning {
+		return nil, fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		return nil, fmt.Errorf("read the spec of container %s: %w", c.ID, err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("the spec of container %s has no process to take user and environment from", c.ID)
+	}
+	proc := *spec.Process
+	proc.Args = cmd
+	proc.Terminal = tty
+	proc.ConsoleSize = nil
+	dir, err := os.MkdirTemp(c.Dir, "exec-")
+	if err != nil {
+		return nil, err
+	}
+	x := &execPrep{dir: dir}
+	pj, _ := json.Marshal(&proc)
+	procFile := filepath.Join(dir, "process.json")
+	if err := store.WriteFileAtomic(procFile, pj, 0o600); err != nil {
+		x.cleanup()
+		return nil, err
+	}
+	x.pidFile = filepath.Join(dir, "pid")
+	x.args = append(c.Runtime.GlobalArgs(), "exec", "--process", procFile, "--pid-file", x.pidFile)
+	if c.Shared {
+		// runsc's --pid-file names a host process; the one to kill lives in the sandbox.
+		x.pidFile = filepath.Join(dir, "internal-pid")
+		x.args = append(x.args, "--internal-pid-file", x.pidFile)
+	}
+	return x, nil
 }
 
 // capped keeps at most max bytes and drops the rest.

@@ -2,13 +2,11 @@ package container
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
-	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // TerminalSize is a terminal's width and height in characters.
@@ -37,38 +34,12 @@ func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io
 	if err != nil {
 		return err
 	}
-	if len(cmd) == 0 {
-		return invalid("cmd is empty")
-	}
-	if st := c.Status().State; st != StateRunning {
-		return fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
-	}
-	spec, err := c.Spec()
-	if err != nil {
-		return fmt.Errorf("read the spec of container %s: %w", c.ID, err)
-	}
-	if spec.Process == nil {
-		return fmt.Errorf("the spec of container %s has no process to take user and environment from", c.ID)
-	}
-	proc := *spec.Process
-	proc.Args = cmd
-	proc.Terminal = tty
-	proc.ConsoleSize = nil
-	dir, err := os.MkdirTemp(c.Dir, "exec-")
+	x, err := m.prepareExec(c, cmd, tty)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	pj, _ := json.Marshal(&proc)
-	procFile, pidFile := filepath.Join(dir, "process.json"), filepath.Join(dir, "pid")
-	if err := store.WriteFileAtomic(procFile, pj, 0o600); err != nil {
-		return err
-	}
-	args := append(c.Runtime.GlobalArgs(), "exec", "--process", procFile, "--pid-file", pidFile)
-	if c.Shared {
-		pidFile = filepath.Join(dir, "internal-pid")
-		args = append(args, "--internal-pid-file", pidFile)
-	}
+	defer x.cleanup()
+	args, pidFile := x.args, x.pidFile
 	// A client that goes away shows as a failed write: then the process is ended too.
 	gone := make(chan struct{})
 	var goneOnce sync.Once

@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/image"
@@ -52,6 +53,11 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// Stats: the cgroup reader and the last CPU readings.
+	cgOnce sync.Once
+	cg     *cgstats.Reader
+	rates  cpuRates
 }
 
 // NewManager returns a Manager with no containers; call Recover to load the stored ones.
@@ -574,6 +580,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		delete(m.names, c.Name)
 	}
 	m.mu.Unlock()
+	m.rates.forget(c.ID)
 	logrus.WithField("container", c.ID).Info("container removed")
 	return nil
 }

@@ -46,6 +46,7 @@ type Service struct {
 	inFlight int
 
 	fsCache fsCache
+	layers  layerUsage
 }
 
 // New opens (creating) the store and prepares the registry configuration.

@@ -3,6 +3,11 @@ package image
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/containers/storage"
 	"github.com/sirupsen/logrus"
@@ -50,6 +55,9 @@ func (s *Service) RemoveRootfs(id string) error {
 	if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) {
 		return fmt.Errorf("unmount rootfs of %s: %w", id, err)
 	}
+	s.layers.mu.Lock()
+	delete(s.layers.byID, id)
+	s.layers.mu.Unlock()
 	if err := s.store.DeleteContainer(id); err != nil && !errors.Is(err, storage.ErrContainerUnknown) {
 		return fmt.Errorf("delete rootfs of %s: %w", id, err)
 	}
@@ -59,4 +67,53 @@ func (s *Service) RemoveRootfs(id string) error {
 		}
 	}
 	return nil
+}
+
+// layerUsage caches the space of containers' writable layers: kubelet asks for every
+// container every few seconds, and a walk is not free.
+type layerUsage struct {
+	mu   sync.Mutex
+	byID map[string]Usage
+}
+
+const layerUsageTTL = 10 * time.Second
+
+// RootfsUsage is the space container id's writable layer takes (cached briefly).
+func (s *Service) RootfsUsage(id string) (Usage, error) {
+	s.layers.mu.Lock()
+	if u, ok := s.layers.byID[id]; ok && time.Since(u.Timestamp) < layerUsageTTL {
+		s.layers.mu.Unlock()
+		return u, nil
+	}
+	s.layers.mu.Unlock()
+	c, err := s.store.Container(id)
+	if err != nil {
+		return Usage{}, fmt.Errorf("rootfs of %s: %w", id, err)
+	}
+	root := s.store.GraphRoot()
+	diff := filepath.Join(root, s.store.GraphDriverName(), c.LayerID, "diff")
+	u := Usage{Mountpoint: root, Timestamp: time.Now()}
+	seen := map[uint64]bool{}
+	_ = filepath.WalkDir(diff, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && !seen[st.Ino] {
+			seen[st.Ino] = true
+			u.Bytes += uint64(st.Blocks) * 512
+			u.Inodes++
+		}
+		return nil
+	})
+	s.layers.mu.Lock()
+	if s.layers.byID == nil {
+		s.layers.byID = map[string]Usage{}
+	}
+	s.layers.byID[id] = u
+	s.layers.mu.Unlock()
+	return u, nil
 }

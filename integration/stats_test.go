@@ -1,0 +1,78 @@
+//go:build integration
+
+package integration
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A container that burns CPU and holds memory shows it in its stats and its pod's, read
+// from the cgroups (v1 on this machine; the v2 parser is unit-tested).
+func TestContainerAndPodStats(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	podID, pod := e.pod("stats", "runc")
+	// ~40 MB held in the shell's memory, then a busy loop.
+	hog := e.run(podID, pod, e.ctrConfig("hog", "sh", "-c", "x=$(head -c 40000000 /dev/zero | tr '\\0' a); while true; do :; done"))
+	idle := e.run(podID, pod, e.ctrConfig("idle", "sleep", "1000"))
+	time.Sleep(3 * time.Second)
+
+	st, err := e.d.RS.ContainerStats(ctx, hog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.GetCpu().GetUsageCoreNanoSeconds().GetValue(); got < uint64(time.Second) {
+		t.Errorf("hog CPU usage %v, want at least 1s after 3s of a busy loop", time.Duration(got))
+	}
+	if ws := st.GetMemory().GetWorkingSetBytes().GetValue(); ws < 35<<20 {
+		t.Errorf("hog working set %d bytes, want at least 35 MiB", ws)
+	}
+	if st.GetWritableLayer().GetInodesUsed() == nil || st.GetAttributes().GetId() != hog {
+		t.Errorf("hog stats: %v", st)
+	}
+	// A second reading gives a rate: about one core (the busy loop), at least half of one.
+	time.Sleep(time.Second)
+	st, _ = e.d.RS.ContainerStats(ctx, hog)
+	if nc := st.GetCpu().GetUsageNanoCores().GetValue(); nc < 5e8 {
+		t.Errorf("hog nano-cores %d, want at least half a core", nc)
+	}
+	all, err := e.d.RS.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{PodSandboxId: podID})
+	if err != nil || len(all) != 2 {
+		t.Fatalf("ListContainerStats(pod): %d, %v", len(all), err)
+	}
+	one, _ := e.d.RS.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: map[string]string{"ctr": "idle"}})
+	if len(one) != 1 || one[0].GetAttributes().GetId() != idle {
+		t.Errorf("ListContainerStats(label ctr=idle) = %v", one)
+	}
+
+	ps, err := e.d.RS.PodSandboxStats(ctx, podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ps.GetLinux()
+	if l.GetCpu().GetUsageCoreNanoSeconds().GetValue() < uint64(time.Second) || l.GetMemory().GetWorkingSetBytes().GetValue() < 35<<20 {
+		t.Errorf("pod stats do not include the hog: cpu %v mem %v", l.GetCpu(), l.GetMemory())
+	}
+	if len(l.GetContainers()) != 2 || l.GetProcess().GetProcessCount().GetValue() < 2 {
+		t.Errorf("pod containers %d processes %v", len(l.GetContainers()), l.GetProcess())
+	}
+	pods, err := e.d.RS.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+	if err != nil || len(pods) != 1 || pods[0].GetAttributes().GetId() != podID {
+		t.Errorf("ListPodSandboxStats: %v, %v", pods, err)
+	}
+
+	if crictl, err := exec.LookPath("crictl"); err == nil {
+		out, err := exec.Command(crictl, "--runtime-endpoint", "unix://"+e.d.Socket, "stats", "--id", hog).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), hog[:13]) {
+			t.Errorf("crictl stats: %v\n%s", err, out)
+		}
+	}
+	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+}

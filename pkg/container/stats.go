@@ -1,0 +1,214 @@
+package container
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/cgstats"
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/sandbox"
+)
+
+// cpuSample is the last CPU reading of a cgroup, for usage in nano-cores between calls.
+type cpuSample struct {
+	at    time.Time
+	usage uint64
+}
+
+type cpuRates struct {
+	mu   sync.Mutex
+	last map[string]cpuSample
+}
+
+// rate returns nano-cores since the previous reading of key (0 on the first).
+func (r *cpuRates) rate(key string, now time.Time, usage uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]cpuSample{}
+	}
+	prev, ok := r.last[key]
+	r.last[key] = cpuSample{now, usage}
+	if !ok || usage < prev.usage || !now.After(prev.at) {
+		return 0
+	}
+	return uint64(float64(usage-prev.usage) / now.Sub(prev.at).Seconds())
+}
+
+func (r *cpuRates) forget(key string) {
+	r.mu.Lock()
+	delete(r.last, key)
+	r.mu.Unlock()
+}
+
+func (m *Manager) cgroups() *cgstats.Reader {
+	m.cgOnce.Do(func() { m.cg = cgstats.New("/sys/fs/cgroup") })
+	return m.cg
+}
+
+func u64(v uint64) *runtimeapi.UInt64Value { return &runtimeapi.UInt64Value{Value: v} }
+
+// Stats reads container id's CPU, memory and writable layer usage from its cgroup and
+// its layer, without forking.
+func (m *Manager) Stats(id string) (*runtimeapi.ContainerStats, error) {
+	c, err := m.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return m.stats(c), nil
+}
+
+func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
+	now := time.Now()
+	out := &runtimeapi.ContainerStats{
+		Attributes: &runtimeapi.ContainerAttributes{Id: c.ID, Metadata: c.config.Metadata, Labels: c.config.Labels, Annotations: c.config.Annotations},
+		Cpu:        &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
+		Memory:     &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
+	}
+	if c.Status().State == StateRunning && m.opts.CgroupDriver == config.CgroupfsDriver {
+		if s, err := m.cgroups().Read(c.CgroupsPath); err == nil {
+			fillUsage(out.Cpu, out.Memory, s, m.rates.rate(c.ID, now, s.CPUUsageNanos), now)
+		}
+	}
+	if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
+		out.WritableLayer = &runtimeapi.FilesystemUsage{
+			Timestamp: u.Timestamp.UnixNano(), FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
+			UsedBytes: u64(u.Bytes), InodesUsed: u64(u.Inodes),
+		}
+	}
+	return out
+}
+
+func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.Stats, nanoCores uint64, now time.Time) {
+	cpu.UsageCoreNanoSeconds = u64(s.CPUUsageNanos)
+	cpu.UsageNanoCores = u64(nanoCores)
+	mem.UsageBytes, mem.WorkingSetBytes, mem.RssBytes = u64(s.MemoryUsage), u64(s.WorkingSet), u64(s.RSS)
+	mem.PageFaults, mem.MajorPageFaults = u64(s.PageFaults), u64(s.MajorPageFaults)
+	if s.MemoryLimit > 0 {
+		avail := uint64(0)
+		if s.MemoryLimit > s.WorkingSet {
+			avail = s.MemoryLimit - s.WorkingSet
+		}
+		mem.AvailableBytes = u64(avail)
+	}
+}
+
+// ListStats returns the stats of the containers that match filter (running ones, as
+// kubelet expects, unless the filter names an id).
+func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
+	var out []*runtimeapi.ContainerStats
+	for _, c := range m.snapshot() {
+		if f := filter.GetId(); f != "" && !strings.HasPrefix(c.ID, f) {
+			continue
+		}
+		if f := filter.GetPodSandboxId(); f != "" && !strings.HasPrefix(c.SandboxID, f) {
+			continue
+		}
+		if !sandbox.MatchLabels(filter.GetLabelSelector(), c.config.Labels) {
+			continue
+		}
+		if filter.GetId() == "" && c.Status().State != StateRunning {
+			continue
+		}
+		out = append(out, m.stats(c))
+	}
+	return out
+}
+
+func (m *Manager) snapshot() []*Container {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*Container, 0, len(m.containers))
+	for _, c := range m.containers {
+		out = append(out, c)
+	}
+	return out
+}
+
+// PodStats reads a pod's usage: its cgroup parent when the pod has one (kubelet's pod
+// cgroup; for sandboxing runtimes it holds the sandbox), else the sum of its containers;
+// its network interfaces from its namespace; its containers' stats.
+func (m *Manager) PodStats(sandboxID string) (*runtimeapi.PodSandboxStats, error) {
+	sb, err := m.opts.Sandboxes.Get(sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return m.podStats(sb), nil
+}
+
+func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
+	now := time.Now()
+	cfg := sb.PodConfig()
+	linux := &runtimeapi.LinuxPodSandboxStats{
+		Cpu:     &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
+		Memory:  &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
+		Process: &runtimeapi.ProcessUsage{Timestamp: now.UnixNano()},
+	}
+	var pids []int
+	if st := sb.Status(); st.InfraPid > 0 && st.State == sandbox.StateReady {
+		pids = append(pids, st.InfraPid)
+	}
+	var sum cgstats.Stats
+	for _, c := range m.ofSandbox(sb.ID) {
+		cs := m.stats(c)
+		linux.Containers = append(linux.Containers, cs)
+		sum.CPUUsageNanos += cs.GetCpu().GetUsageCoreNanoSeconds().GetValue()
+		sum.MemoryUsage += cs.GetMemory().GetUsageBytes().GetValue()
+		sum.WorkingSet += cs.GetMemory().GetWorkingSetBytes().GetValue()
+		sum.RSS += cs.GetMemory().GetRssBytes().GetValue()
+		sum.PageFaults += cs.GetMemory().GetPageFaults().GetValue()
+		sum.MajorPageFaults += cs.GetMemory().GetMajorPageFaults().GetValue()
+		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
+			pids = append(pids, st.Pid)
+		}
+	}
+	parent := cfg.GetLinux().GetCgroupParent()
+	if parent != "" && m.opts.CgroupDriver == config.CgroupfsDriver {
+		if s, err := m.cgroups().Read(parent); err == nil {
+			sum = s
+		}
+	}
+	fillUsage(linux.Cpu, linux.Memory, sum, m.rates.rate("pod:"+sb.ID, now, sum.CPUUsageNanos), now)
+	if sum.Processes > 0 {
+		linux.Process.ProcessCount = u64(sum.Processes)
+	} else {
+		linux.Process.ProcessCount = u64(uint64(len(pids)))
+	}
+	if sb.NetNS != "" && len(pids) > 0 {
+		if ifs, err := cgstats.NetDev(fmt.Sprintf("/proc/%d/net/dev", pids[0])); err == nil {
+			nu := &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
+			for _, i := range ifs {
+				iu := &runtimeapi.NetworkInterfaceUsage{Name: i.Name, RxBytes: u64(i.RxBytes), RxErrors: u64(i.RxErrors), TxBytes: u64(i.TxBytes), TxErrors: u64(i.TxErrors)}
+				nu.Interfaces = append(nu.Interfaces, iu)
+				if i.Name == "eth0" {
+					nu.DefaultInterface = iu
+				}
+			}
+			linux.Network = nu
+		}
+	}
+	return &runtimeapi.PodSandboxStats{
+		Attributes: &runtimeapi.PodSandboxAttributes{Id: sb.ID, Metadata: cfg.Metadata, Labels: cfg.Labels, Annotations: cfg.Annotations},
+		Linux:      linux,
+	}
+}
+
+// ListPodStats returns the stats of the ready pods that match filter.
+func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
+	var out []*runtimeapi.PodSandboxStats
+	for _, p := range m.opts.Sandboxes.List(&runtimeapi.PodSandboxFilter{Id: filter.GetId(), LabelSelector: filter.GetLabelSelector()}) {
+		if filter.GetId() == "" && p.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		sb, err := m.opts.Sandboxes.Get(p.Id)
+		if err != nil {
+			continue
+		}
+		out = append(out, m.podStats(sb))
+	}
+	return out
+}

@@ -100,7 +100,7 @@ func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.
 // ListStats returns the stats of the containers that match filter (running ones, as
 // kubelet expects, unless the filter names an id).
 func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
-	var out []*runtimeapi.ContainerStats
+	var picked []*Container
 	for _, c := range m.snapshot() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(c.ID, f) {
 			continue
@@ -114,8 +114,27 @@ func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimea
 		if filter.GetId() == "" && c.Status().State != StateRunning {
 			continue
 		}
-		out = append(out, m.stats(c))
+		picked = append(picked, c)
 	}
+	// Reading cgroup files is syscall-bound (memory.stat is computed by the kernel on
+	// each read): spread it over a few goroutines.
+	out := make([]*runtimeapi.ContainerStats, len(picked))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(4, len(picked)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = m.stats(picked[i])
+			}
+		}()
+	}
+	for i := range picked {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return out
 }
 

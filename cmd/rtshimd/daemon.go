@@ -12,6 +12,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/cri"
+	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/network"
@@ -31,6 +32,7 @@ type daemon struct {
 	containers *container.Manager
 	network    *network.Manager
 	streaming  *stream.Server
+	events     *events.Bus
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -79,6 +81,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 	}
 	netw.Watch(ctx, 2*time.Second)
+	bus := &events.Bus{}
 	mgr, err := sandbox.NewManager(sandbox.Options{
 		Handlers:       table,
 		Store:          st,
@@ -88,6 +91,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		CgroupDriver:   cfg.CgroupDriver,
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
 		Network:        netw,
+		Events:         bus,
 	})
 	if err != nil {
 		return nil, err
@@ -113,6 +117,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		CgroupDriver:   cfg.CgroupDriver,
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
 		Capabilities:   oci.GrantableCapabilities(),
+		Events:         bus,
 	})
 	if err != nil {
 		return nil, err
@@ -126,11 +131,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
-	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv}, nil
+	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}, nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
-	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming}
+	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")

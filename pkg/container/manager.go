@@ -22,6 +22,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -40,6 +41,8 @@ type Options struct {
 	OOMScoreAdjMin int
 	// Capabilities the node can grant at all (the daemon's bounding set).
 	Capabilities []string
+	// Events receives container lifecycle events (GetContainerEvents); may be nil.
+	Events *events.Bus
 }
 
 // Manager runs containers.
@@ -149,6 +152,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		return "", fmt.Errorf("pod sandbox %s was removed while the container was created: %w", sb.ID, errdefs.ErrNotFound)
 	}
 	log.Info("container created")
+	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	return id, nil
 }
 
@@ -366,6 +370,7 @@ func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
 	})
 	c.markExited()
 	logrus.WithFields(logrus.Fields{"container": c.ID, "exit": e.Status, "reason": reason}).Info("container exited")
+	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	if err := m.persist(c, false); err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
@@ -441,6 +446,18 @@ func (m *Manager) persist(c *Container, withMeta bool) error {
 	return m.opts.Store.WriteStatus(c.ID, b)
 }
 
+// publish sends a lifecycle event with the container's and its pod's statuses.
+func (m *Manager) publish(c *Container, t runtimeapi.ContainerEventType) {
+	if m.opts.Events == nil {
+		return
+	}
+	pod, _, _ := m.opts.Sandboxes.CRIStatus(c.SandboxID, false)
+	m.opts.Events.Publish(&runtimeapi.ContainerEventResponse{
+		ContainerId: c.ID, ContainerEventType: t, CreatedAt: time.Now().UnixNano(),
+		PodSandboxStatus: pod, ContainersStatuses: []*runtimeapi.ContainerStatus{criStatus(c)},
+	})
+}
+
 // Get finds a container by ID or unique ID prefix.
 func (m *Manager) Get(id string) (*Container, error) {
 	if id == "" {
@@ -489,6 +506,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		}
 	})
 	logrus.WithField("container", c.ID).Info("container started")
+	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return m.persist(c, false)
 }
 
@@ -582,6 +600,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	m.mu.Unlock()
 	m.rates.forget(c.ID)
 	logrus.WithField("container", c.ID).Info("container removed")
+	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
 }
 

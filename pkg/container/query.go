@@ -53,6 +53,27 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatu
 	if err != nil {
 		return nil, nil, err
 	}
+	out := criStatus(c)
+	if !verbose {
+		return out, nil, nil
+	}
+	st := c.Status()
+	spec, _ := c.Spec() // verbose only: the one answer that reads the bundle
+	info, err := json.Marshal(struct {
+		Pid         int         `json:"pid"`
+		SandboxID   string      `json:"sandboxID"`
+		Metadata    *Metadata   `json:"metadata"`
+		Status      Status      `json:"status"`
+		RuntimeSpec *specs.Spec `json:"runtimeSpec,omitempty"`
+	}{st.Pid, c.SandboxID, &c.Metadata, st, spec})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, map[string]string{"info": string(info)}, nil
+}
+
+// criStatus is the container's ContainerStatus, from memory.
+func criStatus(c *Container) *runtimeapi.ContainerStatus {
 	st := c.Status()
 	cfg := c.config
 	out := &runtimeapi.ContainerStatus{
@@ -84,21 +105,7 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatu
 			Uid: int64(u.UID), Gid: int64(u.GID), SupplementalGroups: toInt64(u.AdditionalGids),
 		}}
 	}
-	if !verbose {
-		return out, nil, nil
-	}
-	spec, _ := c.Spec() // verbose only: the one answer that reads the bundle
-	info, err := json.Marshal(struct {
-		Pid         int         `json:"pid"`
-		SandboxID   string      `json:"sandboxID"`
-		Metadata    *Metadata   `json:"metadata"`
-		Status      Status      `json:"status"`
-		RuntimeSpec *specs.Spec `json:"runtimeSpec,omitempty"`
-	}{st.Pid, c.SandboxID, &c.Metadata, st, spec})
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, map[string]string{"info": string(info)}, nil
+	return out
 }
 
 func toInt64(in []uint32) []int64 {

@@ -24,6 +24,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/network"
@@ -45,6 +46,7 @@ type Server struct {
 	Containers *container.Manager
 	Network    *network.Manager
 	Streaming  streaming.Server
+	Events     *events.Bus
 }
 
 // Serve listens on the config's Unix socket (0660, parent directory created) and serves

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/network"
@@ -45,6 +46,8 @@ type Options struct {
 	OOMScoreAdjMin int
 	// Network attaches pods to CNI networks; nil leaves pods with loopback only.
 	Network *network.Manager
+	// Events receives sandbox lifecycle events (GetContainerEvents); may be nil.
+	Events *events.Bus
 }
 
 // Containers is what a sandbox needs of the container manager: its containers go
@@ -179,6 +182,8 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
 	log.Info("pod sandbox ready")
+	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return id, nil
 }
 
@@ -488,6 +493,16 @@ func (m *Manager) persist(sb *Sandbox, withMeta bool) error {
 	return m.opts.Store.WriteStatus(sb.ID, b)
 }
 
+// publish sends a sandbox lifecycle event (its ID in container_id, as containerd does).
+func (m *Manager) publish(sb *Sandbox, t runtimeapi.ContainerEventType) {
+	if m.opts.Events == nil {
+		return
+	}
+	m.opts.Events.Publish(&runtimeapi.ContainerEventResponse{
+		ContainerId: sb.ID, ContainerEventType: t, CreatedAt: time.Now().UnixNano(), PodSandboxStatus: criStatusOf(sb),
+	})
+}
+
 // Get finds a sandbox by ID or unique ID prefix.
 func (m *Manager) Get(id string) (*Sandbox, error) {
 	if id == "" {
@@ -548,6 +563,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	sb.mu.Unlock()
 	if changed {
 		logrus.WithField("sandbox", sb.ID).Info("pod sandbox stopped")
+		m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		return m.persist(sb, false)
 	}
 	return nil
@@ -616,6 +632,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	m.mu.Unlock()
 	logrus.WithField("sandbox", sb.ID).Info("pod sandbox removed")
+	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
 }
 
@@ -718,20 +735,7 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStat
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := sb.config
-	st := &runtimeapi.PodSandboxStatus{
-		Id:          sb.ID,
-		Metadata:    cfg.Metadata,
-		State:       sb.criState(),
-		CreatedAt:   sb.CreatedAt,
-		Network:     networkStatus(sb.Status().IPs),
-		Labels:      cfg.Labels,
-		Annotations: cfg.Annotations,
-		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
-			Options: cfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
-		}},
-		RuntimeHandler: sb.RuntimeHandler,
-	}
+	st := criStatusOf(sb)
 	if !verbose {
 		return st, nil, nil
 	}
@@ -754,6 +758,24 @@ func networkStatus(ips []string) *runtimeapi.PodSandboxNetworkStatus {
 		}
 	}
 	return st
+}
+
+// criStatusOf is the sandbox's PodSandboxStatus, from memory.
+func criStatusOf(sb *Sandbox) *runtimeapi.PodSandboxStatus {
+	cfg := sb.config
+	return &runtimeapi.PodSandboxStatus{
+		Id:          sb.ID,
+		Metadata:    cfg.Metadata,
+		State:       sb.criState(),
+		CreatedAt:   sb.CreatedAt,
+		Network:     networkStatus(sb.Status().IPs),
+		Labels:      cfg.Labels,
+		Annotations: cfg.Annotations,
+		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
+			Options: cfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		}},
+		RuntimeHandler: sb.RuntimeHandler,
+	}
 }
 
 // Count returns the number of sandboxes (for logs and tests).

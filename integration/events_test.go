@@ -1,0 +1,81 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// GetContainerEvents streams a pod's and a container's whole life, in order, to more
+// than one subscriber; a container that exits by itself is reported stopped.
+func TestContainerEvents(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	subs := []chan *runtimeapi.ContainerEventResponse{make(chan *runtimeapi.ContainerEventResponse, 100), make(chan *runtimeapi.ContainerEventResponse, 100)}
+	for _, ch := range subs {
+		ready := make(chan struct{})
+		go func() {
+			_ = e.d.RS.GetContainerEvents(ctx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) { close(ready) })
+		}()
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("event stream not established")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the server side subscribes right after the stream opens
+
+	podID, pod := e.pod("events", "runc")
+	id := e.run(podID, pod, e.ctrConfig("short", "sh", "-c", "sleep 1; exit 2"))
+	e.waitExit(id)
+	if err := e.d.RS.RemoveContainer(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RS.StopPodSandbox(ctxT(t), podID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RS.RemovePodSandbox(ctxT(t), podID); err != nil {
+		t.Fatal(err)
+	}
+
+	type ev struct {
+		id  string
+		typ runtimeapi.ContainerEventType
+	}
+	want := []ev{
+		{podID, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT},
+		{podID, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT},
+		{id, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT},
+		{id, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT},
+		{id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT},
+		{id, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT},
+		{podID, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT},
+		{podID, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT},
+	}
+	for n, ch := range subs {
+		for i, w := range want {
+			select {
+			case got := <-ch:
+				if got.ContainerId != w.id || got.ContainerEventType != w.typ {
+					t.Fatalf("subscriber %d event %d: %s %v, want %s %v", n, i, got.ContainerId[:12], got.ContainerEventType, w.id[:12], w.typ)
+				}
+				if got.PodSandboxStatus.GetId() != podID {
+					t.Errorf("event %d carries pod status %v", i, got.PodSandboxStatus.GetId())
+				}
+				if w.id == id && (len(got.ContainersStatuses) != 1 || got.ContainersStatuses[0].Id != id) {
+					t.Errorf("container event %d without the container's status", i)
+				}
+				if w.typ == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT && w.id == id && got.ContainersStatuses[0].ExitCode != 2 {
+					t.Errorf("stopped event exit code %d, want 2", got.ContainersStatuses[0].ExitCode)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("subscriber %d: no event %d (%v)", n, i, w.typ)
+			}
+		}
+	}
+}

@@ -48,3 +48,30 @@ func TestInterceptorMapsErrorKinds(t *testing.T) {
 		}
 	}
 }
+
+func TestSendPages(t *testing.T) {
+	items := make([]int, 2*streamPage+50)
+	for i := range items {
+		items[i] = i
+	}
+	var sizes []int
+	next := 0
+	err := sendPages(items, func(p []int) error {
+		sizes = append(sizes, len(p))
+		for _, v := range p {
+			if v != next {
+				t.Fatalf("item %d out of order (want %d)", v, next)
+			}
+			next++
+		}
+		return nil
+	})
+	if err != nil || fmt.Sprint(sizes) != fmt.Sprint([]int{streamPage, streamPage, 50}) || next != len(items) {
+		t.Errorf("pages %v, %v; sent %d of %d", sizes, err, next, len(items))
+	}
+	calls := 0
+	_ = sendPages([]int{}, func([]int) error { calls++; return nil })
+	if calls != 0 {
+		t.Error("an empty list sent a message; the stream should just end")
+	}
+}

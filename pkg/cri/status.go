@@ -38,7 +38,12 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 	if req.Verbose {
 		cfg, _ := json.Marshal(s.Config)
 		table, _ := json.Marshal(s.Handlers.List())
-		resp.Info = map[string]string{"config": string(cfg), "handlers": string(table)}
+		ready, why := s.Network.Ready()
+		netState, _ := json.Marshal(struct {
+			Ready  bool   `json:"ready"`
+			Reason string `json:"reason,omitempty"`
+		}{ready, why})
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(table), "network": string(netState)}
 	}
 	return resp, nil
 }

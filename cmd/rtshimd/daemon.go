@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
@@ -33,6 +35,18 @@ type daemon struct {
 	network    *network.Manager
 	streaming  *stream.Server
 	events     *events.Bus
+	metrics    *http.Server
+}
+
+// Running reports what runs now, for the metrics endpoint.
+func (d *daemon) Running() (pods, containers map[string]int, monitors int) {
+	pods, infra := d.sandboxes.ReadyByHandler()
+	containers = d.containers.RunningByHandler()
+	monitors = infra
+	for _, n := range containers {
+		monitors += n
+	}
+	return pods, containers, monitors
 }
 
 // discover prepares the pause rootfs and runs handler discovery.
@@ -131,7 +145,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
-	return &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}, nil
+	d := &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}
+	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 func (d *daemon) serve(ctx context.Context) error {
@@ -146,6 +164,9 @@ func (d *daemon) serve(ctx context.Context) error {
 func (d *daemon) close() {
 	_ = sdnotify.Notify("STOPPING=1")
 	_ = d.streaming.Stop()
+	if d.metrics != nil {
+		_ = d.metrics.Close()
+	}
 	d.containers.Close()
 	d.sandboxes.Close()
 	d.images.Close()

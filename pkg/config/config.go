@@ -48,6 +48,7 @@ type Config struct {
 	Image          Image               `toml:"image"`
 	Network        Network             `toml:"network"`
 	Streaming      Streaming           `toml:"streaming"`
+	Metrics        Metrics             `toml:"metrics"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -65,6 +66,12 @@ type Handler struct {
 	// default (a conf dir of its own, and/or a network by name).
 	CNIConfDir string `toml:"cni_conf_dir"`
 	CNINetwork string `toml:"cni_network"`
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Addr is host:port for /metrics; empty (the default) serves no metrics.
+	Addr string `toml:"addr"`
 }
 
 // Streaming configures the server behind Exec, Attach and PortForward URLs.
@@ -250,6 +257,11 @@ func (c *Config) validate(p positions) error {
 	}
 	if _, _, err := net.SplitHostPort(c.Streaming.Addr); err != nil {
 		return p.errf("streaming.addr", "streaming.addr %q is not host:port", c.Streaming.Addr)
+	}
+	if c.Metrics.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Addr); err != nil {
+			return p.errf("metrics.addr", "metrics.addr %q is not host:port", c.Metrics.Addr)
+		}
 	}
 	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
 		return p.errf("streaming", "streaming.tls_cert_file and streaming.tls_key_file go together: set both or neither")

@@ -231,3 +231,14 @@ func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runt
 	}
 	return out
 }
+
+// RunningByHandler counts running containers by handler.
+func (m *Manager) RunningByHandler() map[string]int {
+	out := map[string]int{}
+	for _, c := range m.snapshot() {
+		if c.Status().State == StateRunning {
+			out[c.Handler]++
+		}
+	}
+	return out
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
@@ -162,6 +163,11 @@ func streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 
 func logCall(method string, start time.Time, err error) {
 	code := status.Code(err)
+	name := filepath.Base(method)
+	metrics.RPCDuration.WithLabelValues(name, code.String()).Observe(time.Since(start).Seconds())
+	if err != nil {
+		metrics.RPCErrors.WithLabelValues(name, code.String()).Inc()
+	}
 	entry := logrus.WithFields(logrus.Fields{"method": method, "duration": time.Since(start), "code": code.String()})
 	switch {
 	case err == nil:

@@ -15,6 +15,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+
+	"github.com/rtshimd/rtshimd/pkg/metrics"
 )
 
 // DefaultTimeout bounds one runtime call when the caller's context has no earlier deadline.
@@ -90,6 +92,7 @@ func (r *Runtime) run(ctx context.Context, op, id string, args ...string) ([]byt
 		} else if text == "" {
 			text = err.Error()
 		}
+		metrics.RuntimeFailures.WithLabelValues(r.Handler, op).Inc()
 		var exitErr *exec.ExitError
 		notRun := !errors.As(err, &exitErr) && ctx.Err() == nil
 		return nil, &Error{Handler: r.Handler, Op: op, ID: id, Text: lastLines(text, 5), NotRun: notRun}

@@ -797,3 +797,20 @@ func ReadOOMScoreAdj() int {
 	}
 	return v
 }
+
+// ReadyByHandler counts ready sandboxes by handler, and the infra containers among them
+// (each has a monitor).
+func (m *Manager) ReadyByHandler() (byHandler map[string]int, infra int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	byHandler = map[string]int{}
+	for _, sb := range m.sandboxes {
+		if sb.Status().State == StateReady {
+			byHandler[sb.Handler]++
+			if sb.Infra {
+				infra++
+			}
+		}
+	}
+	return byHandler, infra
+}

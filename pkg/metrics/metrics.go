@@ -1,0 +1,101 @@
+// Package metrics holds rtshimd's Prometheus metrics and serves them: RPC latency and
+// errors, pod and container start latency by handler, running pods and containers by
+// handler, image pulls, monitors, and failures of each handler's runtime binary. It is
+// off unless an address is configured.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+)
+
+var (
+	// RPCDuration is every CRI call's latency, by method and code.
+	RPCDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rtshimd_cri_request_duration_seconds", Help: "Latency of CRI requests.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"method", "code"})
+	// RPCErrors counts CRI calls that failed, by method and code.
+	RPCErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_cri_request_errors_total", Help: "CRI requests that returned an error.",
+	}, []string{"method", "code"})
+	// StartDuration is the latency of starting pods (RunPodSandbox) and containers
+	// (StartContainer), by handler.
+	StartDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rtshimd_start_duration_seconds", Help: "Latency of starting pod sandboxes and containers.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+	}, []string{"kind", "handler"})
+	// PullBytes and PullDuration describe image pulls.
+	PullBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "rtshimd_image_pull_bytes_total", Help: "Bytes of images pulled (stored size).",
+	})
+	PullDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rtshimd_image_pull_duration_seconds", Help: "Latency of image pulls.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+	}, []string{"result"})
+	// RuntimeFailures counts failed runtime binary calls, by handler and operation.
+	RuntimeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_runtime_failures_total", Help: "Failed calls of a handler's OCI runtime binary.",
+	}, []string{"handler", "op"})
+)
+
+// Counts reports, at scrape time, what runs now.
+type Counts interface {
+	// Running returns running pods and containers by handler, and live monitors.
+	Running() (pods, containers map[string]int, monitors int)
+}
+
+type gauges struct {
+	counts               Counts
+	pods, ctrs, monitors *prometheus.Desc
+}
+
+func (g *gauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.pods; ch <- g.ctrs; ch <- g.monitors }
+
+func (g *gauges) Collect(ch chan<- prometheus.Metric) {
+	pods, ctrs, monitors := g.counts.Running()
+	for h, n := range pods {
+		ch <- prometheus.MustNewConstMetric(g.pods, prometheus.GaugeValue, float64(n), h)
+	}
+	for h, n := range ctrs {
+		ch <- prometheus.MustNewConstMetric(g.ctrs, prometheus.GaugeValue, float64(n), h)
+	}
+	ch <- prometheus.MustNewConstMetric(g.monitors, prometheus.GaugeValue, float64(monitors))
+}
+
+// Serve registers the metrics and serves them on addr at /metrics until Close. An empty
+// addr serves nothing.
+func Serve(addr string, counts Counts) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(RPCDuration, RPCErrors, StartDuration, PullBytes, PullDuration, RuntimeFailures,
+		&gauges{
+			counts:   counts,
+			pods:     prometheus.NewDesc("rtshimd_running_pods", "Ready pod sandboxes, by handler.", []string{"handler"}, nil),
+			ctrs:     prometheus.NewDesc("rtshimd_running_containers", "Running containers, by handler.", []string{"handler"}, nil),
+			monitors: prometheus.NewDesc("rtshimd_monitors", "Monitor processes supervising a running container or infra.", nil, nil),
+		})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics.addr %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logrus.WithError(err).Error("metrics server stopped")
+		}
+	}()
+	logrus.WithField("addr", ln.Addr().String()).Info("serving metrics")
+	return srv, nil
+}

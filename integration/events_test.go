@@ -79,3 +79,33 @@ func TestContainerEvents(t *testing.T) {
 		}
 	}
 }
+
+// A container that exits while the daemon is down is reported stopped to the subscribers
+// that connect after the restart.
+func TestEventsAfterRestart(t *testing.T) {
+	e := newContainerEnv(t)
+	podID, pod := e.pod("events-restart", "runc")
+	id := e.run(podID, pod, e.ctrConfig("brief", "sh", "-c", "sleep 1; exit 4"))
+	e.d.Kill()
+	time.Sleep(3 * time.Second)
+	e.d.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := make(chan *runtimeapi.ContainerEventResponse, 100)
+	go func() { _ = e.d.RS.GetContainerEvents(ctx, ch, nil) }()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			if ev.ContainerId == id && ev.ContainerEventType == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+				if ev.ContainersStatuses[0].ExitCode != 4 {
+					t.Errorf("exit code %d, want 4", ev.ContainersStatuses[0].ExitCode)
+				}
+				_ = e.d.RS.RemovePodSandbox(ctxT(t), podID)
+				return
+			}
+		case <-deadline:
+			t.Fatal("no STOPPED event for the container that exited while the daemon was down")
+		}
+	}
+}

@@ -66,10 +66,40 @@ func TestContainerAndPodStats(t *testing.T) {
 		t.Errorf("ListPodSandboxStats: %v, %v", pods, err)
 	}
 
+	// The same readings as cAdvisor-style metrics for kubelet.
+	descs, err := e.d.RS.ListMetricDescriptors(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for _, d := range descs {
+		keys[d.Name] = len(d.LabelKeys)
+	}
+	pms, err := e.d.RS.ListPodSandboxMetrics(ctx)
+	if err != nil || len(pms) != 1 || pms[0].PodSandboxId != podID || len(pms[0].ContainerMetrics) != 2 {
+		t.Fatalf("ListPodSandboxMetrics: %v, %v", pms, err)
+	}
+	for _, cm := range pms[0].ContainerMetrics {
+		for _, m := range cm.Metrics {
+			if n, ok := keys[m.Name]; !ok || n != len(m.LabelValues) {
+				t.Errorf("metric %s: %d label values, descriptor has %d (known %v)", m.Name, len(m.LabelValues), n, ok)
+			}
+			if cm.ContainerId == hog && m.Name == "container_memory_working_set_bytes" && m.Value.GetValue() < 35<<20 {
+				t.Errorf("hog working set metric %d", m.Value.GetValue())
+			}
+			if cm.ContainerId == hog && m.Name == "container_cpu_usage_seconds_total" && m.Value.GetValue() < 1 {
+				t.Errorf("hog cpu seconds metric %d", m.Value.GetValue())
+			}
+		}
+	}
+
 	if crictl, err := exec.LookPath("crictl"); err == nil {
-		out, err := exec.Command(crictl, "--runtime-endpoint", "unix://"+e.d.Socket, "stats", "--id", hog).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), hog[:13]) {
-			t.Errorf("crictl stats: %v\n%s", err, out)
+		for _, args := range [][]string{{"stats", "--id", hog}, {"statsp", "--id", podID}, {"info"}} {
+			out, err := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + e.d.Socket}, args...)...).CombinedOutput()
+			want := map[string]string{"stats": hog[:13], "statsp": podID[:13], "info": "handlers"}[args[0]]
+			if err != nil || !strings.Contains(string(out), want) {
+				t.Errorf("crictl %v: %v\n%s", args, err, out)
+			}
 		}
 	}
 	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {

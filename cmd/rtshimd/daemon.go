@@ -95,7 +95,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 	}
 	netw.Watch(ctx, 2*time.Second)
-	bus := &events.Bus{}
+	bus := events.NewBus()
 	mgr, err := sandbox.NewManager(sandbox.Options{
 		Handlers:       table,
 		Store:          st,

@@ -5,6 +5,7 @@ package events
 
 import (
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,7 +25,19 @@ type Subscription struct {
 type Bus struct {
 	mu   sync.Mutex
 	subs map[*Subscription]bool
+	// backlog holds what was published before anyone could subscribe (the daemon's
+	// recovery: containers that exited while it was down), for the subscribers of the
+	// first minute after start.
+	backlog      []*runtimeapi.ContainerEventResponse
+	backlogUntil time.Time
 }
+
+// BacklogWindow is how long after NewBus early events are replayed to new subscribers.
+const BacklogWindow = time.Minute
+
+// NewBus returns a Bus that keeps the events published before its first subscriber for
+// the subscribers of the next BacklogWindow.
+func NewBus() *Bus { return &Bus{backlogUntil: time.Now().Add(BacklogWindow)} }
 
 // Subscribe returns a new feed; call Unsubscribe when done.
 func (b *Bus) Subscribe() *Subscription {
@@ -34,6 +47,13 @@ func (b *Bus) Subscribe() *Subscription {
 		b.subs = map[*Subscription]bool{}
 	}
 	b.subs[s] = true
+	if time.Now().Before(b.backlogUntil) {
+		for _, ev := range b.backlog {
+			s.C <- ev // fits: the backlog is at most Buffer long
+		}
+	} else {
+		b.backlog = nil
+	}
 	b.mu.Unlock()
 	return s
 }
@@ -53,6 +73,9 @@ func (b *Bus) Publish(ev *runtimeapi.ContainerEventResponse) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.subs) == 0 && time.Now().Before(b.backlogUntil) && len(b.backlog) < Buffer {
+		b.backlog = append(b.backlog, ev)
+	}
 	for s := range b.subs {
 		select {
 		case s.C <- ev:

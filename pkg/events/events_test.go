@@ -25,3 +25,23 @@ func TestSlowSubscriberIsCutOffNotWaitedFor(t *testing.T) {
 	var nilBus *Bus
 	nilBus.Publish(&runtimeapi.ContainerEventResponse{}) // must not panic
 }
+
+func TestEarlyEventsReachTheFirstSubscribers(t *testing.T) {
+	b := NewBus()
+	b.Publish(&runtimeapi.ContainerEventResponse{ContainerId: "exited-while-down"})
+	s := b.Subscribe()
+	if ev := <-s.C; ev.ContainerId != "exited-while-down" {
+		t.Errorf("first subscriber got %q", ev.ContainerId)
+	}
+	b.Publish(&runtimeapi.ContainerEventResponse{ContainerId: "live"})
+	if ev := <-s.C; ev.ContainerId != "live" {
+		t.Errorf("then %q", ev.ContainerId)
+	}
+	late := &Bus{} // no backlog window
+	late.Publish(&runtimeapi.ContainerEventResponse{ContainerId: "x"})
+	select {
+	case ev := <-late.Subscribe().C:
+		t.Errorf("a bus without a window replayed %q", ev.ContainerId)
+	default:
+	}
+}

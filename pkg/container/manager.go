@@ -23,6 +23,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
+	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -429,21 +430,12 @@ func (m *Manager) persist(c *Container, withMeta bool) error {
 	if c.removed {
 		return nil
 	}
+	var meta any
 	if withMeta {
-		b, err := json.Marshal(&c.Metadata)
-		if err != nil {
-			return err
-		}
-		if err := m.opts.Store.WriteMeta(c.ID, b); err != nil {
-			return err
-		}
+		meta = &c.Metadata
 	}
 	st := c.Status()
-	b, err := json.Marshal(&st)
-	if err != nil {
-		return err
-	}
-	return m.opts.Store.WriteStatus(c.ID, b)
+	return m.opts.Store.Save(c.ID, meta, &st)
 }
 
 // publish sends a lifecycle event with the container's and its pod's statuses.
@@ -460,27 +452,9 @@ func (m *Manager) publish(c *Container, t runtimeapi.ContainerEventType) {
 
 // Get finds a container by ID or unique ID prefix.
 func (m *Manager) Get(id string) (*Container, error) {
-	if id == "" {
-		return nil, invalid("container_id is empty")
-	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if c, ok := m.containers[id]; ok {
-		return c, nil
-	}
-	var found *Container
-	for k, c := range m.containers {
-		if strings.HasPrefix(k, id) {
-			if found != nil {
-				return nil, invalid("container_id %q is ambiguous: it is a prefix of more than one container", id)
-			}
-			found = c
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
-	}
-	return found, nil
+	return idmap.Find(m.containers, id, "container_id", "container")
 }
 
 // Start starts a created container.

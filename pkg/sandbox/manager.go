@@ -23,6 +23,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
@@ -476,21 +477,12 @@ func (m *Manager) persist(sb *Sandbox, withMeta bool) error {
 	if sb.removed {
 		return nil
 	}
+	var meta any
 	if withMeta {
-		b, err := json.Marshal(&sb.Metadata)
-		if err != nil {
-			return err
-		}
-		if err := m.opts.Store.WriteMeta(sb.ID, b); err != nil {
-			return err
-		}
+		meta = &sb.Metadata
 	}
 	st := sb.Status()
-	b, err := json.Marshal(&st)
-	if err != nil {
-		return err
-	}
-	return m.opts.Store.WriteStatus(sb.ID, b)
+	return m.opts.Store.Save(sb.ID, meta, &st)
 }
 
 // publish sends a sandbox lifecycle event (its ID in container_id, as containerd does).
@@ -505,27 +497,9 @@ func (m *Manager) publish(sb *Sandbox, t runtimeapi.ContainerEventType) {
 
 // Get finds a sandbox by ID or unique ID prefix.
 func (m *Manager) Get(id string) (*Sandbox, error) {
-	if id == "" {
-		return nil, invalid("pod_sandbox_id is empty")
-	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if sb, ok := m.sandboxes[id]; ok {
-		return sb, nil
-	}
-	var found *Sandbox
-	for k, sb := range m.sandboxes {
-		if strings.HasPrefix(k, id) {
-			if found != nil {
-				return nil, invalid("pod_sandbox_id %q is ambiguous: it is a prefix of more than one sandbox", id)
-			}
-			found = sb
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
-	}
-	return found, nil
+	return idmap.Find(m.sandboxes, id, "pod_sandbox_id", "pod sandbox")
 }
 
 // Stop stops the sandbox's infra container, if any; the sandbox becomes NOTREADY. A

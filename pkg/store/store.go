@@ -4,6 +4,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -131,4 +132,23 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// Save writes the record of id: its metadata too when meta is not nil (the first write,
+// or a final one), and always its status, each as JSON.
+func (s *Store) Save(id string, meta, status any) error {
+	if meta != nil {
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return fmt.Errorf("encode record %s: %w", id, err)
+		}
+		if err := s.WriteMeta(id, b); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(status)
+	if err != nil {
+		return fmt.Errorf("encode record %s: %w", id, err)
+	}
+	return s.WriteStatus(id, b)
 }

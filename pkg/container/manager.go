@@ -468,6 +468,10 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if st := c.Status().State; st != StateCreated {
 		return fmt.Errorf("container %s is %s, not created: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
+	// The start time is taken before the runtime is asked: a container that exits at
+	// once may be reported exited before the command returns, and its finish time must
+	// not precede its start.
+	started := time.Now().UnixNano()
 	if err := monitor.Command(ctx, c.Dir, monitor.CmdStart); err != nil {
 		return fmt.Errorf("handler %q: start container %s: %w", c.Handler, c.ID, err)
 	}
@@ -475,9 +479,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		if s.State == StateCreated {
 			s.State = StateRunning
 		}
-		if s.StartedAt == 0 { // a quick container's exit may have set it already
-			s.StartedAt = time.Now().UnixNano()
-		}
+		s.StartedAt = started
 	})
 	logrus.WithField("container", c.ID).Info("container started")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)

@@ -12,7 +12,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables
 TEST_PKGS := $(RUN_PKGS) busybox-static util-linux procps docker-registry skopeo
 
-.PHONY: all build run test unit integration deps-run deps-test install clean vet bench
+.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools
 
 all: build
 
@@ -50,7 +50,12 @@ vet:
 unit:
 	$(GO) test -count=1 ./...
 
-integration: build
+# kubelet, kube-apiserver, etcd, crictl and critest from the Go module proxy at pinned
+# versions, cached in /var/cache/rtshimd-tools (hack/tools.sh; ~15 minutes the first time).
+tools:
+	hack/tools.sh >/dev/null
+
+integration: build tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 40m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 test: deps-test vet unit integration

@@ -25,7 +25,7 @@ import (
 // toolsLayer adds applet links the container tests use to busyboxLayer's.
 func toolsLayer() Layer {
 	var files []File
-	for _, a := range []string{"nc", "hostname", "head", "tr", "grep", "ps", "wc", "touch", "kill", "seq", "stat", "env", "pwd", "mkdir", "rm", "yes", "dd"} {
+	for _, a := range []string{"nc", "hostname", "head", "tr", "grep", "ps", "wc", "touch", "kill", "seq", "stat", "env", "pwd", "mkdir", "rm", "yes", "dd", "httpd", "test"} {
 		files = append(files, File{Path: "/bin/" + a, Symlink: "busybox"})
 	}
 	return Layer{Files: files}

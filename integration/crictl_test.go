@@ -16,8 +16,7 @@ import (
 )
 
 // TestCrictl drives the daemon with crictl as a person would (README, "Using crictl").
-// crictl is not packaged for Debian 12; the test runs where crictl is on PATH and is
-// skipped elsewhere.
+// crictl is built from cri-tools by hack/tools.sh.
 func TestCrictl(t *testing.T) {
 	d := newDaemon(t)
 	run := crictlRunner(t, d)
@@ -67,10 +66,7 @@ func TestCrictl(t *testing.T) {
 // crictlRunner returns a function that runs crictl against d and returns its output,
 // failing the test on error. It skips the test where crictl is not installed.
 func crictlRunner(t *testing.T, d *Daemon) func(args ...string) string {
-	crictl, err := exec.LookPath("crictl")
-	if err != nil {
-		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
-	}
+	crictl := toolPath(t, "crictl")
 	return func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + d.Socket, "--timeout", "60s"}, args...)...)
@@ -89,9 +85,6 @@ func crictlRunner(t *testing.T, d *Daemon) func(args ...string) string {
 
 // TestCrictlImages: crictl pull, images, inspecti and rmi, as the README shows.
 func TestCrictlImages(t *testing.T) {
-	if _, err := exec.LookPath("crictl"); err != nil {
-		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
-	}
 	reg := startRegistry(t, nil)
 	_, cdig := reg.Push(t, "demo/busybox", "1.36", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
 	d := newDaemonWith(t, insecureRegistries(reg.Addr))
@@ -124,9 +117,6 @@ func TestCrictlImages(t *testing.T) {
 // TestCrictlContainers: crictl create, start, ps, inspect, exec, logs, stop and rm, as the
 // README shows, on both handlers.
 func TestCrictlContainers(t *testing.T) {
-	if _, err := exec.LookPath("crictl"); err != nil {
-		t.Skip("crictl not on PATH (not packaged for Debian 12); see README")
-	}
 	e := newContainerEnv(t)
 	run := crictlRunner(t, e.d)
 	dir := t.TempDir()
@@ -172,7 +162,7 @@ func TestCrictlContainers(t *testing.T) {
  "command": ["sh", "-c", "while true; do echo hello-pf | nc -l -p 8080; done"], "log_path": "srv.log"}`), 0o644)
 		run("start", run("create", podID, srv, pod))
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		att := exec.CommandContext(ctx, "crictl", "--runtime-endpoint", "unix://"+e.d.Socket, "attach", tid)
+		att := exec.CommandContext(ctx, toolPath(t, "crictl"), "--runtime-endpoint", "unix://"+e.d.Socket, "attach", tid)
 		att.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
 		out, _ := att.Output()
 		cancel()
@@ -186,7 +176,7 @@ func TestCrictlContainers(t *testing.T) {
 			out, _, err := e.d.RS.ExecSync(ctxT(t), tid, []string{"nc", "127.0.0.1", "8080"}, 5*time.Second)
 			return err == nil && strings.Contains(string(out), "hello-pf"), string(out)
 		})
-		pf := exec.Command("crictl", "--runtime-endpoint", "unix://"+e.d.Socket, "port-forward", podID, fmt.Sprintf("%d:8080", port))
+		pf := exec.Command(toolPath(t, "crictl"), "--runtime-endpoint", "unix://"+e.d.Socket, "port-forward", podID, fmt.Sprintf("%d:8080", port))
 		pf.Env = append(os.Environ(), "CRI_CONFIG_FILE=/dev/null")
 		var pfOut strings.Builder
 		pf.Stdout, pf.Stderr = &pfOut, &pfOut

@@ -237,7 +237,9 @@ func (d *Daemon) cleanup() {
 	}
 	d.assertNothingLeft()
 	if t.Failed() {
-		t.Logf("daemon log:\n%s", lastLines(d.Log(), 80))
+		saved := filepath.Join(os.TempDir(), "rtshimd-daemon-"+strings.ReplaceAll(t.Name(), "/", "_")+".log")
+		_ = os.WriteFile(saved, []byte(d.Log()), 0o644)
+		t.Logf("daemon log (all of it in %s):\n%s", saved, lastLines(d.Log(), 80))
 	}
 }
 

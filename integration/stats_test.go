@@ -93,13 +93,12 @@ func TestContainerAndPodStats(t *testing.T) {
 		}
 	}
 
-	if crictl, err := exec.LookPath("crictl"); err == nil {
-		for _, args := range [][]string{{"stats", "--id", hog}, {"statsp", "--id", podID}, {"info"}} {
-			out, err := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + e.d.Socket}, args...)...).CombinedOutput()
-			want := map[string]string{"stats": hog[:13], "statsp": podID[:13], "info": "handlers"}[args[0]]
-			if err != nil || !strings.Contains(string(out), want) {
-				t.Errorf("crictl %v: %v\n%s", args, err, out)
-			}
+	crictl := toolPath(t, "crictl")
+	for _, args := range [][]string{{"stats", "--id", hog}, {"statsp", "--id", podID}, {"info"}} {
+		out, err := exec.Command(crictl, append([]string{"--runtime-endpoint", "unix://" + e.d.Socket}, args...)...).CombinedOutput()
+		want := map[string]string{"stats": hog[:13], "statsp": podID[:13], "info": "handlers"}[args[0]]
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("crictl %v: %v\n%s", args, err, out)
 		}
 	}
 	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {

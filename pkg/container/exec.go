@@ -14,12 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -202,27 +203,11 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.
 	if st := c.Status().State; st != StateRunning && st != StateCreated {
 		return fmt.Errorf("container %s is %s: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
-	res := &specs.LinuxResources{CPU: &specs.LinuxCPU{Cpus: r.CpusetCpus, Mems: r.CpusetMems}}
-	if r.CpuShares > 0 {
-		v := uint64(r.CpuShares)
-		res.CPU.Shares = &v
+	res, err := oci.Resources(r)
+	if err != nil {
+		return err
 	}
-	if r.CpuPeriod > 0 {
-		v := uint64(r.CpuPeriod)
-		res.CPU.Period = &v
-	}
-	if r.CpuQuota != 0 {
-		v := r.CpuQuota
-		res.CPU.Quota = &v
-	}
-	if r.MemoryLimitInBytes > 0 {
-		v := r.MemoryLimitInBytes
-		res.Memory = &specs.LinuxMemory{Limit: &v}
-		if r.MemorySwapLimitInBytes > 0 {
-			sw := r.MemorySwapLimitInBytes
-			res.Memory.Swap = &sw
-		}
-	}
+	cgcontrollers.Default().Trim(res, c.CgroupsPath)
 	b, _ := json.Marshal(res)
 	f := filepath.Join(c.Dir, "resources.json")
 	if err := store.WriteFileAtomic(f, b, 0o600); err != nil {

@@ -13,6 +13,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
 )
 
 // Annotations containerd sets on application containers, besides the sandbox ones.
@@ -123,12 +125,13 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 		podFileMounts(o, sc.GetReadonlyRootfs()),
 		cri)
 
-	// Devices.
-	resources, err := containerResources(config.GetLinux().GetResources())
+	resources, err := Resources(config.GetLinux().GetResources())
 	if err != nil {
 		return nil, err
 	}
-	spec.Linux.Resources = resources
+	spec.Linux.Resources = trimmed(resources, o.CgroupsPath)
+
+	// Devices.
 	devs, rules, err := configDevices(config)
 	if err != nil {
 		return nil, err
@@ -318,9 +321,9 @@ func containerNamespaces(o ContainerOptions, privileged bool) []specs.LinuxNames
 
 var pageSizeRE = regexp.MustCompile(`^[1-9][0-9]*[KMGTP]?B$`)
 
-// containerResources is linux.resources from config.linux.resources; zero values are left
-// unset, as containerd does.
-func containerResources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
+// Resources is linux.resources from config.linux.resources (CreateContainer or
+// UpdateContainerResources); zero values are left unset, as containerd does.
+func Resources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
 	const f = "config.linux.resources."
 	out := &specs.LinuxResources{}
 	if r == nil {
@@ -384,4 +387,10 @@ func containerResources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxReso
 		out.Unified = maps.Clone(r.GetUnified())
 	}
 	return out, nil
+}
+
+// trimmed is res without the limits of cgroup controllers the node lacks (see cgcontrollers).
+func trimmed(res *specs.LinuxResources, cgroupsPath string) *specs.LinuxResources {
+	cgcontrollers.Default().Trim(res, cgroupsPath)
+	return res
 }

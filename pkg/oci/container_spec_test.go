@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 )
 
@@ -450,15 +451,42 @@ func TestMountsOverrideDefaults(t *testing.T) {
 	}
 }
 
+// A missing hostPath source is created as a directory, as containerd and CRI-O do (kubelet
+// leaves it to the runtime for a hostPath volume with no type).
+func TestMissingHostPathCreated(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "a", "b")
+	o := testOptions(t)
+	o.Config.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: missing}}
+	s := mustSpec(t, o)
+	fi, err := os.Stat(missing)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755&^currentUmask() {
+		t.Fatalf("host path after create: %v %v", fi, err)
+	}
+	if m := mountAt(s, "/data"); m == nil || m.Source != missing {
+		t.Errorf("/data = %+v", m)
+	}
+}
+
+func currentUmask() os.FileMode {
+	m := unix.Umask(0)
+	unix.Umask(m)
+	return os.FileMode(m)
+}
+
 func TestMountErrors(t *testing.T) {
 	vol := t.TempDir()
-	missing := filepath.Join(vol, "nonexistent")
+	file := filepath.Join(vol, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(file, "sub") // cannot be created: its parent is a file
 	tests := []struct {
 		mount *runtimeapi.Mount
 		want  string
 	}{
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: missing},
-			`config.mounts[1].host_path "` + missing + `": no such file or directory`},
+			`config.mounts[1].host_path "` + missing + `": not a directory`},
+		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: filepath.Join(vol, "never"), Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "rel", HostPath: vol}, `config.mounts[1].container_path "rel" is not an absolute path`},
 		{&runtimeapi.Mount{ContainerPath: "/m"}, `config.mounts[1].host_path is empty`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}}, `config.mounts[1].image.image "busybox": image volumes are not supported`},
@@ -762,7 +790,11 @@ func TestResources(t *testing.T) {
 		HugepageLimits:     []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 4 << 20}},
 		Unified:            map[string]string{"memory.high": "50000000"},
 	}
-	r := mustSpec(t, o).Linux.Resources
+	// The conversion itself; the spec then holds what the node's controllers allow.
+	r, err := Resources(o.Config.Linux.Resources)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if r.CPU == nil || r.CPU.Shares == nil || *r.CPU.Shares != 512 || r.CPU.Period == nil || *r.CPU.Period != 100000 ||
 		r.CPU.Quota == nil || *r.CPU.Quota != 50000 || r.CPU.Cpus != "0-1" || r.CPU.Mems != "0" {
 		t.Errorf("cpu = %+v", r.CPU)
@@ -775,6 +807,13 @@ func TestResources(t *testing.T) {
 	}
 	if !reflect.DeepEqual(r.Unified, map[string]string{"memory.high": "50000000"}) {
 		t.Errorf("unified = %v", r.Unified)
+	}
+	inSpec := mustSpec(t, o).Linux.Resources
+	if !cgcontrollers.Default().Available(o.CgroupsPath)["hugetlb"] && inSpec.HugepageLimits != nil {
+		t.Errorf("hugepage limits in the spec on a node without hugetlb: %+v", inSpec.HugepageLimits)
+	}
+	if inSpec.Memory == nil || *inSpec.Memory.Limit != 64<<20 {
+		t.Errorf("memory limit lost from the spec: %+v", inSpec.Memory)
 	}
 
 	o.Config.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 20, MemorySwapLimitInBytes: 2 << 20}

@@ -2,6 +2,8 @@ package oci
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -44,8 +46,8 @@ func defaultMounts(privileged, privateShm bool) []specs.Mount {
 	)
 }
 
-// criMounts checks config.mounts: container_path absolute, host_path present (symlinks
-// followed, as the CRI asks), recursive_read_only only with readonly and private propagation.
+// criMounts checks config.mounts: container_path absolute, host_path present (created as a
+// directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with readonly and private propagation.
 func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
 	var out []bindMount
 	for i, m := range config.GetMounts() {
@@ -66,10 +68,6 @@ func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
 				return nil, invalidf("%s %q: image volumes are not supported", field("image.image"), m.GetImage().GetImage())
 			}
 			return nil, invalidf("%s is empty", field("host_path"))
-		}
-		src, err := filepath.EvalSymlinks(m.GetHostPath())
-		if err != nil {
-			return nil, invalidf("%s %q: %s", field("host_path"), m.GetHostPath(), errText(err))
 		}
 		switch m.GetPropagation() {
 		case runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
@@ -92,6 +90,17 @@ func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
 			if o == "" || strings.ContainsAny(o, ", \t\n") {
 				return nil, invalidf("%s[%d] %q is not a mount option", field("mount_options"), j, o)
 			}
+		}
+		// Created last, once the rest is valid: kubelet leaves a hostPath volume of no type whose source is missing to the
+		// runtime; containerd and CRI-O create it as a directory.
+		if _, err := os.Stat(m.GetHostPath()); errors.Is(err, fs.ErrNotExist) {
+			if err := os.MkdirAll(m.GetHostPath(), 0o755); err != nil {
+				return nil, invalidf("%s %q: create missing directory: %s", field("host_path"), m.GetHostPath(), errText(err))
+			}
+		}
+		src, err := filepath.EvalSymlinks(m.GetHostPath())
+		if err != nil {
+			return nil, invalidf("%s %q: %s", field("host_path"), m.GetHostPath(), errText(err))
 		}
 		out = append(out, bindMount{
 			dst: dst, src: src, readonly: ro, rro: m.GetRecursiveReadOnly(),

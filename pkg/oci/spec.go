@@ -97,7 +97,7 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 		Linux: &specs.Linux{
 			Namespaces:    o.Namespaces,
 			CgroupsPath:   o.CgroupsPath,
-			Resources:     o.Resources,
+			Resources:     trimmed(o.Resources, o.CgroupsPath),
 			Sysctl:        o.Sysctls,
 			MaskedPaths:   slices.Clone(DefaultMaskedPaths),
 			ReadonlyPaths: slices.Clone(DefaultReadonlyPaths),

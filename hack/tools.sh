@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Builds the real clients the test suites drive, from the Go module proxy, at pinned versions,
+# into a cache outside the checkout (kept between runs; a version bump builds anew):
+#   kubelet, kube-apiserver   k8s.io/kubernetes (static, version-stamped)
+#   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
+#   crictl, critest           sigs.k8s.io/cri-tools
+#
+#   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
+#
+# k8s.io/kubernetes replaces its staging modules (k8s.io/api, ...) with ./staging paths that
+# the proxy's module zip lacks, so it cannot be `go install`ed; a scratch module requires it
+# and replaces each staging module with its published v0.X.Y instead. etcd's server module
+# has local replaces too, so it gets a scratch module of its own.
+set -euo pipefail
+
+KUBE_VERSION=v1.37.2          # kubelet, kube-apiserver (staging modules: v0.37.2)
+ETCD_VERSION=v3.6.16          # the etcd line kube-apiserver 1.37 is tested with
+CRI_TOOLS_VERSION=v1.36.0     # newest cri-tools on the proxy; cri-api v0.36 (daemon: v0.37)
+
+TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
+BIN=$TOOLS/bin
+mkdir -p "$BIN" "$TOOLS/src"
+export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0
+log() { echo "[tools] $*" >&2; }
+
+# have NAME VERSION: the versioned binary exists; link it as bin/NAME.
+have() {
+	[ -x "$BIN/$1-$2" ] || return 1
+	ln -sfn "$1-$2" "$BIN/$1"
+}
+
+kube_module() {
+	local dir=$TOOLS/src/kubernetes-$KUBE_VERSION staging=v0${KUBE_VERSION#v1}
+	if [ ! -f "$dir/go.sum.done" ]; then
+		log "resolving k8s.io/kubernetes@$KUBE_VERSION (staging modules at $staging)"
+		rm -rf "$dir" && mkdir -p "$dir"
+		local mod
+		mod=$(curl -fsS "$(go env GOPROXY | cut -d, -f1)/k8s.io/kubernetes/@v/$KUBE_VERSION.mod")
+		{
+			echo "module rtshimd.local/kubetools"
+			echo "go $(go env GOVERSION | sed 's/^go//; s/\.[0-9]*$//')"
+			echo "require k8s.io/kubernetes $KUBE_VERSION"
+			sed -n 's#^\s*\(k8s.io/[a-z-]*\) => ./staging/.*#replace \1 => \1 '"$staging"'#p' <<<"$mod"
+		} >"$dir/go.mod"
+		(cd "$dir" && go get "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION") >&2
+		touch "$dir/go.sum.done"
+	fi
+	echo "$dir"
+}
+
+build_kube() { # kubelet | kube-apiserver
+	local name=$1
+	have "$name" "$KUBE_VERSION" && return
+	local dir minor=${KUBE_VERSION#v1.}
+	dir=$(kube_module)
+	minor=${minor%%.*}
+	local v=k8s.io/component-base/version
+	log "building $name $KUBE_VERSION (several minutes on 2 cores)"
+	(cd "$dir" && go build -trimpath -ldflags "-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
+		-o "$BIN/$name-$KUBE_VERSION.tmp" "k8s.io/kubernetes/cmd/$name")
+	mv "$BIN/$name-$KUBE_VERSION.tmp" "$BIN/$name-$KUBE_VERSION"
+	have "$name" "$KUBE_VERSION"
+}
+
+build_etcd() {
+	have etcd "$ETCD_VERSION" && return
+	local dir=$TOOLS/src/etcd-$ETCD_VERSION
+	log "building etcd $ETCD_VERSION"
+	rm -rf "$dir" && mkdir -p "$dir"
+	printf 'module rtshimd.local/etcdtools\ngo %s\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+		"$(go env GOVERSION | sed 's/^go//; s/\.[0-9]*$//')" "$ETCD_VERSION" >"$dir/go.mod"
+	(cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2 &&
+		go build -trimpath -ldflags '-s -w' -o "$BIN/etcd-$ETCD_VERSION.tmp" go.etcd.io/etcd/server/v3)
+	mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
+	have etcd "$ETCD_VERSION"
+}
+
+cri_tools_src() {
+	local dir=$TOOLS/src/cri-tools-$CRI_TOOLS_VERSION
+	if [ ! -f "$dir/go.mod" ]; then
+		log "fetching sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION"
+		local zipdir
+		zipdir=$(cd "$TOOLS/src" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+		rm -rf "$dir" && cp -r "$zipdir" "$dir" && chmod -R u+w "$dir"
+	fi
+	echo "$dir"
+}
+
+build_crictl() {
+	have crictl "$CRI_TOOLS_VERSION" && return
+	local dir
+	dir=$(cri_tools_src)
+	log "building crictl $CRI_TOOLS_VERSION"
+	(cd "$dir" && go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
+		-o "$BIN/crictl-$CRI_TOOLS_VERSION" ./cmd/crictl)
+	have crictl "$CRI_TOOLS_VERSION"
+}
+
+build_critest() {
+	have critest "$CRI_TOOLS_VERSION" && return
+	local dir
+	dir=$(cri_tools_src)
+	log "building critest $CRI_TOOLS_VERSION"
+	(cd "$dir" && go test -c -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
+		-o "$BIN/critest-$CRI_TOOLS_VERSION" ./cmd/critest)
+	have critest "$CRI_TOOLS_VERSION"
+}
+
+[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd
+for t in "$@"; do
+	case $t in
+	kubelet | kube-apiserver) build_kube "$t" ;;
+	etcd) build_etcd ;;
+	crictl) build_crictl ;;
+	critest) build_critest ;;
+	*) log "unknown tool $t"; exit 2 ;;
+	esac
+done
+echo "$BIN"

@@ -170,7 +170,7 @@ type kubePod struct {
 		Labels    map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Spec struct {
-		RuntimeClassName string `json:"runtimeClassName"`
+		RuntimeClassName string `json:"runtimeClassName,omitempty"`
 		NodeName         string `json:"nodeName"`
 	} `json:"spec"`
 	Status struct {

@@ -34,8 +34,9 @@ kube_module() {
 	if [ ! -f "$dir/go.sum.done" ]; then
 		log "resolving k8s.io/kubernetes@$KUBE_VERSION (staging modules at $staging)"
 		rm -rf "$dir" && mkdir -p "$dir"
-		local mod
-		mod=$(curl -fsS "$(go env GOPROXY | cut -d, -f1)/k8s.io/kubernetes/@v/$KUBE_VERSION.mod")
+		local mod gomod
+		gomod=$(cd "$TOOLS/src" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+		mod=$(cat "$gomod")
 		{
 			echo "module rtshimd.local/kubetools"
 			echo "go $(go env GOVERSION | sed 's/^go//; s/\.[0-9]*$//')"

@@ -17,7 +17,7 @@ import (
 // TestKubeletStaticPods runs workload-shaped static pods through a real kubelet standalone
 // (no API server): init containers, containers sharing an emptyDir, HTTP and exec probes,
 // a missing hostPath created, downward API volume and env, every QoS class with its
-// cgroups, a crashing container restarted, logs and exec through kubelet's own API, and a
+// cgroups, a crashing container restarted and a run-once pod completed, logs and exec through kubelet's own API, and a
 // pod removed with its cgroups and mounts gone. kubelet's /pods is what is asserted, plus
 // the node. Projected volumes need kubelet's API client: TestKubeletRuntimeClass has them.
 func TestKubeletStaticPods(t *testing.T) {
@@ -103,6 +103,16 @@ spec:
     image: %s
     command: ["sh", "-c", "echo crashing; exit 3"]
 `, e.image))
+	k.AddStaticPod("once.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: once, namespace: default}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "echo done once"]
+`, e.image))
 
 	node := "-" + k.NodeName
 	running := func(p *kubePod) bool { return p.Status.Phase == "Running" && p.condition("Ready") == "True" }
@@ -112,6 +122,8 @@ spec:
 		c := p.container("main")
 		return c != nil && c.RestartCount >= 1 && c.LastState.Terminated != nil
 	})
+
+	once := k.WaitPod("once"+node, time.Minute, "Succeeded", func(p *kubePod) bool { return p.Status.Phase == "Succeeded" })
 
 	t.Run("init and probes", func(t *testing.T) {
 		init := wl.container("init")
@@ -163,10 +175,15 @@ spec:
 		})
 	})
 
-	t.Run("restart after a crash", func(t *testing.T) {
+	t.Run("restart policies", func(t *testing.T) {
 		c := cr.container("main")
 		if c.LastState.Terminated.ExitCode != 3 || c.LastState.Terminated.Reason != "Error" {
 			t.Errorf("last state of the crashed container: %+v", c.LastState.Terminated)
+		}
+		// restartPolicy Never: run once, never restarted.
+		if c := once.container("main"); c == nil || c.RestartCount != 0 || c.State.Terminated == nil ||
+			c.State.Terminated.ExitCode != 0 || c.State.Terminated.Reason != "Completed" {
+			t.Errorf("once: %s", once.summary())
 		}
 	})
 

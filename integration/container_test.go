@@ -540,12 +540,14 @@ func TestContainerOOMAndTerminationMessage(t *testing.T) {
 	if st.ExitCode != 2 || strings.TrimSpace(st.Message) != "config file missing" {
 		t.Errorf("termination message: exit %d message %q", st.ExitCode, st.Message)
 	}
-	// A mount of a missing host path is refused by name, and nothing is left.
+	// A missing host path is created as a directory (kubelet's untyped hostPath); one that
+	// cannot be (its parent is a file) is refused by name, and nothing is left.
 	cfg = e.ctrConfig("bad-mount", "true")
-	cfg.Mounts = []*runtimeapi.Mount{{HostPath: "/nonexistent/rtshimd", ContainerPath: "/data"}}
+	bad := filepath.Join(msgFile, "data")
+	cfg.Mounts = []*runtimeapi.Mount{{HostPath: bad, ContainerPath: "/data"}}
 	_, err := e.d.RS.CreateContainer(ctx, podID, cfg, pod)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "/nonexistent/rtshimd") || !strings.Contains(err.Error(), "host_path") {
-		t.Errorf("missing host path: %v", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "host_path") {
+		t.Errorf("host path that cannot be created: %v", err)
 	}
 	// An image that is not pulled is refused by name.
 	cfg = e.ctrConfig("no-image", "true")

@@ -174,19 +174,7 @@ func (a *APIServer) Do(method, path string, body any) ([]byte, error) {
 		// YAML is what people write; the API server takes it.
 		req.Header.Set("Content-Type", "application/yaml")
 	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		return out, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(out)))
-	}
-	return out, nil
+	return send(a.client, req)
 }
 
 // Create posts a YAML object to a collection path, failing the test on error.

@@ -146,7 +146,13 @@ func (k *Kubelet) do(method, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := k.client.Do(req)
+	return send(k.client, req)
+}
+
+// send sends a request and returns the body of a 2xx answer; any other answer is an error
+// naming the request, the status and the body.
+func send(c *http.Client, req *http.Request) ([]byte, error) {
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +161,8 @@ func (k *Kubelet) do(method, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	if resp.StatusCode/100 != 2 {
+		return b, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL.Path, resp.Status, strings.TrimSpace(string(b)))
 	}
 	return b, nil
 }
@@ -383,15 +389,8 @@ func removeCgroupTree(rel string) {
 		roots = append(roots, filepath.Join("/sys/fs/cgroup", rel))
 	}
 	for _, root := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
-			if err == nil && de.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Remove(dirs[i])
+		for _, dir := range cgroupDirsBottomUp(root) {
+			_ = os.Remove(dir)
 		}
 	}
 }

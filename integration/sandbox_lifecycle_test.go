@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,20 +358,27 @@ func removeTestCgroups(t testing.TB) {
 	t.Helper()
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*/rtshimd-test")
 	for _, root := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
-			if err == nil && de.IsDir() {
-				dirs = append(dirs, p)
+		for _, dir := range cgroupDirsBottomUp(root) {
+			if depth := strings.Count(strings.TrimPrefix(dir, root), "/"); depth > 1 {
+				t.Errorf("container cgroup left behind: %s", dir)
 			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if depth := strings.Count(strings.TrimPrefix(dirs[i], root), "/"); depth > 1 {
-				t.Errorf("container cgroup left behind: %s", dirs[i])
-			}
-			_ = os.Remove(dirs[i])
+			_ = os.Remove(dir)
 		}
 	}
+}
+
+// cgroupDirsBottomUp lists a cgroup directory and those under it, children first, in the
+// order they can be removed.
+func cgroupDirsBottomUp(root string) []string {
+	var dirs []string
+	_ = filepath.WalkDir(root, func(p string, de os.DirEntry, err error) error {
+		if err == nil && de.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	return dirs
 }
 
 // A sandboxing handler's pod is bounded as a whole: the pod's limits plus the handler's

@@ -34,7 +34,11 @@ type Kubelet struct {
 	cmd        *exec.Cmd
 	exited     chan struct{}
 	client     *http.Client
+	newDirs    []string // fixed paths kubelet creates outside --root-dir that were not there before
 }
+
+// kubeletFixedDirs are made by kubelet whatever its --root-dir (device plugins, log links).
+var kubeletFixedDirs = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers"}
 
 // kubeletCgroupRoot is the cgroup parent of every kubelet the tests start; kubelet puts
 // kubepods (and its QoS classes) under it.
@@ -56,6 +60,11 @@ func startKubelet(t testing.TB, d *Daemon, kubeconfig string) *Kubelet {
 	for _, p := range []string{k.Manifests, k.Root} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	for _, d := range kubeletFixedDirs {
+		if _, err := os.Stat(d); err != nil {
+			k.newDirs = append(k.newDirs, d)
 		}
 	}
 	// kubelet refuses a cgroupRoot that does not exist in every hierarchy.
@@ -374,6 +383,18 @@ func (k *Kubelet) cleanup() {
 		_ = syscall.Unmount(m[i], syscall.MNT_DETACH)
 	}
 	removeCgroupTree(k.CgroupRoot)
+	// kubelet drops a container's log link when it garbage-collects the container, which a
+	// stopped kubelet no longer does: drop the links into this kubelet's pod logs.
+	links, _ := filepath.Glob("/var/log/containers/*.log")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && strings.HasPrefix(target, k.Dir+"/") {
+			_ = os.Remove(l)
+		}
+	}
+	for _, d := range k.newDirs {
+		_ = os.Remove(filepath.Join(d, "kubelet.sock"))
+		_ = os.Remove(d) // only when empty
+	}
 	if t.Failed() {
 		// The whole log outlives the test's temp dir.
 		saved := filepath.Join(os.TempDir(), "rtshimd-kubelet-"+strings.ReplaceAll(t.Name(), "/", "_")+".log")

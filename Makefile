@@ -74,3 +74,9 @@ clean:
 # Benchmarks: figures are ratios against a floor measured in the same run (README).
 bench: deps-test build
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -run '^$$' -bench . -benchtime 1x -timeout 30m ./integration/ 2>&1 | tee /tmp/rtshimd-bench.log | grep -E '^(Benchmark|ok|FAIL|PASS)|_test.go'; exit $${PIPESTATUS[0]}
+
+# CRI conformance: critest against the built daemon on runc and runsc, offline (images built
+# and served locally), checked against conformance/expected/ (hack/conformance/run.sh).
+.PHONY: conformance
+conformance: build
+	hack/conformance/run.sh

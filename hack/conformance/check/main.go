@@ -1,0 +1,370 @@
+// Command check compares a critest run (a ginkgo JSON report) with the lists kept in
+// conformance/expected/: <handler>.txt names the specs expected to pass on that handler,
+// exceptions.txt every spec that is not, with the reason (README.md there).
+//
+//	check -handler runc -dir conformance/expected -report runc.json [-partial] [-update] [-v] [-results FILE]
+//	check -handler runsc -dir conformance/expected -skip-regex
+//
+// It fails (exit 1) when a spec expected to pass did not pass (naming it and why), and when
+// a spec failed that no list explains. A spec that passed but is not expected to is reported
+// as "newly passing: raise the list" without failing. -skip-regex prints the regular
+// expression of the handler's skip entries, for critest's -ginkgo.skip. -update rewrites
+// <handler>.txt with the specs that passed (flaky ones left out). -partial (a focused run)
+// ignores expected specs that did not run.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kinds of exception.
+const (
+	kindSkip  = "skip"  // not run: given to critest as -ginkgo.skip
+	kindFail  = "fail"  // runs and is expected to fail
+	kindFlaky = "flaky" // runs; passes or fails from run to run
+	// critest skips it itself at run time (a feature the node or the runtime lacks);
+	// SPEC is a regular expression, as for skip, but nothing is filtered.
+	kindSkipped = "skipped"
+)
+
+type exception struct {
+	handlers map[string]bool
+	kind     string
+	spec     string         // full spec text (fail, flaky) or a regular expression (skip, skipped)
+	re       *regexp.Regexp // skip and skipped only
+	reason   string
+	line     int
+}
+
+func (e exception) matches(name string) bool {
+	if e.re != nil {
+		return e.re.MatchString(name)
+	}
+	return e.spec == name
+}
+
+// specReport is the part of ginkgo's types.SpecReport that is read here.
+type specReport struct {
+	ContainerHierarchyTexts []string
+	LeafNodeText            string
+	LeafNodeType            string
+	State                   string
+	RunTime                 time.Duration
+	Failure                 struct {
+		Message  string
+		Location struct {
+			FileName   string
+			LineNumber int
+		}
+	}
+}
+
+type report struct {
+	SuiteDescription string
+	RunTime          time.Duration
+	SpecReports      []specReport
+}
+
+func (s specReport) name() string {
+	return strings.Join(append(append([]string{}, s.ContainerHierarchyTexts...), s.LeafNodeText), " ")
+}
+
+func main() {
+	handler := flag.String("handler", "", "runtime handler the report is of (runc, runsc)")
+	dir := flag.String("dir", "conformance/expected", "directory of the expected lists")
+	reportPath := flag.String("report", "", "ginkgo JSON report of critest")
+	skipRegex := flag.Bool("skip-regex", false, "print the handler's skip regular expression and exit")
+	partial := flag.Bool("partial", false, "a focused run: expected specs that did not run are not missing")
+	update := flag.Bool("update", false, "rewrite <dir>/<handler>.txt with the specs that passed")
+	verbose := flag.Bool("v", false, "list every spec that is skipped or fails as exceptions.txt expects")
+	results := flag.String("results", "", "write every spec's state, name and reason to this file")
+	flag.Parse()
+	if *handler == "" {
+		fatalf("-handler is required")
+	}
+	exceptions, err := readExceptions(filepath.Join(*dir, "exceptions.txt"))
+	if err != nil {
+		fatalf("%v", err)
+	}
+	mine := forHandler(exceptions, *handler)
+	if *skipRegex {
+		var res []string
+		for _, e := range mine {
+			if e.kind == kindSkip {
+				res = append(res, "(?:"+e.spec+")")
+			}
+		}
+		fmt.Println(strings.Join(res, "|"))
+		return
+	}
+	if *reportPath == "" {
+		fatalf("-report is required")
+	}
+	listPath := filepath.Join(*dir, *handler+".txt")
+	expected, err := readList(listPath)
+	if err != nil && !(*update && os.IsNotExist(err)) {
+		fatalf("%v", err)
+	}
+	specs, runTime, err := readReport(*reportPath)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if !check(os.Stdout, *handler, specs, runTime, expected, mine, *partial, *update, *verbose, listPath, *results) {
+		os.Exit(1)
+	}
+}
+
+func forHandler(exceptions []exception, handler string) []exception {
+	var out []exception
+	for _, e := range exceptions {
+		if e.handlers[handler] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// check prints the comparison and reports whether it holds.
+func check(w *os.File, handler string, specs []specReport, runTime time.Duration, expected map[string]bool,
+	exceptions []exception, partial, update, verbose bool, listPath, resultsPath string) bool {
+	find := func(name string) *exception {
+		for i := range exceptions {
+			if exceptions[i].matches(name) {
+				return &exceptions[i]
+			}
+		}
+		return nil
+	}
+	var passed, failed, skipped int
+	var bad, newly, notes []string
+	seen := map[string]bool{}
+	var passedNames, results []string
+	for _, s := range specs {
+		n := s.name()
+		seen[n] = true
+		ex := find(n)
+		res := fmt.Sprintf("%-8s %s", s.State, n)
+		switch {
+		case ex != nil:
+			res += fmt.Sprintf("  [exceptions.txt:%d %s: %s]", ex.line, ex.kind, ex.reason)
+		case s.State != "passed" && s.Failure.Message != "":
+			res += "  [" + firstLine(s.Failure.Message) + "]"
+		}
+		results = append(results, res)
+		switch s.State {
+		case "passed":
+			passed++
+			if ex == nil || ex.kind != kindFlaky {
+				passedNames = append(passedNames, n)
+			}
+			if !expected[n] && (ex == nil || ex.kind != kindFlaky) {
+				msg := "newly passing: raise the list: " + n
+				if ex != nil {
+					msg += fmt.Sprintf("\n      (and drop exceptions.txt:%d, %s: %s)", ex.line, ex.kind, ex.reason)
+				}
+				newly = append(newly, msg)
+			}
+		case "skipped":
+			skipped++
+			switch {
+			case expected[n] && partial && s.Failure.Message == "":
+				// Left out by a focused run's filter.
+			case expected[n]:
+				bad = append(bad, fmt.Sprintf("FAIL %s (expected to pass, skipped: %s)", n, why(s, ex)))
+			case ex != nil:
+				notes = append(notes, fmt.Sprintf("skipped (%s): %s\n      %s", ex.kind, n, ex.reason))
+			default:
+				notes = append(notes, fmt.Sprintf("skipped by critest: %s\n      %s", n, firstLine(s.Failure.Message)))
+			}
+		default: // failed, panicked, timedout, interrupted, aborted
+			failed++
+			detail := fmt.Sprintf("%s: %s", s.State, firstLine(s.Failure.Message))
+			if loc := s.Failure.Location; loc.FileName != "" {
+				detail += fmt.Sprintf(" (%s:%d)", filepath.Base(loc.FileName), loc.LineNumber)
+			}
+			switch {
+			case expected[n]:
+				bad = append(bad, fmt.Sprintf("FAIL %s\n      %s", n, detail))
+			case ex != nil && ex.kind != kindSkip:
+				notes = append(notes, fmt.Sprintf("expected %s: %s\n      %s", ex.kind, n, ex.reason))
+			default:
+				bad = append(bad, fmt.Sprintf("FAIL %s (not in any list: add it to exceptions.txt with a reason, or fix it)\n      %s", n, detail))
+			}
+		}
+	}
+	if !partial {
+		var missing []string
+		for n := range expected {
+			if !seen[n] {
+				missing = append(missing, n)
+			}
+		}
+		sort.Strings(missing)
+		for _, n := range missing {
+			bad = append(bad, fmt.Sprintf("FAIL %s (expected to pass, not in the report: renamed or removed in critest?)", n))
+		}
+	}
+	sort.Strings(notes)
+	if verbose {
+		for _, n := range notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	} else if len(notes) > 0 {
+		fmt.Fprintf(w, "  %d spec(s) skipped or failing as conformance/expected/exceptions.txt explains (-v lists them)\n", len(notes))
+	}
+	for _, n := range newly {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	for _, b := range bad {
+		fmt.Fprintf(w, "  %s\n", b)
+	}
+	if resultsPath != "" {
+		sort.Strings(results)
+		if err := os.WriteFile(resultsPath, []byte(strings.Join(results, "\n")+"\n"), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if update {
+		sort.Strings(passedNames)
+		header := fmt.Sprintf("# critest specs expected to pass on %s (written by make conformance CONFORMANCE_UPDATE=1;\n# see README.md). One full spec text a line.\n", handler)
+		if err := os.WriteFile(listPath, []byte(header+strings.Join(passedNames, "\n")+"\n"), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+		fmt.Fprintf(w, "  wrote %s (%d specs)\n", listPath, len(passedNames))
+	}
+	verdict := "ok"
+	if len(bad) > 0 {
+		verdict = fmt.Sprintf("FAILED: %d spec(s) expected to pass did not, or failed unexplained", len(bad))
+	}
+	fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped (critest %s; %s)\n", handler, passed, failed, skipped,
+		runTime.Round(time.Second), verdict)
+	return len(bad) == 0 || update
+}
+
+func why(s specReport, ex *exception) string {
+	if ex != nil {
+		return fmt.Sprintf("exceptions.txt:%d", ex.line)
+	}
+	return firstLine(s.Failure.Message)
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// readReport returns the It specs of a ginkgo JSON report, without the benchmarks critest
+// leaves out of validation runs.
+func readReport(path string) ([]specReport, time.Duration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	var reports []report
+	if err := json.Unmarshal(data, &reports); err != nil {
+		return nil, 0, fmt.Errorf("%s: %v", path, err)
+	}
+	var out []specReport
+	var total time.Duration
+	for _, r := range reports {
+		total += r.RunTime
+		for _, s := range r.SpecReports {
+			if s.LeafNodeType != "It" {
+				continue
+			}
+			if s.State == "skipped" && strings.Contains(s.name(), "benchmark") {
+				continue
+			}
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("%s: no specs", path)
+	}
+	return out, total, nil
+}
+
+// readList reads one name a line; blank lines and lines starting with # are ignored.
+func readList(path string) (map[string]bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		out[l] = true
+	}
+	return out, sc.Err()
+}
+
+// readExceptions reads lines of the form "HANDLERS KIND SPEC # REASON".
+func readExceptions(path string) ([]exception, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []exception
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		n++
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		spec, reason, ok := strings.Cut(l, " # ")
+		reason = strings.TrimSpace(reason)
+		if !ok || reason == "" {
+			return nil, fmt.Errorf("%s:%d: no reason (\"HANDLERS KIND SPEC # REASON\")", path, n)
+		}
+		fields := strings.SplitN(strings.TrimSpace(spec), " ", 3)
+		if len(fields) != 3 {
+			return nil, fmt.Errorf("%s:%d: want \"HANDLERS KIND SPEC # REASON\"", path, n)
+		}
+		e := exception{handlers: map[string]bool{}, kind: fields[1], spec: strings.TrimSpace(fields[2]), reason: reason, line: n}
+		for _, h := range strings.Split(fields[0], ",") {
+			e.handlers[h] = true
+		}
+		switch e.kind {
+		case kindSkip, kindSkipped:
+			re, err := regexp.Compile(e.spec)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %v", path, n, err)
+			}
+			e.re = re
+		case kindFail, kindFlaky:
+		default:
+			return nil, fmt.Errorf("%s:%d: kind %q: want skip, skipped, fail or flaky", path, n, e.kind)
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "check: "+format+"\n", a...)
+	os.Exit(2)
+}

@@ -1,0 +1,593 @@
+// Command images builds, offline, every Linux image the CRI conformance suite (critest,
+// sigs.k8s.io/cri-tools) pulls, and pushes them to a registry (plain HTTP). The images are
+// made of a busybox binary and rtshimd's own stand-in programs (hack/conformance/standins);
+// make conformance (hack/conformance/run.sh) runs it against a registry it starts.
+//
+// Repository paths drop the upstream registry host and keep the rest, so a runtime that maps
+// each upstream registry onto the local one (registries.conf location rewrites) finds them:
+//
+//	registry.k8s.io/e2e-test-images/busybox:1.29-2    -> <registry>/e2e-test-images/busybox:1.29-2
+//	gcr.io/k8s-staging-cri-tools/test-image-1:latest  -> <registry>/k8s-staging-cri-tools/test-image-1:latest
+//	registry.k8s.io/pause:3.9, k8s.gcr.io/pause:3.9   -> <registry>/pause:3.9
+//	public.ecr.aws/docker/library/busybox:1           -> <registry>/docker/library/busybox:1
+//	docker.io/library/busybox:1 (mapped to <registry>/docker) -> the same
+//
+// One image cannot be built: critest pulls gcr.io/k8s-staging-cri-tools/test-image-digest
+// by an upstream digest (sha256:9700f9a2...), which no other bytes can reproduce.
+//
+// Usage:
+//
+//	images -registry 127.0.0.1:PORT -busybox /path/busybox -bin DIR [-out FILE]
+//	images -list
+//
+// DIR holds the stand-in programs nginx, labutils, nnp and pause (rtshim-pause). Every
+// file and image carries a fixed timestamp, so the same inputs give the same digests.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// epoch is the timestamp of every file, history entry and image.
+var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// entry is one filesystem object of a layer.
+type entry struct {
+	Path     string // absolute path inside the image
+	Mode     int64  // permission bits, setuid included
+	UID, GID int
+	Dir      bool
+	Hardlink string // absolute path of the hard-link target
+	Data     []byte
+}
+
+func dir(p string, mode int64) entry               { return entry{Path: p, Mode: mode, Dir: true} }
+func file(p string, mode int64, data []byte) entry { return entry{Path: p, Mode: mode, Data: data} }
+func text(p, s string) entry                       { return file(p, 0o644, []byte(s)) }
+
+// image is one image and the tags it is pushed under.
+type image struct {
+	Repo   string
+	Tags   []string
+	Base   bool    // the busybox base layer first
+	Extra  []entry // the image's own layer
+	Config v1.Config
+	Note   string
+}
+
+func main() {
+	registry := flag.String("registry", "", "registry host:port to push to (plain HTTP)")
+	busybox := flag.String("busybox", "", "busybox binary of the base layer; a dynamic one gets its ELF interpreter and libraries copied")
+	binDir := flag.String("bin", "", "directory holding the stand-in programs nginx, labutils, nnp and pause")
+	list := flag.Bool("list", false, "print the image list and exit")
+	out := flag.String("out", "", "write one 'reference digest' line per pushed tag to this file")
+	flag.Parse()
+
+	if *list {
+		for _, im := range specs(nil) {
+			for _, t := range im.Tags {
+				fmt.Printf("%s:%s\t%s\n", im.Repo, t, im.Note)
+			}
+		}
+		return
+	}
+	if *registry == "" || *busybox == "" || *binDir == "" {
+		fatalf("-registry, -busybox and -bin are required")
+	}
+	helpers := map[string][]byte{}
+	for _, h := range []string{"pause", "nnp", "nginx", "labutils"} {
+		b, err := os.ReadFile(filepath.Join(*binDir, h))
+		if err != nil {
+			fatalf("stand-in program: %v", err)
+		}
+		helpers[h] = b
+	}
+	baseEntries, err := baseLayer(*busybox, helpers["labutils"])
+	if err != nil {
+		fatalf("base layer: %v", err)
+	}
+	base, err := layerOf(baseEntries)
+	if err != nil {
+		fatalf("base layer: %v", err)
+	}
+
+	start := time.Now()
+	var lines []string
+	for _, im := range specs(helpers) {
+		img, err := build(im, base)
+		if err != nil {
+			fatalf("%s: %v", im.Repo, err)
+		}
+		dgst, err := img.Digest()
+		if err != nil {
+			fatalf("%s: %v", im.Repo, err)
+		}
+		for _, t := range im.Tags {
+			refStr := fmt.Sprintf("%s/%s:%s", *registry, im.Repo, t)
+			if err := push(*registry, im.Repo, t, img); err != nil {
+				fatalf("push %s: %v", refStr, err)
+			}
+			lines = append(lines, refStr+" "+dgst.String())
+		}
+	}
+	fmt.Fprintf(os.Stderr, "images: pushed %d tags to %s in %v\n", len(lines), *registry, time.Since(start).Round(time.Millisecond))
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+}
+
+// build assembles one image: layers, then a config with fixed dates.
+func build(im image, base v1.Layer) (v1.Image, error) {
+	var layers []v1.Layer
+	if im.Base {
+		layers = append(layers, base)
+	}
+	if len(im.Extra) > 0 {
+		l, err := layerOf(im.Extra)
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, l)
+	}
+	img := empty.Image
+	for _, l := range layers {
+		var err error
+		img, err = mutate.Append(img, mutate.Addendum{Layer: l, History: v1.History{
+			Created: v1.Time{Time: epoch}, CreatedBy: "rtshimd hack/conformance/images: " + im.Repo}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+	cf.Created = v1.Time{Time: epoch}
+	cf.Config = im.Config
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.MediaType(img, types.DockerManifestSchema2), nil
+}
+
+// specs lists every image critest v1.36 pulls on Linux (pkg/validate: consts.go,
+// framework.DefaultLinuxContainerImage, security_context_linux.go, multi_container_linux.go;
+// pkg/benchmark for the public.ecr.aws list). helpers may be nil when only listing.
+func specs(helpers map[string][]byte) []image {
+	const e2e = "e2e-test-images/"
+	const cri = "k8s-staging-cri-tools/"
+	shCmd := v1.Config{Env: []string{"PATH=" + defaultPath}, Cmd: []string{"sh"}}
+	withUser := func(u string) v1.Config { c := shCmd; c.User = u; return c }
+
+	nginxFiles := func(port int) []entry {
+		return []entry{
+			dir("/usr", 0o755), dir("/usr/sbin", 0o755),
+			file("/usr/sbin/nginx", 0o755, helpers["nginx"]),
+			dir("/etc", 0o755), dir("/etc/nginx", 0o755), dir("/etc/nginx/conf.d", 0o755),
+			text("/etc/nginx/conf.d/default.conf", fmt.Sprintf("# rtshimd conformance nginx stand-in: only 'listen' is read\nserver {\n    listen       %d;\n    server_name  localhost;\n    root         /usr/share/nginx/html;\n}\n", port)),
+			dir("/usr/share", 0o755), dir("/usr/share/nginx", 0o755), dir("/usr/share/nginx/html", 0o755),
+			text("/usr/share/nginx/html/index.html", "<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>\n<body><h1>Welcome to nginx!</h1><p>rtshimd conformance stand-in.</p></body></html>\n"),
+			dir("/var", 0o755), dir("/var/log", 0o755), dir("/var/log/nginx", 0o755),
+		}
+	}
+	nginxConfig := func(port int) v1.Config {
+		return v1.Config{
+			Env:          []string{"PATH=" + defaultPath, "NGINX_VERSION=stand-in"},
+			Cmd:          []string{"nginx", "-g", "daemon off;"},
+			ExposedPorts: map[string]struct{}{fmt.Sprintf("%d/tcp", port): {}},
+			StopSignal:   "SIGTERM",
+		}
+	}
+	marker := func(n string) []entry { return []entry{text("/"+n, n+"\n")} }
+
+	return []image{
+		{Repo: e2e + "busybox", Tags: []string{"1.29-2"}, Base: true, Config: shCmd,
+			Note: "the default test container image"},
+		{Repo: e2e + "nginx", Tags: []string{"1.14-2"}, Base: true, Extra: nginxFiles(80), Config: nginxConfig(80),
+			Note: "web server: the nginx stand-in on :80"},
+		{Repo: cri + "hostnet-nginx-" + runtime.GOARCH, Tags: []string{"latest"}, Base: true, Extra: nginxFiles(12003), Config: nginxConfig(12003),
+			Note: "host-network web server: the nginx stand-in on :12003"},
+		{Repo: e2e + "httpd", Tags: []string{"2.4.39-4"}, Base: true,
+			Extra: []entry{
+				dir("/usr", 0o755), dir("/usr/local", 0o755),
+				dir("/usr/local/apache2", 0o755), dir("/usr/local/apache2/htdocs", 0o755),
+				text("/usr/local/apache2/htdocs/index.html", "<html><body><h1>It works!</h1></body></html>\n"),
+				dir("/usr/local/bin", 0o755),
+				file("/usr/local/bin/httpd-foreground", 0o755, []byte("#!/bin/sh\n# httpd stand-in: busybox httpd in the foreground on :80\necho \"httpd: rtshimd conformance stand-in (busybox httpd) serving /usr/local/apache2/htdocs on :80\" >&2\nexec httpd -f -p 80 -h /usr/local/apache2/htdocs\n")),
+			},
+			Config: v1.Config{Env: []string{"PATH=" + defaultPath}, Cmd: []string{"httpd-foreground"}, WorkingDir: "/usr/local/apache2",
+				ExposedPorts: map[string]struct{}{"80/tcp": {}}, StopSignal: "SIGTERM"},
+			Note: "httpd stand-in (busybox httpd) on :80"},
+		{Repo: e2e + "nonewprivs", Tags: []string{"1.3"}, Base: true,
+			Extra:  []entry{dir("/usr", 0o755), dir("/usr/local", 0o755), dir("/usr/local/bin", 0o755), file("/usr/local/bin/nnp", 0o4755, helpers["nnp"])},
+			Config: v1.Config{Env: []string{"PATH=" + defaultPath}, Entrypoint: []string{"/usr/local/bin/nnp"}},
+			Note:   "setuid-root program printing its effective uid"},
+		{Repo: "pause", Tags: []string{"3.9"}, Extra: []entry{file("/pause", 0o755, helpers["pause"])},
+			Config: v1.Config{Entrypoint: []string{"/pause"}},
+			Note:   "registry.k8s.io/pause:3.9 and k8s.gcr.io/pause:3.9 (rtshim-pause)"},
+
+		{Repo: cri + "test-image-1", Tags: []string{"latest"}, Base: true, Extra: marker("test-image-1"), Config: shCmd},
+		{Repo: cri + "test-image-2", Tags: []string{"latest"}, Base: true, Extra: marker("test-image-2"), Config: shCmd},
+		{Repo: cri + "test-image-3", Tags: []string{"latest"}, Base: true, Extra: marker("test-image-3"), Config: shCmd},
+		{Repo: cri + "test-image-latest", Tags: []string{"latest"}, Base: true, Extra: marker("test-image-latest"), Config: shCmd},
+		{Repo: cri + "test-image-tags", Tags: []string{"1", "2", "3"}, Base: true, Extra: marker("test-image-tags"), Config: shCmd,
+			Note: "one image, three tags"},
+		// Two images, so that one tag can never show up as an extra RepoTag of the other.
+		{Repo: cri + "test-image-tag", Tags: []string{"test"}, Base: true, Extra: marker("test-image-tag-test"), Config: shCmd},
+		{Repo: cri + "test-image-tag", Tags: []string{"all"}, Base: true, Extra: marker("test-image-tag-all"), Config: shCmd},
+		{Repo: cri + "test-image-user-uid", Tags: []string{"latest"}, Base: true, Config: withUser("1002")},
+		{Repo: cri + "test-image-user-username", Tags: []string{"latest"}, Base: true, Config: withUser("www-data")},
+		{Repo: cri + "test-image-user-uid-group", Tags: []string{"latest"}, Base: true, Config: withUser("1003:1004")},
+		{Repo: cri + "test-image-user-username-group", Tags: []string{"latest"}, Base: true, Config: withUser("www-data:1004")},
+		{Repo: cri + "test-image-predefined-group", Tags: []string{"latest"}, Base: true,
+			Extra: []entry{
+				dir("/etc", 0o755),
+				text("/etc/passwd", passwd+"default-user:x:1000:1000:Linux User,,,:/home/default-user:/bin/sh\n"),
+				text("/etc/group", group+"default-user:x:1000:\ngroup-defined-in-image:x:50000:default-user\n"),
+				dir("/home", 0o755),
+				{Path: "/home/default-user", Mode: 0o755, UID: 1000, GID: 1000, Dir: true},
+			},
+			Config: withUser("1000"), Note: "uid 1000 in supplementary group 50000 through /etc/group"},
+
+		// critest's image benchmarks (not run by make conformance) list public.ecr.aws images.
+		{Repo: "docker/library/busybox", Tags: []string{"1.35.0-glibc", "1-uclibc", "1", "1-glibc", "1-musl"}, Base: true, Config: shCmd,
+			Note: "the image benchmarks' default list (public.ecr.aws/docker/library/busybox)"},
+	}
+}
+
+const passwd = `root:x:0:0:root:/root:/bin/sh
+daemon:x:1:1:daemon:/usr/sbin:/bin/false
+bin:x:2:2:bin:/bin:/bin/false
+sys:x:3:3:sys:/dev:/bin/false
+sync:x:4:100:sync:/bin:/bin/sync
+mail:x:8:8:mail:/var/spool/mail:/bin/false
+www-data:x:33:33:www-data:/var/www:/bin/false
+operator:x:37:37:Operator:/var:/bin/false
+nobody:x:65534:65534:nobody:/home:/bin/false
+`
+
+const group = `root:x:0:
+daemon:x:1:
+bin:x:2:
+sys:x:3:
+adm:x:4:
+tty:x:5:
+disk:x:6:
+lp:x:7:
+mail:x:8:
+kmem:x:9:
+wheel:x:10:root
+cdrom:x:11:
+dialout:x:18:
+floppy:x:19:
+video:x:28:
+audio:x:29:
+tape:x:32:
+www-data:x:33:
+operator:x:37:
+utmp:x:43:
+plugdev:x:46:
+staff:x:50:
+lock:x:54:
+netdev:x:82:
+users:x:100:
+nogroup:x:65534:
+`
+
+// baseLayer lays out a busybox root filesystem: /bin/busybox and one hard link per applet,
+// the libraries a dynamic busybox needs, account files, and labutils for pgrep and ipcs
+// where the busybox lacks them.
+//
+// critest's MaskedPaths spec masks /bin/ls and expects `sh -c ls` to fail: that needs a
+// busybox whose shell execs applets (Debian's dynamic build), not one that runs them in
+// process (busybox-static, FEATURE_SH_STANDALONE).
+func baseLayer(busybox string, labutils []byte) ([]entry, error) {
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, err
+	}
+	outb, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %v", busybox, err)
+	}
+	applets := map[string]bool{}
+	for _, a := range strings.Fields(string(outb)) {
+		if a != "busybox" && !strings.ContainsAny(a, "/[") {
+			applets[a] = true
+		}
+	}
+	es := []entry{
+		dir("/bin", 0o755), dir("/dev", 0o755), dir("/etc", 0o755), dir("/home", 0o755),
+		dir("/lib", 0o755), dir("/proc", 0o555), dir("/root", 0o700), dir("/run", 0o755),
+		dir("/sbin", 0o755), dir("/sys", 0o555), dir("/tmp", 0o1777), dir("/usr", 0o755),
+		dir("/usr/bin", 0o755), dir("/usr/sbin", 0o755), dir("/usr/local", 0o755),
+		dir("/usr/local/bin", 0o755), dir("/var", 0o755), dir("/var/run", 0o755),
+		dir("/var/log", 0o755), dir("/var/spool", 0o755), dir("/var/spool/mail", 0o755),
+		dir("/var/www", 0o755),
+		text("/etc/passwd", passwd),
+		text("/etc/group", group),
+		{Path: "/etc/shadow", Mode: 0o600, Data: []byte("root:*:10933:0:99999:7:::\nnobody:*:10933:0:99999:7:::\n")},
+		text("/etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"),
+		file("/bin/busybox", 0o755, bb),
+	}
+	names := make([]string, 0, len(applets))
+	for a := range applets {
+		names = append(names, a)
+	}
+	sort.Strings(names)
+	for _, a := range names {
+		es = append(es, entry{Path: "/bin/" + a, Mode: 0o755, Hardlink: "/bin/busybox"})
+	}
+	es = append(es, entry{Path: "/bin/[", Mode: 0o755, Hardlink: "/bin/busybox"})
+	addedLabutils := false
+	for _, a := range []string{"pgrep", "ipcs"} {
+		if applets[a] {
+			continue
+		}
+		if !addedLabutils {
+			es = append(es, file("/bin/labutils", 0o755, labutils))
+			addedLabutils = true
+		}
+		es = append(es, entry{Path: "/bin/" + a, Mode: 0o755, Hardlink: "/bin/labutils"})
+	}
+	libs, err := elfDeps(busybox)
+	if err != nil {
+		return nil, err
+	}
+	made := map[string]bool{"/lib": true}
+	for _, l := range libs {
+		for d := path.Dir(l.dst); d != "/" && !made[d]; d = path.Dir(d) {
+			made[d] = true
+			es = append(es, dir(d, 0o755))
+		}
+		es = append(es, file(l.dst, 0o755, l.data))
+	}
+	return es, nil
+}
+
+type lib struct {
+	dst  string
+	data []byte
+}
+
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
+
+// elfDeps returns the ELF interpreter (at its own path) and every needed shared library
+// (under the first library directory that has it) of a dynamic executable; nil for a
+// static one.
+func elfDeps(bin string) ([]lib, error) {
+	var out []lib
+	seen := map[string]bool{}
+	var walk func(p string, top bool) error
+	walk = func(p string, top bool) error {
+		f, err := elf.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if top {
+			for _, prog := range f.Progs {
+				if prog.Type != elf.PT_INTERP {
+					continue
+				}
+				b, err := io.ReadAll(prog.Open())
+				if err != nil {
+					return err
+				}
+				interp := strings.TrimRight(string(b), "\x00")
+				data, err := os.ReadFile(interp)
+				if err != nil {
+					return fmt.Errorf("interpreter %s: %v", interp, err)
+				}
+				seen[path.Base(interp)] = true
+				out = append(out, lib{dst: interp, data: data})
+			}
+		}
+		needed, err := f.ImportedLibraries()
+		if err != nil {
+			return err
+		}
+		for _, n := range needed {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			var src, dstDir string
+			for _, d := range libDirs {
+				if _, err := os.Stat(filepath.Join(d, n)); err == nil {
+					src, dstDir = filepath.Join(d, n), d
+					break
+				}
+			}
+			if src == "" {
+				return fmt.Errorf("library %s needed by %s not found", n, p)
+			}
+			data, err := os.ReadFile(src)
+			if err != nil {
+				return err
+			}
+			out = append(out, lib{dst: path.Join(dstDir, n), data: data})
+			if err := walk(src, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(bin, true); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// layerOf writes the entries to a tar and wraps it as a gzip-compressed layer.
+func layerOf(es []entry) (v1.Layer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range es {
+		h := &tar.Header{
+			Name:    strings.TrimPrefix(e.Path, "/"),
+			Mode:    e.Mode,
+			Uid:     e.UID,
+			Gid:     e.GID,
+			ModTime: epoch,
+		}
+		switch {
+		case e.Dir:
+			h.Typeflag = tar.TypeDir
+			h.Name += "/"
+		case e.Hardlink != "":
+			h.Typeflag = tar.TypeLink
+			h.Linkname = strings.TrimPrefix(e.Hardlink, "/")
+		default:
+			h.Typeflag = tar.TypeReg
+			h.Size = int64(len(e.Data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(e.Data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	})
+}
+
+// push uploads an image's blobs (those the registry lacks) and its manifest under a tag,
+// over plain HTTP with the registry v2 API (monolithic uploads; no auth).
+func push(registry, repo, tag string, img v1.Image) error {
+	base := "http://" + registry + "/v2/" + repo
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	type blob struct {
+		digest v1.Hash
+		open   func() (io.ReadCloser, error)
+	}
+	var blobs []blob
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		blobs = append(blobs, blob{d, l.Compressed})
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return err
+	}
+	blobs = append(blobs, blob{cfgName, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cfg)), nil }})
+	for _, b := range blobs {
+		resp, err := http.Head(base + "/blobs/" + b.digest.String())
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			continue
+		}
+		resp, err = http.Post(base+"/blobs/uploads/", "application/octet-stream", nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("start upload of %s: %s", b.digest, resp.Status)
+		}
+		loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
+		if err != nil {
+			return err
+		}
+		q := loc.Query()
+		q.Set("digest", b.digest.String())
+		loc.RawQuery = q.Encode()
+		rc, err := b.open()
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		if err := put(loc, "application/octet-stream", data); err != nil {
+			return fmt.Errorf("upload %s: %v", b.digest, err)
+		}
+	}
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(base + "/manifests/" + tag)
+	if err != nil {
+		return err
+	}
+	return put(u, string(mt), manifest)
+}
+
+func put(u *url.URL, contentType string, data []byte) error {
+	req, err := http.NewRequest(http.MethodPut, u.String(), bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("PUT %s: %s: %s", u.Path, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "images: "+format+"\n", a...)
+	os.Exit(1)
+}

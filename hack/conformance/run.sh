@@ -1,0 +1,343 @@
+#!/usr/bin/env bash
+# make conformance: the CRI conformance suite (critest, sigs.k8s.io/cri-tools) against the
+# built daemon, on runc (the default handler) and on runsc, offline, and the results checked
+# against the lists in conformance/expected/ (README there).
+#
+#   hack/conformance/run.sh              everything, both handlers (needs root)
+#   CONFORMANCE_HANDLERS=runc ...        one handler
+#   CONFORMANCE_FOCUS='regex' ...        only specs matching (debugging; the check then
+#                                        ignores listed specs that did not run)
+#   CONFORMANCE_UPDATE=1 ...             rewrite conformance/expected/<handler>.txt with
+#                                        the specs that passed in this run
+#   CONFORMANCE_VERBOSE=1 ...            list the specs skipped or failing as expected, too
+#   CONFORMANCE_HOLD=1 ...               start registry and daemon, then wait (debugging);
+#                                        SIGTERM to the script cleans up
+#
+# What it does, all of it undone on exit whatever happens (trap):
+#   1. critest (hack/tools.sh) and a ginkgo CLI for parallel runs (same source and version)
+#   2. every Linux image critest pulls, built by hack/conformance/images from Debian's
+#      dynamic busybox and the stand-ins in hack/conformance/standins, pushed to Debian's
+#      docker-registry on 127.0.0.1:<free port>
+#   3. bin/rtshimd with a config of its own in a temp dir (socket, state, run root, CNI
+#      bridge and subnet, registries mapped onto the local registry)
+#   4. critest per handler with a ginkgo JSON report, checked by hack/conformance/check
+#   5. cleanup: pods removed through the daemon, daemon and registry stopped, then checks
+#      that no process, mount, cgroup, bridge or iptables rule of this run is left (any left
+#      is removed and reported as a leak, which fails the run)
+#
+# Reports and logs are kept in $CONFORMANCE_OUT (default /tmp/rtshimd-conformance).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+OUT=${CONFORMANCE_OUT:-/tmp/rtshimd-conformance}
+HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc}
+# Specs run in this many ginkgo processes (Serial specs, the image ones, run alone at the
+# end). Measured on 2 cores: see conformance/expected/README.md.
+PARALLEL=${CONFORMANCE_PARALLEL:-4}
+FOCUS=${CONFORMANCE_FOCUS:-}
+UPDATE=${CONFORMANCE_UPDATE:-}
+TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
+NET_NAME=rtshimd-conformance
+BRIDGE=rtshimcf0
+SUBNET=10.231.0.0/24
+SUBNET_RE='10\.231\.0\.'
+export GOFLAGS="-buildvcs=false -tags=containers_image_openpgp,exclude_graphdriver_btrfs"
+
+T0=$(date +%s)
+log() { echo "[conformance +$(($(date +%s) - T0))s] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (namespaces, mounts, cgroups, CNI)"
+[ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-pause ] || die "run make build first (make conformance does)"
+
+# --- 0. Debian packages --------------------------------------------------------------------
+pkgs="docker-registry runc runsc containernetworking-plugins iptables iproute2 jq"
+missing=""
+for p in $pkgs; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+	log "installing:$missing"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+W=$(mktemp -d /tmp/rtshimd-conformance.XXXXXX)
+chmod 0711 "$W"
+mkdir -p "$OUT" "$W/bin" "$W/registry" "$W/state" "$W/run" "$W/cni/net.d" "$W/cni/ipam" "$W/cni/cache"
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt
+SOCK=$W/rtshimd.sock
+REG_PID="" DAEMON_PID="" EVENTS_PID="" HOLD_PID="" LEAKS=0
+
+# --- cleanup (trap) ------------------------------------------------------------------------
+leak() { LEAKS=$((LEAKS + 1)); log "LEAK: $*"; }
+
+# pids of processes that belong to this run: command line, executable or cwd in $W.
+run_pids() {
+	local p
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		[ "$p" = $$ ] && continue
+		if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$W" ||
+			readlink "/proc/$p/cwd" 2>/dev/null | grep -qF "$W"; then
+			echo "$p"
+		fi
+	done
+}
+
+# iptables rules the CNI plugins made for this run's network (bridge ipMasq, portmap) and
+# the per-pod chains they jump to; the shared CNI-HOSTPORT-* chains stay. Prints the count.
+iptables_cleanup() {
+	local table save chains jumps rule n=0 c
+	for table in nat filter; do
+		save=$(iptables-save -t $table 2>/dev/null) || continue
+		chains=$({
+			grep -E -- "^-A .*($NET_NAME|$SUBNET_RE)" <<<"$save" | grep -oE -- '-j CNI-[A-Za-z0-9_-]+' | cut -c4-
+			grep -E -- "^-A CNI-[^ ]+ .*($NET_NAME|$SUBNET_RE)" <<<"$save" | awk '{print $2}'
+		} | grep -vE '^CNI-HOSTPORT-(DNAT|MASQ|SETMARK)$' | sort -u)
+		jumps=$(echo $chains | tr ' ' '|')
+		while read -r rule; do
+			[ -n "$rule" ] || continue
+			n=$((n + 1))
+			eval "iptables -t $table ${rule/#-A/-D}" 2>/dev/null
+		done < <(grep -E -- "^-A .*($NET_NAME|$SUBNET_RE${jumps:+|-j ($jumps)( |\$)})" <<<"$save")
+		for c in $chains; do iptables -t $table -F "$c" 2>/dev/null; iptables -t $table -X "$c" 2>/dev/null; done
+	done
+	[ $n = 0 ] || leak "$n iptables rule(s) of network $NET_NAME ($SUBNET) were left"
+}
+
+cleanup() {
+	local rc=$? pids ids m
+	trap - EXIT INT TERM
+	set +e
+	log "cleaning up"
+	[ -n "$HOLD_PID" ] && kill "$HOLD_PID" 2>/dev/null
+	if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+		log "cleanup: removing pods"
+		crictl_ rmp -fa >/dev/null 2>"$W/rmp.err" || { log "crictl rmp -fa failed:"; cat "$W/rmp.err" >&2; }
+		crictl_ rm -fa >/dev/null 2>&1
+		left=$(crictl_ pods -q 2>/dev/null; crictl_ ps -aq 2>/dev/null)
+		[ -z "$left" ] || leak "pods/containers still listed after rmp -fa: $left"
+		log "cleanup: stopping the daemon"
+		# The daemon's graceful stop waits (up to 10 s) for open streams: end ours first.
+		[ -n "$EVENTS_PID" ] && { kill "$EVENTS_PID" 2>/dev/null; wait "$EVENTS_PID" 2>/dev/null; EVENTS_PID=""; }
+		kill -TERM "$DAEMON_PID"
+		for _ in $(seq 1 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
+		kill -0 "$DAEMON_PID" 2>/dev/null && { leak "daemon ignored SIGTERM for 10s"; kill -KILL "$DAEMON_PID"; }
+		wait "$DAEMON_PID" 2>/dev/null
+	fi
+	[ -n "$EVENTS_PID" ] && { kill "$EVENTS_PID" 2>/dev/null; wait "$EVENTS_PID" 2>/dev/null; }
+	if [ -n "$REG_PID" ]; then kill "$REG_PID" 2>/dev/null; wait "$REG_PID" 2>/dev/null; fi
+	[ -f "$W/daemon.log" ] && cp "$W/daemon.log" "$OUT/daemon.log"
+	[ -f "$W/events.json" ] && cp "$W/events.json" "$OUT/events.json"
+
+	# Whatever the daemon left behind: processes (monitors, runtimes, sandboxes, container
+	# processes run from our rootfs or bundles), runtime state, mounts, cgroups, network.
+	log "cleanup: checking for leaks"
+	pids=$(run_pids)
+	if [ -n "$pids" ]; then
+		leak "processes of this run still alive:"
+		for p in $pids; do echo "    $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-200)" >&2; done
+		kill -KILL $pids 2>/dev/null
+		sleep 0.5
+	fi
+	for h in runc runsc; do
+		[ -d "$W/run/$h" ] || continue
+		bin=/usr/sbin/runc
+		[ $h = runsc ] && bin="/usr/bin/runsc --network=host"
+		ids=$($bin --root "$W/run/$h" list -q 2>/dev/null)
+		if [ -n "$ids" ]; then
+			leak "$h still knows containers: $(echo $ids)"
+			for id in $ids; do $bin --root "$W/run/$h" delete -force "$id" >/dev/null 2>&1; done
+		fi
+	done
+	m=$(awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+	if [ -n "$m" ]; then
+		leak "mounts left under $W: $(echo "$m" | wc -l) (first: $(echo "$m" | tail -1))"
+		for mp in $m; do umount -l "$mp" 2>/dev/null; done
+	fi
+	ids=""
+	[ -f "$W/events.json" ] && ids=$(grep -oE '"(containerId|id)": *"[0-9a-f]{64}"' "$W/events.json" | grep -oE '[0-9a-f]{64}' | sort -u)
+	if [ -n "$ids" ]; then
+		m=$(find /sys/fs/cgroup -mindepth 2 -type d 2>/dev/null | grep -F "$(echo "$ids")" | sort -r)
+		if [ -n "$m" ]; then
+			leak "cgroups left: $(echo "$m" | wc -l) (first: $(echo "$m" | tail -1))"
+			for c in $m; do rmdir "$c" 2>/dev/null; done
+		fi
+	fi
+	if ip link show "$BRIDGE" >/dev/null 2>&1; then
+		ip link del "$BRIDGE"
+	fi
+	iptables_cleanup
+	rm -rf "$W" || leak "could not remove $W"
+	[ -e "$W" ] && leak "$W still exists"
+	if [ "$LEAKS" -gt 0 ]; then
+		log "FAIL: $LEAKS leak(s) after cleanup (see above)"
+		[ $rc = 0 ] && rc=1
+	fi
+	log "done in $(($(date +%s) - T0))s (exit $rc)"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- 1. critest, crictl, ginkgo ------------------------------------------------------------
+TOOLBIN=$(hack/tools.sh critest crictl)
+CRITEST=$TOOLBIN/critest
+CRICTL=$TOOLBIN/crictl
+if [ "$PARALLEL" -gt 1 ]; then
+	# critest --parallel runs the ginkgo CLI from PATH: build the one of critest's own go.mod.
+	src=$(ls -d "$TOOLS"/src/cri-tools-"$(readlink "$CRITEST" | sed 's/^critest-//')")
+	gv=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2}' "$src/go.mod")
+	if [ ! -x "$TOOLBIN/ginkgo-$gv" ]; then
+		log "building ginkgo $gv"
+		(cd "$src" && GOFLAGS=-buildvcs=false CGO_ENABLED=0 go build -trimpath -o "$TOOLBIN/ginkgo-$gv.tmp" github.com/onsi/ginkgo/v2/ginkgo)
+		mv "$TOOLBIN/ginkgo-$gv.tmp" "$TOOLBIN/ginkgo-$gv"
+	fi
+	ln -sfn "$TOOLBIN/ginkgo-$gv" "$W/bin/ginkgo"
+fi
+export PATH=$W/bin:$PATH
+cat >"$W/crictl.yaml" <<EOF
+runtime-endpoint: unix://$SOCK
+image-endpoint: unix://$SOCK
+timeout: 60
+EOF
+crictl_() { "$CRICTL" --config "$W/crictl.yaml" "$@"; }
+
+# --- 2. images ------------------------------------------------------------------------------
+# Debian's dynamic busybox (not installed: it conflicts with busybox-static), kept in the
+# tools cache. Its shell execs applets, which the MaskedPaths spec needs.
+BB_DIR=$TOOLS/conformance/busybox
+if [ ! -x "$BB_DIR/bin/busybox" ]; then
+	log "fetching Debian's busybox package"
+	dl=$(mktemp -d)
+	(cd "$dl" && { apt-get -o APT::Sandbox::User=root download busybox >/dev/null 2>&1 ||
+		{ apt-get update -qq && apt-get -o APT::Sandbox::User=root download busybox >/dev/null; }; } &&
+		rm -rf "$BB_DIR" && mkdir -p "$BB_DIR" && dpkg-deb -x busybox_*.deb "$BB_DIR")
+	rm -rf "$dl"
+fi
+log "building the stand-ins and the image builder"
+for s in nginx labutils nnp; do
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$W/bin/$s" "./hack/conformance/standins/$s"
+done
+cp bin/rtshim-pause "$W/bin/pause"
+go build -o "$W/bin/conformance-images" ./hack/conformance/images
+go build -o "$W/bin/conformance-check" ./hack/conformance/check
+
+cat >"$W/registry/config.yml" <<EOF
+version: 0.1
+log: {level: info, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $W/registry/storage}}
+http: {addr: "127.0.0.1:0"}
+EOF
+docker-registry serve "$W/registry/config.yml" >"$W/registry/log" 2>&1 &
+REG_PID=$!
+REG=""
+for _ in $(seq 1 100); do
+	REG=$(sed -n 's/.*msg="listening on \(127\.0\.0\.1:[0-9]*\)".*/\1/p' "$W/registry/log")
+	[ -n "$REG" ] && break
+	kill -0 $REG_PID 2>/dev/null || break
+	sleep 0.1
+done
+[ -n "$REG" ] || { cat "$W/registry/log" >&2; die "docker-registry did not come up"; }
+log "registry on http://$REG"
+"$W/bin/conformance-images" -registry "$REG" -busybox "$BB_DIR/bin/busybox" -bin "$W/bin" -out "$OUT/images.txt"
+
+# --- 3. the daemon --------------------------------------------------------------------------
+cat >"$W/cni/net.d/10-conformance.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "$NET_NAME",
+  "plugins": [
+    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "$W/cni/ipam", "ranges": [[{"subnet": "$SUBNET"}]],
+              "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+: >"$W/registries.conf"
+{
+	cat <<EOF
+socket = "$SOCK"
+state_root = "$W/state"
+run_root = "$W/run"
+log_level = "info"
+default_handler = "runc"
+
+[handlers.runc]
+runtime_path = "/usr/sbin/runc"
+
+[handlers.runsc]
+runtime_path = "/usr/bin/runsc"
+runtime_args = ["--network=host"]
+sandbox = "shared"
+
+[network]
+cni_conf_dir = "$W/cni/net.d"
+cni_bin_dirs = ["/usr/lib/cni"]
+cni_cache_dir = "$W/cni/cache"
+
+[image]
+registries_conf = "$W/registries.conf"
+EOF
+	for r in registry.k8s.io k8s.gcr.io gcr.io public.ecr.aws; do
+		printf '[[image.registries]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n' "$r" "$REG"
+	done
+	# docker.io/library/busybox -> <registry>/docker/library/busybox, where the
+	# public.ecr.aws/docker/library images are.
+	printf '[[image.registries]]\nprefix = "docker.io"\nlocation = "%s/docker"\ninsecure = true\n' "$REG"
+} >"$W/config.toml"
+bin/rtshimd config check --config "$W/config.toml" >/dev/null || die "config check failed ($W/config.toml)"
+
+bin/rtshimd --config "$W/config.toml" >"$W/daemon.log" 2>&1 &
+DAEMON_PID=$!
+cond() { crictl_ info 2>/dev/null | jq -r ".status.conditions[] | select(.type == \"$1\") | .status"; }
+for _ in $(seq 1 300); do
+	[ -S "$SOCK" ] && [ "$(cond RuntimeReady)" = true ] && [ "$(cond NetworkReady)" = true ] && break
+	kill -0 $DAEMON_PID 2>/dev/null || { tail -20 "$W/daemon.log" >&2; die "daemon exited"; }
+	sleep 0.1
+done
+[ "$(cond NetworkReady)" = true ] || die "daemon not ready: $(crictl_ info 2>&1 | jq -c .status)"
+crictl_ info >"$OUT/info.json"
+for h in $HANDLERS; do
+	jq -e ".runtimeHandlers[] | select(.name == \"$h\")" "$OUT/info.json" >/dev/null ||
+		die "handler $h not ready: $(bin/rtshimd handlers --config "$W/config.toml" 2>&1 | grep "^$h")"
+done
+# Every sandbox and container ID of the run, for the cgroup check at cleanup.
+"$CRICTL" --config "$W/crictl.yaml" events -o json >"$W/events.json" 2>/dev/null &
+EVENTS_PID=$!
+log "daemon up (pid $DAEMON_PID, socket $SOCK)"
+if [ -n "${CONFORMANCE_HOLD:-}" ]; then
+	log "holding for debugging: $CRICTL --config $W/crictl.yaml ...; kill -TERM $$ cleans up"
+	sleep infinity &
+	HOLD_PID=$!
+	wait $HOLD_PID || true
+fi
+
+# --- 4. critest per handler -----------------------------------------------------------------
+status=0
+for h in $HANDLERS; do
+	skip=$("$W/bin/conformance-check" -skip-regex -handler "$h" -dir conformance/expected)
+	args=(-config "$W/crictl.yaml" -runtime-endpoint "unix://$SOCK" -image-endpoint "unix://$SOCK"
+		-ginkgo.no-color -ginkgo.json-report "$OUT/$h.json" -ginkgo.timeout 40m
+		-ginkgo.poll-progress-after 120s -ginkgo.poll-progress-interval 60s)
+	[ "$h" = runc ] || args+=(-runtime-handler "$h")
+	[ -n "$skip" ] && args+=(-ginkgo.skip "$skip")
+	[ -n "$FOCUS" ] && args+=(-ginkgo.focus "$FOCUS")
+	[ "$PARALLEL" -gt 1 ] && args+=(-parallel "$PARALLEL")
+	log "critest on $h (log: $OUT/$h.log)"
+	t=$(date +%s)
+	crc=0
+	(cd "$W" && "$CRITEST" "${args[@]}") >"$OUT/$h.log" 2>&1 || crc=$?
+	log "critest on $h: exit $crc in $(($(date +%s) - t))s"
+	[ -s "$OUT/$h.json" ] || { tail -30 "$OUT/$h.log" >&2; die "critest wrote no report for $h"; }
+	cargs=(-handler "$h" -dir conformance/expected -report "$OUT/$h.json" -results "$OUT/$h-results.txt")
+	[ -n "${CONFORMANCE_VERBOSE:-}" ] && cargs+=(-v)
+	[ -n "$FOCUS" ] && cargs+=(-partial)
+	[ -n "$UPDATE" ] && cargs+=(-update)
+	"$W/bin/conformance-check" "${cargs[@]}" | tee "$OUT/$h-check.txt" || status=1
+	# Nothing of one handler's run may leak into the next.
+	crictl_ rmp -fa >/dev/null 2>&1 || true
+done
+[ $status = 0 ] || die "conformance check failed (reports in $OUT)"
+log "conformance check passed (reports in $OUT)"

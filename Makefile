@@ -1,6 +1,7 @@
 # rtshimd. As root on Debian 12:
 #   make run    install what the daemon needs, build it, and run it with the default config
-#   make test   install what the tests need, then run unit and integration tests
+#   make test   install what the tests need, then unit, integration (kubelet, crictl) and
+#               conformance (critest on runc and runsc) tests
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
@@ -58,7 +59,7 @@ tools:
 integration: build tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 40m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-test: deps-test vet unit integration
+test: deps-test vet unit integration conformance
 
 install: build
 	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-pause /usr/local/bin/

@@ -603,3 +603,30 @@ func TestRestartCleansHalfCreatedContainer(t *testing.T) {
 		})
 	}
 }
+
+// Pods get containerd 2's network defaults: a server on a port below 1024 needs no
+// capability (here a non-root user on runc, and runsc, whose sandbox uses the pod netns
+// through the host kernel), and the pod's netns says so.
+func TestPodServesPrivilegedPort(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range []string{"runc", "runsc"} {
+		t.Run(handler, func(t *testing.T) {
+			podID, pod := e.pod("port80-"+handler, handler)
+			cfg := e.ctrConfig("server", "sh", "-c", "while true; do echo hello-80 | nc -l -p 80; done")
+			cfg.Image = imgSpec(strings.TrimSuffix(e.image, ":1") + ":user") // USER app (1000)
+			id := e.run(podID, pod, cfg)
+			waitFor(t, 15*time.Second, "the server on port 80", func() (bool, string) {
+				out, _, err := e.d.RS.ExecSync(ctxT(t), id, []string{"nc", "127.0.0.1", "80"}, 5*time.Second)
+				return err == nil && strings.Contains(string(out), "hello-80"), fmt.Sprint(string(out), err)
+			})
+			if handler == "runc" {
+				if out, _ := e.exec(id, "cat", "/proc/sys/net/ipv4/ping_group_range"); strings.Join(strings.Fields(out), " ") != "0 2147483647" {
+					t.Errorf("ping_group_range %q", out)
+				}
+			}
+			if err := e.d.RS.RemovePodSandbox(ctxT(t), podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

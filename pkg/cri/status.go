@@ -20,7 +20,8 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			{Type: runtimeapi.RuntimeReady, Status: true},
 			netCond,
 		}},
-		Features: &runtimeapi.RuntimeFeatures{},
+		// supplemental_groups_policy Merge and Strict are applied in the spec (pkg/oci/user.go).
+		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
 	}
 	for _, h := range s.Handlers.List() {
 		if !h.Ready {

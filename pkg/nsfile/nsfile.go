@@ -72,6 +72,9 @@ func pinOnThread(dir string, kinds []Kind, hostname string) (map[Kind]string, er
 			if err := loopbackUp(); err != nil {
 				return nil, fmt.Errorf("pin namespaces: bring up lo: %w", err)
 			}
+			if err := podNetSysctls(); err != nil {
+				return nil, fmt.Errorf("pin namespaces: %w", err)
+			}
 		}
 	}
 	tid := unix.Gettid()
@@ -140,4 +143,21 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// podNetSysctls are the defaults containerd 2 gives every pod network namespace: any user
+// may bind ports below 1024 and open ICMP echo sockets. The pod's own sysctls, applied per
+// container, still win. A sandboxing runtime that uses the pod netns through the host
+// kernel (runsc --network=host) has no other way to serve on port 80.
+func podNetSysctls() error {
+	for _, s := range []struct{ path, value string }{
+		{"/proc/sys/net/ipv4/ip_unprivileged_port_start", "0"},
+		{"/proc/sys/net/ipv4/ping_group_range", "0 2147483647"},
+	} {
+		// /proc/sys/net is the calling thread's network namespace.
+		if err := os.WriteFile(s.path, []byte(s.value), 0o644); err != nil {
+			return fmt.Errorf("set %s in the pod netns: %w", filepath.Base(s.path), err)
+		}
+	}
+	return nil
 }

@@ -4,8 +4,12 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -107,5 +111,23 @@ func TestEventsAfterRestart(t *testing.T) {
 		case <-deadline:
 			t.Fatal("no STOPPED event for the container that exited while the daemon was down")
 		}
+	}
+}
+
+// A daemon that stops ends its event streams at once with a reason, rather than holding
+// its graceful stop until the grace period runs out (kubelet's evented PLEG and
+// `crictl events` keep one open all the time).
+func TestEventsEndOnShutdown(t *testing.T) {
+	d := newDaemon(t)
+	ch := make(chan *runtimeapi.ContainerEventResponse, 10)
+	ready, ended := make(chan struct{}), make(chan error, 1)
+	go func() {
+		ended <- d.RS.GetContainerEvents(context.Background(), ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) { close(ready) })
+	}()
+	<-ready
+	d.Stop()
+	err := <-ended
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "rtshimd is shutting down") {
+		t.Errorf("event stream ended with %v, want Unavailable naming the shutdown", err)
 	}
 }

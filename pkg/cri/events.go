@@ -27,6 +27,8 @@ func (s *Server) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream grp
 			return status.Error(codes.ResourceExhausted, "event subscriber fell behind and was cut off; subscribe again and relist")
 		case <-stream.Context().Done():
 			return nil
+		case <-s.stopping:
+			return status.Error(codes.Unavailable, "rtshimd is shutting down; subscribe again once it is back")
 		}
 	}
 }

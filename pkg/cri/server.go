@@ -48,6 +48,10 @@ type Server struct {
 	Network    *network.Manager
 	Streaming  streaming.Server
 	Events     *events.Bus
+
+	// stopping closes when Serve's context ends: long-lived streams end at once instead of
+	// holding the graceful stop for its whole grace period.
+	stopping <-chan struct{}
 }
 
 // Serve listens on the config's Unix socket (0660, parent directory created) and serves
@@ -73,6 +77,7 @@ func (s *Server) Serve(ctx context.Context, ready func()) error {
 		grpc.ChainStreamInterceptor(streamInterceptor),
 		grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20),
 	)
+	s.stopping = ctx.Done()
 	runtimeapi.RegisterRuntimeServiceServer(g, s)
 	runtimeapi.RegisterImageServiceServer(g, s)
 	go func() {

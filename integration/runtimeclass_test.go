@@ -25,7 +25,7 @@ func TestKubeletRuntimeClass(t *testing.T) {
 	api := startAPIServer(t)
 	k := startKubelet(t, e.d, api.Kubeconfig)
 	waitFor(t, 60*time.Second, "the node to register", func() (bool, string) {
-		_, err := api.Do(http.MethodGet, "/api/v1/nodes/"+k.NodeName, nil)
+		_, err := api.Do(http.MethodGet, "/api/v1/nodes/"+k.NodeName, "")
 		return err == nil, fmt.Sprint(err)
 	})
 
@@ -103,7 +103,7 @@ spec:
 	}
 
 	t.Run("overhead from the RuntimeClass", func(t *testing.T) {
-		b, err := api.Do(http.MethodGet, "/api/v1/namespaces/default/pods/on-gvisor", nil)
+		b, err := api.Do(http.MethodGet, "/api/v1/namespaces/default/pods/on-gvisor", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ spec:
 
 	t.Run("a class the node cannot run", func(t *testing.T) {
 		waitFor(t, 60*time.Second, "a FailedCreatePodSandBox event naming the handler", func() (bool, string) {
-			b, err := api.Do(http.MethodGet, "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Don-ghost", nil)
+			b, err := api.Do(http.MethodGet, "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Don-ghost", "")
 			if err != nil {
 				return false, err.Error()
 			}
@@ -147,12 +147,12 @@ spec:
 
 	t.Run("pods deleted through the API", func(t *testing.T) {
 		for _, name := range []string{"on-runc", "on-gvisor", "on-ghost"} {
-			if _, err := api.Do(http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil); err != nil {
+			if _, err := api.Do(http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
 		waitFor(t, 90*time.Second, "kubelet to finish the deletions", func() (bool, string) {
-			b, err := api.Do(http.MethodGet, "/api/v1/namespaces/default/pods", nil)
+			b, err := api.Do(http.MethodGet, "/api/v1/namespaces/default/pods", "")
 			if err != nil {
 				return false, err.Error()
 			}

@@ -117,7 +117,7 @@ cleanup() {
 		left=$(crictl_ pods -q 2>/dev/null; crictl_ ps -aq 2>/dev/null)
 		[ -z "$left" ] || leak "pods/containers still listed after rmp -fa: $left"
 		log "cleanup: stopping the daemon"
-		# The daemon's graceful stop waits (up to 10 s) for open streams: end ours first.
+		# Our events stream has recorded every ID the leak check needs; end it first.
 		[ -n "$EVENTS_PID" ] && { kill "$EVENTS_PID" 2>/dev/null; wait "$EVENTS_PID" 2>/dev/null; EVENTS_PID=""; }
 		kill -TERM "$DAEMON_PID"
 		for _ in $(seq 1 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done

@@ -31,11 +31,15 @@ type Node struct {
 	logged sync.Map
 }
 
-// New reads the cgroup layout under root (normally Root).
+// New reads the cgroup layout under root (normally Root): the unified hierarchy (v2) when
+// root itself holds cgroup.controllers, else v1 (hybrid included).
 func New(root string) *Node {
 	_, err := os.Stat(filepath.Join(root, "cgroup.controllers"))
 	return &Node{root: root, v2: err == nil, procs: "/proc/cgroups"}
 }
+
+// V2 tells whether the node runs the unified hierarchy (cgroup v2 only).
+func (n *Node) V2() bool { return n.v2 }
 
 var (
 	defaultOnce sync.Once

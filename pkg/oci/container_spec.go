@@ -7,11 +7,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
@@ -285,10 +283,7 @@ func containerAnnotations(o ContainerOptions) map[string]string {
 
 // cgroup2 tells whether /sys/fs/cgroup is the unified hierarchy (then an unprivileged
 // container gets its own cgroup namespace, as with containerd).
-var cgroup2 = sync.OnceValue(func() bool {
-	var st unix.Statfs_t
-	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
-})
+func cgroup2() bool { return cgcontrollers.Default().V2() }
 
 // containerNamespaces: network, IPC, UTS and PID joined by path or new (none when the host's),
 // a new mount namespace, and a cgroup namespace on cgroup v2 unless privileged. With a

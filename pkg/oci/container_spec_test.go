@@ -502,6 +502,10 @@ func TestMountErrors(t *testing.T) {
 		_, err := ContainerSpec(o)
 		wantInvalid(t, err, tt.want)
 	}
+	// The missing host path of a mount refused for another reason is not created.
+	if _, err := os.Stat(filepath.Join(vol, "never")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host path of a refused mount was created: %v", err)
+	}
 }
 
 func TestDevices(t *testing.T) {

@@ -80,7 +80,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "runsc infra to exit", func() (bool, string) {
-		_, err := os.Stat(filepath.Join(runscPod.info.Metadata.Dir, "infra", "exit.json"))
+		_, err := os.Stat(filepath.Join(runscPod.info.Metadata.BundleDir, "exit.json"))
 		return err == nil, "no exit.json from the monitor"
 	})
 	d.Start()

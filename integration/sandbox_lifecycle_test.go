@@ -24,6 +24,8 @@ type sandboxInfo struct {
 	Metadata struct {
 		Handler     string `json:"handler"`
 		Dir         string `json:"dir"`
+		BundleDir   string `json:"bundle_dir"`
+		Kind        string `json:"kind"`
 		NetNS       string `json:"netns"`
 		IPCNS       string `json:"ipcns"`
 		UTSNS       string `json:"utsns"`

@@ -49,22 +49,35 @@ func (d *daemon) Running() (pods, containers map[string]int, monitors int) {
 	return pods, containers, monitors
 }
 
-// discover prepares the pause rootfs and runs handler discovery.
-func discover(ctx context.Context, cfg *config.Config, pauseDir, probeDir string) (*handlers.Table, string, error) {
+// monitorPath is the rtshim-monitor binary the config names, or the one beside rtshimd.
+func monitorPath(cfg *config.Config) string {
+	if cfg.MonitorPath != "" {
+		return cfg.MonitorPath
+	}
+	return besideSelf("rtshim-monitor")
+}
+
+// discover prepares the pause rootfs, makes each handler's runtime and runs handler
+// discovery.
+func discover(ctx context.Context, cfg *config.Config, pauseDir, probeDir string) (*handlers.Table, *handlers.Runtimes, string, error) {
 	pausePath := cfg.PausePath
 	if pausePath == "" {
 		pausePath = besideSelf("rtshim-pause")
 	}
 	rootfs, err := pause.Prepare(pauseDir, pausePath)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	if err := os.MkdirAll(probeDir, 0o700); err != nil {
-		return nil, "", fmt.Errorf("create probe dir: %w", err)
+		return nil, nil, "", fmt.Errorf("create probe dir: %w", err)
 	}
-	table := handlers.New(cfg)
+	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver})
+	table, err := handlers.New(cfg, rts)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	table.Discover(ctx, handlers.Probe{Rootfs: rootfs, Dir: probeDir, CgroupDriver: cfg.CgroupDriver})
-	return table, rootfs, nil
+	return table, rts, rootfs, nil
 }
 
 func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
@@ -73,7 +86,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	table, rootfs, err := discover(ctx, cfg, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
+	table, rts, rootfs, err := discover(ctx, cfg, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
 	if err != nil {
 		return nil, err
 	}
@@ -81,11 +94,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	monitorPath := cfg.MonitorPath
-	if monitorPath == "" {
-		monitorPath = besideSelf("rtshim-monitor")
-	}
-	if _, err := os.Stat(monitorPath); err != nil {
+	if _, err := os.Stat(monitorPath(cfg)); err != nil {
 		return nil, fmt.Errorf("monitor_path: %w", err)
 	}
 	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir})
@@ -100,7 +109,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Handlers:       table,
 		Store:          st,
 		RunDir:         filepath.Join(cfg.RunRoot, "sandboxes"),
-		MonitorPath:    monitorPath,
+		Runtimes:       rts,
 		PauseRootfs:    rootfs,
 		CgroupDriver:   cfg.CgroupDriver,
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
@@ -125,7 +134,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	ctrs, err := container.NewManager(container.Options{
 		Store:          cstore,
 		RunDir:         filepath.Join(cfg.RunRoot, "containers"),
-		MonitorPath:    monitorPath,
+		Runtimes:       rts,
 		Images:         images,
 		Sandboxes:      mgr,
 		CgroupDriver:   cfg.CgroupDriver,

@@ -24,12 +24,12 @@ func handlersCmd(args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	table, _, err := discover(context.Background(), cfg, tmp+"/pause", tmp+"/probe")
+	table, _, _, err := discover(context.Background(), cfg, tmp+"/pause", tmp+"/probe")
 	if err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tBINARY\tVERSION\tSANDBOX\tFEATURES\tSTATUS")
+	fmt.Fprintln(w, "NAME\tTYPE\tBINARY\tVERSION\tFEATURES\tSTATUS")
 	for _, h := range table.List() {
 		name := h.Name
 		if name == table.Default() {
@@ -43,7 +43,7 @@ func handlersCmd(args []string) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Runtime.Path, version, h.Sandbox, featureList(h), state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Type, h.Runtime.Path, version, featureList(h), state)
 	}
 	return w.Flush()
 }

@@ -22,7 +22,8 @@ import (
 	"github.com/rtshimd/rtshimd/configs"
 )
 
-// Sandbox modes of a handler.
+// Sandbox modes of a handler: the key `sandbox` of earlier releases, read as an alias of
+// runtime_type ("namespaces" is "oci", "shared" is "oci-sandbox").
 const (
 	SandboxNamespaces = "namespaces"
 	SandboxShared     = "shared"
@@ -56,12 +57,15 @@ type Config struct {
 
 // Handler is one entry of the handler table.
 type Handler struct {
+	// RuntimeType is the kind of runtime (pkg/kind): "oci", "oci-sandbox" or "shim-v2".
+	RuntimeType string   `toml:"runtime_type"`
 	RuntimePath string   `toml:"runtime_path"`
 	RuntimeRoot string   `toml:"runtime_root"`
 	RuntimeArgs []string `toml:"runtime_args"`
-	Sandbox     string   `toml:"sandbox"`
-	Overhead    Overhead `toml:"overhead"`
-	Features    Declared `toml:"features"`
+	// Sandbox is the deprecated spelling of RuntimeType; it only fills RuntimeType.
+	Sandbox  string   `toml:"sandbox"`
+	Overhead Overhead `toml:"overhead"`
+	Features Declared `toml:"features"`
 	// CNIConfDir and CNINetwork give the handler's pods another CNI network than the
 	// default (a conf dir of its own, and/or a network by name).
 	CNIConfDir string `toml:"cni_conf_dir"`
@@ -219,7 +223,6 @@ func (c *Config) applyDefaults() {
 			continue
 		}
 		def(&h.RuntimeRoot, filepath.Join(c.RunRoot, name))
-		def(&h.Sandbox, SandboxNamespaces)
 	}
 }
 
@@ -311,8 +314,12 @@ func (c *Config) validate(p positions) error {
 		if h.CNIConfDir != "" && !filepath.IsAbs(h.CNIConfDir) {
 			return p.errf(key+".cni_conf_dir", "handler %q: cni_conf_dir must be an absolute path, got %q", name, h.CNIConfDir)
 		}
-		if h.Sandbox != SandboxNamespaces && h.Sandbox != SandboxShared {
-			return p.errf(key+".sandbox", "handler %q: sandbox must be %q or %q, got %q", name, SandboxNamespaces, SandboxShared, h.Sandbox)
+		if err := h.resolveType(); err != nil {
+			k := key + ".runtime_type"
+			if h.RuntimeType == "" || h.Sandbox != "" && strings.Contains(err.Error(), "sandbox") {
+				k = key + ".sandbox"
+			}
+			return p.errf(k, "handler %q: %v", name, err)
 		}
 		var err error
 		if h.Overhead.MemoryBytes, err = ParseMemory(h.Overhead.Memory); err != nil {
@@ -329,6 +336,38 @@ func (c *Config) validate(p positions) error {
 		return p.errf("default_handler", "default_handler %q is not a configured handler (configured: %s)", c.DefaultHandler, strings.Join(c.HandlerNames(), ", "))
 	}
 	return nil
+}
+
+// runtimeTypes are the kinds of runtime a handler can name (pkg/kind; kept here as strings
+// so the config stays free of runtime code).
+var runtimeTypes = []string{"oci", "oci-sandbox", "shim-v2"}
+
+// resolveType settles RuntimeType from runtime_type or the deprecated sandbox key.
+func (h *Handler) resolveType() error {
+	var fromSandbox string
+	switch h.Sandbox {
+	case "":
+	case SandboxNamespaces:
+		fromSandbox = "oci"
+	case SandboxShared:
+		fromSandbox = "oci-sandbox"
+	default:
+		return fmt.Errorf("sandbox must be %q or %q, got %q (sandbox is deprecated: use runtime_type, one of %s)", SandboxNamespaces, SandboxShared, h.Sandbox, strings.Join(runtimeTypes, ", "))
+	}
+	switch {
+	case h.RuntimeType == "" && fromSandbox != "":
+		h.RuntimeType = fromSandbox
+	case h.RuntimeType == "":
+		h.RuntimeType = "oci"
+	case fromSandbox != "" && fromSandbox != h.RuntimeType:
+		return fmt.Errorf("runtime_type %q contradicts the deprecated sandbox = %q (which means %q): drop sandbox", h.RuntimeType, h.Sandbox, fromSandbox)
+	}
+	for _, t := range runtimeTypes {
+		if h.RuntimeType == t {
+			return nil
+		}
+	}
+	return fmt.Errorf("runtime_type must be one of %s, got %q", strings.Join(runtimeTypes, ", "), h.RuntimeType)
 }
 
 // ParseMemory parses a Kubernetes-style memory quantity ("64Mi", "1G", "1048576").

@@ -73,19 +73,19 @@ func TestDefault(t *testing.T) {
 	if c.DefaultHandler != "runc" {
 		t.Errorf("DefaultHandler = %q, want runc", c.DefaultHandler)
 	}
-	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runsc"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runc-shim", "runsc"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("HandlerNames = %v, want %v", got, want)
 	}
 	if c.CgroupDriver != CgroupfsDriver || c.LogLevel != "info" || c.RunRoot != "/run/rtshimd" {
 		t.Errorf("cgroup_driver %q log_level %q run_root %q", c.CgroupDriver, c.LogLevel, c.RunRoot)
 	}
 	runc := c.Handlers["runc"]
-	if runc.Sandbox != SandboxNamespaces || runc.RuntimePath != "/usr/sbin/runc" {
+	if runc.RuntimeType != "oci" || runc.RuntimePath != "/usr/sbin/runc" {
 		t.Errorf("runc = %+v", runc)
 	}
 	runsc := c.Handlers["runsc"]
-	if runsc.Sandbox != SandboxShared {
-		t.Errorf("runsc sandbox = %q, want shared", runsc.Sandbox)
+	if runsc.RuntimeType != "oci-sandbox" {
+		t.Errorf("runsc runtime_type = %q, want oci-sandbox", runsc.RuntimeType)
 	}
 	if !reflect.DeepEqual(runsc.RuntimeArgs, []string{"--network=host"}) {
 		t.Errorf("runsc runtime_args = %q", runsc.RuntimeArgs)
@@ -95,11 +95,45 @@ func TestDefault(t *testing.T) {
 		t.Errorf("runsc overhead = %+v, want %+v", runsc.Overhead, want)
 	}
 	kata := c.Handlers["kata"]
-	if kata.Sandbox != SandboxShared || kata.Features.HostNetwork == nil || *kata.Features.HostNetwork {
-		t.Errorf("kata = %+v, want shared with host_network declared false", kata)
+	if kata.RuntimeType != "shim-v2" || kata.RuntimePath != "/usr/bin/containerd-shim-kata-v2" || kata.Features.HostNetwork == nil || *kata.Features.HostNetwork {
+		t.Errorf("kata = %+v, want a shim-v2 row with host_network declared false", kata)
+	}
+	if c.Handlers["runc-shim"].RuntimeType != "shim-v2" {
+		t.Errorf("runc-shim = %+v, want shim-v2", c.Handlers["runc-shim"])
 	}
 	if c.Handlers["crun"].Features.HostNetwork != nil {
 		t.Errorf("crun declares host_network; want nil (discover)")
+	}
+}
+
+func TestRuntimeType(t *testing.T) {
+	row := func(extra string) string {
+		return base + "[handlers.crun]\nruntime_path = \"/usr/bin/crun\"\n" + extra
+	}
+	for _, tt := range []struct{ extra, want, err string }{
+		{"", "oci", ""},
+		{"runtime_type = \"shim-v2\"\n", "shim-v2", ""},
+		// The deprecated key of earlier releases still means what it meant.
+		{"sandbox = \"shared\"\n", "oci-sandbox", ""},
+		{"sandbox = \"namespaces\"\n", "oci", ""},
+		{"sandbox = \"shared\"\nruntime_type = \"oci-sandbox\"\n", "oci-sandbox", ""},
+		{"runtime_type = \"vm\"\n", "", `cfg.toml:8: handler "crun": runtime_type must be one of oci, oci-sandbox, shim-v2, got "vm"`},
+		{"sandbox = \"shared\"\nruntime_type = \"oci\"\n", "", `runtime_type "oci" contradicts the deprecated sandbox = "shared"`},
+	} {
+		c, err := Parse("cfg.toml", []byte(row(tt.extra)))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: err = %v, want %q", tt.extra, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tt.extra, err)
+			continue
+		}
+		if got := c.Handlers["crun"].RuntimeType; got != tt.want {
+			t.Errorf("%q: runtime_type = %q, want %q", tt.extra, got, tt.want)
+		}
 	}
 }
 

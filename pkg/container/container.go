@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
@@ -27,12 +28,17 @@ const (
 
 // Metadata is written once, when the container is created.
 type Metadata struct {
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	SandboxID string          `json:"sandbox_id"`
-	Handler   string          `json:"handler"`
-	Shared    bool            `json:"shared"` // the handler runs pods in a shared sandbox (runsc, kata)
-	Runtime   *oci.Runtime    `json:"runtime"`
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	SandboxID string `json:"sandbox_id"`
+	Handler   string `json:"handler"`
+	// Kind is the pod's runtime type (pkg/kind). Records of earlier releases have none;
+	// their Shared flag says it (runsc's kind).
+	Kind    string       `json:"kind,omitempty"`
+	Shared  bool         `json:"shared,omitempty"`
+	Runtime *oci.Runtime `json:"runtime"`
+	// PodDir is the pod's sandbox container directory (a pod-wide supervisor's state).
+	PodDir    string          `json:"pod_dir,omitempty"`
 	Config    json.RawMessage `json:"config"` // the ContainerConfig (protojson)
 	ImageRef  string          `json:"image_ref"`
 	ImageID   string          `json:"image_id"`
@@ -68,6 +74,8 @@ type Status struct {
 type Container struct {
 	Metadata
 	config *runtimeapi.ContainerConfig
+	// rt is the kind of runtime that runs the container: its pod's.
+	rt kind.Runtime
 
 	// op serialises Start, Stop and Remove of this container.
 	op sync.Mutex
@@ -80,6 +88,14 @@ type Container struct {
 	// deleted, so a late watcher does not write it back.
 	pmu     sync.Mutex
 	removed bool
+}
+
+// task is the container as its runtime knows it.
+func (c *Container) task() kind.Task {
+	return kind.Task{
+		ID: c.ID, PodID: c.SandboxID, Dir: c.Dir, PodDir: c.PodDir, LogPath: c.LogPath,
+		Stdin: c.config.GetStdin(), StdinOnce: c.config.GetStdinOnce(), Terminal: c.config.GetTty(),
+	}
 }
 
 // TTY reports whether the container has a terminal.

@@ -23,9 +23,10 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/image"
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -33,9 +34,10 @@ import (
 
 // Options wire a Manager.
 type Options struct {
-	Store          *store.Store
-	RunDir         string // <run_root>/containers
-	MonitorPath    string
+	Store  *store.Store
+	RunDir string // <run_root>/containers
+	// Runtimes makes the runtime of a recovered record from the row it kept.
+	Runtimes       *handlers.Runtimes
 	Images         *image.Service
 	Sandboxes      *sandbox.Manager
 	CgroupDriver   string
@@ -123,12 +125,13 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	c := &Container{
 		Metadata: Metadata{
 			ID: id, Name: name, SandboxID: sb.ID, Handler: sb.Handler,
-			Shared: sb.Sandbox == config.SandboxShared, Runtime: sb.Runtime, Config: raw,
+			Kind: sb.Kind, Runtime: sb.Runtime, PodDir: sb.InfraDir(), Config: raw,
 			ImageRef: cfg.Image.Image, CreatedAt: time.Now().UnixNano(),
 			Dir:         filepath.Join(m.opts.RunDir, id),
 			CgroupsPath: oci.CgroupsPath(m.opts.CgroupDriver, sb.PodConfig().GetLinux().GetCgroupParent(), id),
 		},
 		config: cfg,
+		rt:     sb.KindRuntime(),
 		status: Status{State: StateCreating},
 		exited: make(chan struct{}),
 	}
@@ -198,6 +201,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	if err != nil {
 		return err
 	}
+	c.rt.AdjustSpec(spec)
 	c.TerminationLog = terminationLog(cfg)
 	if spec.Process != nil {
 		c.User = &spec.Process.User
@@ -215,20 +219,16 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		}
 	}
 	t1 := time.Now()
-	p, err := monitor.Start(ctx, m.opts.MonitorPath, monitor.Config{
-		ID: c.ID, Dir: c.Dir, Runtime: c.Runtime.Path, RuntimeArgs: c.Runtime.GlobalArgs(), Bundle: c.Dir,
-		LogPath: c.LogPath, WaitWithRuntime: c.Shared,
-		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(), Terminal: cfg.GetTty(),
-	})
+	p, err := c.rt.Create(ctx, c.task())
 	if err != nil {
-		return fmt.Errorf("handler %q: create container: %w", c.Handler, err)
+		return err
 	}
 	t2 := time.Now()
 	c.setState(func(s *Status) {
-		s.Pid, s.MonitorPid = p.InitPid, p.Pid
+		s.Pid, s.MonitorPid = p.Pid, p.SupervisorPid
 		s.State = StateCreated
 	})
-	m.watch(c)
+	m.watch(c, false)
 	// The final record, metadata included: the one written at the start only had to
 	// name what cleanup needs.
 	err = m.persist(c, true)
@@ -276,8 +276,8 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	o := oci.ContainerOptions{
 		ID: c.ID, Config: cfg, SandboxConfig: podCfg, Image: imgCfg, Rootfs: c.Rootfs,
-		SandboxID: sb.ID, Shared: c.Shared,
-		NetNS: sb.NetNS, IPCNS: sb.IPCNS, UTSNS: sb.UTSNS,
+		SandboxID: sb.ID,
+		NetNS:     sb.NetNS, IPCNS: sb.IPCNS, UTSNS: sb.UTSNS,
 		HostNetwork:    podNS.GetNetwork() == runtimeapi.NamespaceMode_NODE,
 		HostIPC:        podNS.GetIpc() == runtimeapi.NamespaceMode_NODE,
 		HostnamePath:   filepath.Join(sb.Dir, sandbox.HostnameFile),
@@ -295,13 +295,11 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 	case runtimeapi.NamespaceMode_NODE:
 		o.HostPID = true
 	case runtimeapi.NamespaceMode_POD:
-		if !c.Shared {
-			pid := sb.Status().InfraPid
-			if !sb.Infra || pid == 0 {
-				return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s was created without a shared PID namespace: %w", sb.ID, errdefs.ErrFailedPrecondition)
-			}
-			o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", pid)
+		pid := sb.Status().InfraPid
+		if !sb.Infra || pid == 0 {
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s was created without a shared PID namespace: %w", sb.ID, errdefs.ErrFailedPrecondition)
 		}
+		o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", pid)
 	case runtimeapi.NamespaceMode_TARGET:
 		target, err := m.Get(ns.GetTargetId())
 		if err != nil {
@@ -310,27 +308,32 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		if target.SandboxID != sb.ID || target.Status().State != StateRunning {
 			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q is not a running container of pod %s: %w", ns.GetTargetId(), sb.ID, errdefs.ErrFailedPrecondition)
 		}
-		if !c.Shared {
-			o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", target.Status().Pid)
-		}
+		o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", target.Status().Pid)
 	}
 	return o, nil
 }
 
-// watch follows the container's monitor and records its exit.
-func (m *Manager) watch(c *Container) {
+// watch follows the container through its runtime and records its exit. A recovered
+// container that was created but never started, and whose supervision is gone, can never
+// start: it is recorded exited.
+func (m *Manager) watch(c *Container, recovered bool) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		e, ok, err := monitor.Watch(m.ctx, c.Dir)
+		e, ok, err := c.rt.Wait(m.ctx, c.task())
 		if err != nil {
 			return // daemon shutting down
 		}
 		m.recordExit(c, e, ok)
+		if recovered && !ok && c.Status().State != StateExited {
+			c.setState(func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
+			_ = m.persist(c, false)
+			c.markExited()
+		}
 	}()
 }
 
-func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
+func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 	st := c.Status()
 	if st.State == StateExited {
 		c.markExited()
@@ -342,10 +345,10 @@ func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
 			c.markExited() // never started; removal ends its monitor
 			return
 		}
-		// The monitor died without recording an exit. Its container may still run, with
+		// The supervisor died without recording an exit. Its container may still run, with
 		// nobody holding its output; end it rather than report a live process as exited.
-		e = m.endUnsupervised(c)
-		lostMsg = "its monitor died; rtshimd stopped the container"
+		e = c.rt.KillLost(m.ctx, c.task())
+		lostMsg = "its supervisor died; rtshimd stopped the container"
 	}
 	reason := "Completed"
 	if e.Status != 0 {
@@ -375,18 +378,6 @@ func (m *Manager) recordExit(c *Container, e monitor.Exit, ok bool) {
 	if err := m.persist(c, false); err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
-}
-
-// endUnsupervised kills a container whose monitor is gone and waits, through the
-// runtime, until it no longer runs.
-func (m *Manager) endUnsupervised(c *Container) monitor.Exit {
-	ctx, cancel := context.WithTimeout(m.ctx, killWait+oci.DefaultTimeout)
-	defer cancel()
-	if err := c.Runtime.Kill(ctx, c.ID, "SIGKILL", !c.Shared); err != nil && !oci.IsNotExist(err) {
-		logrus.WithError(err).WithField("container", c.ID).Warn("kill container whose monitor died")
-	}
-	c.Runtime.WaitStopped(ctx, c.ID)
-	return monitor.Exit{Status: 137, Signal: 9, ExitedAt: time.Now()}
 }
 
 // oomKilled reads the kernel's OOM-kill count of the container's memory cgroup (v1 and v2,
@@ -472,8 +463,8 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	// once may be reported exited before the command returns, and its finish time must
 	// not precede its start.
 	started := time.Now().UnixNano()
-	if err := monitor.Command(ctx, c.Dir, monitor.CmdStart); err != nil {
-		return fmt.Errorf("handler %q: start container %s: %w", c.Handler, c.ID, err)
+	if err := c.rt.Start(ctx, c.task()); err != nil {
+		return err
 	}
 	c.setState(func(s *Status) {
 		if s.State == StateCreated {
@@ -510,7 +501,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 	}
 	log := logrus.WithField("container", c.ID)
 	if timeout > 0 {
-		if err := c.Runtime.Kill(ctx, c.ID, c.StopSignal, false); err != nil && !m.hasExited(c) {
+		if err := c.rt.Kill(ctx, c.task(), c.StopSignal, false); err != nil && !m.hasExited(c) {
 			log.WithError(err).Warn("stop signal")
 		}
 		select {
@@ -522,7 +513,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 			return ctx.Err()
 		}
 	}
-	if err := c.Runtime.Kill(ctx, c.ID, "SIGKILL", !c.Shared); err != nil && !m.hasExited(c) {
+	if err := c.rt.Kill(ctx, c.task(), "SIGKILL", true); err != nil && !m.hasExited(c) {
 		return fmt.Errorf("kill container %s: %w", c.ID, err)
 	}
 	select {
@@ -586,18 +577,10 @@ func (m *Manager) cleanup(c *Container) error {
 	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
 	defer cancel()
 	var errs []error
-	if c.Runtime != nil {
-		if err := c.Runtime.Delete(ctx, c.ID, true); err != nil {
+	if c.rt != nil {
+		if err := c.rt.Delete(ctx, c.task()); err != nil {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
-	}
-	if monitor.Alive(c.Dir) {
-		// A never-started container under `runtime wait` supervision: release its monitor
-		// and wait for it to go, so its files are final before they are removed.
-		_ = monitor.Command(ctx, c.Dir, monitor.CmdExit)
-		wctx, wcancel := context.WithTimeout(ctx, killWait)
-		_, _, _ = monitor.Watch(wctx, c.Dir)
-		wcancel()
 	}
 	if len(errs) == 0 {
 		// Never pull the filesystem from under a process the runtime failed to remove.

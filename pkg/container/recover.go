@@ -9,7 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
 )
 
 // Recover loads every stored container and reconciles it: running ones are watched again
@@ -25,7 +25,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, r := range recs {
 		known[r.ID] = true
 		log := logrus.WithField("container", r.ID)
-		c, err := decodeRecord(r.Meta, r.Status)
+		c, err := m.decodeRecord(r.Meta, r.Status)
 		if err != nil {
 			log.WithError(err).Warn("unreadable container record; removing what it may hold")
 			_ = m.opts.Images.RemoveRootfs(r.ID)
@@ -47,7 +47,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
-		m.reconcile(ctx, c)
+		m.reconcile(c)
 		m.mu.Lock()
 		m.containers[c.ID] = c
 		m.names[c.Name] = c.ID
@@ -64,7 +64,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-func decodeRecord(meta, status []byte) (*Container, error) {
+func (m *Manager) decodeRecord(meta, status []byte) (*Container, error) {
 	if meta == nil {
 		return nil, errors.New("no metadata")
 	}
@@ -82,32 +82,23 @@ func decodeRecord(meta, status []byte) (*Container, error) {
 		return nil, err
 	}
 	c.config = cfg
+	if c.Runtime == nil {
+		return nil, errors.New("no runtime in the record")
+	}
+	c.Kind = handlers.TypeOfRecord(c.Kind, c.Shared)
+	if c.rt, err = m.opts.Runtimes.For(c.Kind, c.Runtime); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
-func (m *Manager) reconcile(ctx context.Context, c *Container) {
+// reconcile follows a recovered container again through its runtime: an exit that
+// happened while the daemon was down is recorded with its real code and time, a live one
+// is watched, and one whose supervisor died is ended and recorded so.
+func (m *Manager) reconcile(c *Container) {
 	if c.Status().State == StateExited {
 		c.markExited()
 		return
 	}
-	if e, err := monitor.ReadExit(c.Dir); err == nil {
-		m.recordExit(c, e, true)
-		return
-	}
-	if monitor.Alive(c.Dir) {
-		m.watch(c)
-		return
-	}
-	// No monitor and no exit record: the monitor died while the daemon was down. End
-	// the container if it still runs (nobody holds its output) and record that.
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.recordExit(c, monitor.Exit{}, false)
-		if c.Status().State != StateExited { // created, never started
-			c.setState(func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
-			_ = m.persist(c, false)
-			c.markExited()
-		}
-	}()
+	m.watch(c, true)
 }

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -52,8 +53,8 @@ func (m *Manager) cgroups() *cgstats.Reader {
 
 func u64(v uint64) *runtimeapi.UInt64Value { return &runtimeapi.UInt64Value{Value: v} }
 
-// Stats reads container id's CPU, memory and writable layer usage from its cgroup and
-// its layer, without forking.
+// Stats reads container id's CPU and memory usage through its runtime (the cgroup, or
+// the shim's metrics) and its writable layer's usage.
 func (m *Manager) Stats(id string) (*runtimeapi.ContainerStats, error) {
 	c, err := m.Get(id)
 	if err != nil {
@@ -69,8 +70,8 @@ func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
 		Cpu:        &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
 		Memory:     &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
 	}
-	if c.Status().State == StateRunning && m.opts.CgroupDriver == config.CgroupfsDriver {
-		if s, err := m.cgroups().Read(c.CgroupsPath); err == nil {
+	if c.Status().State == StateRunning {
+		if s, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath); err == nil {
 			fillUsage(out.Cpu, out.Memory, s, m.rates.rate(c.ID, now, s.CPUUsageNanos), now)
 		}
 	}

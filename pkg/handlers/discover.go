@@ -65,21 +65,21 @@ func (h *Handler) discover(ctx context.Context, p Probe) {
 	}
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if h.Version, err = h.Runtime.Version(vctx); err != nil {
+	if h.Version, err = h.Kind.Version(vctx); err != nil {
 		h.Reason = err.Error()
 		return
 	}
 
-	// Defaults by sandbox mode: a runtime that runs the pod in its own sandbox (gVisor's
-	// kernel, a VM) cannot share the node's PID or IPC namespace with it.
-	shared := h.Sandbox == config.SandboxShared
-	h.Features = Features{HostNetwork: true, HostPID: !shared, HostIPC: !shared}
-	if f, err := h.Runtime.Features(vctx); err == nil {
+	// Defaults by kind: a runtime that runs the pod in its own sandbox (gVisor's kernel, a
+	// VM) cannot share the node's PID or IPC namespace with it.
+	host := h.Kind.Plan().HostNamespaces
+	h.Features = Features{HostNetwork: true, HostPID: host, HostIPC: host}
+	if f, err := h.Kind.Features(vctx); err == nil {
 		rro := slices.Contains(f.MountOptions, "rro") && kernelAtLeast(5, 12)
 		h.Features.RecursiveReadOnlyMounts = rro
 		h.Notes = append(h.Notes, "features: from `"+filepath.Base(h.Runtime.Path)+" features`")
 	} else {
-		h.Notes = append(h.Notes, "features: no `features` subcommand; defaults for sandbox mode "+h.Sandbox)
+		h.Notes = append(h.Notes, "features: the runtime does not say; defaults for runtime_type "+h.Type)
 	}
 	// rtshimd does not set up pod user namespaces (idmapped mounts) yet, whatever the runtime can do.
 	h.Features.UserNamespaces = false
@@ -112,7 +112,7 @@ func applyDeclared(f *Features, d config.Declared, notes *[]string) {
 	set("recursive_read_only_mounts", &f.RecursiveReadOnlyMounts, d.RecursiveReadOnlyMounts)
 }
 
-// probe runs the pause program once (`run`, which exits at once) through the handler:
+// probe runs the pause program once (it exits at once) as a pod's sandbox container:
 // the one check that catches every reason a runtime cannot work on this node (crun on
 // hybrid cgroups, a VM runtime without /dev/kvm, a runtime built for another kernel).
 func (h *Handler) probe(ctx context.Context, p Probe) error {
@@ -142,12 +142,8 @@ func (h *Handler) probe(ctx context.Context, p Probe) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	err := h.Runtime.Run(ctx, id, bundle)
-	// Whatever happened, leave nothing of the probe behind.
-	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer dcancel()
-	_ = h.Runtime.Delete(dctx, id, true)
-	return err
+	// The kind leaves nothing of the probe behind, whatever happened.
+	return h.Kind.Probe(ctx, id, bundle)
 }
 
 // probeCgroup puts the probe at the top of the hierarchy so its removal leaves nothing.

@@ -1,5 +1,5 @@
-// Package handlers owns the RuntimeClass handler table: each handler's runtime, sandbox
-// mode and overhead from the config, what discovery found it can do, whether it can run on
+// Package handlers owns the RuntimeClass handler table: each handler's runtime, its kind
+// (pkg/kind) and overhead from the config, what discovery found it can do, whether it can run on
 // this node at all, and the check of a pod against those facts. It starts no pods.
 package handlers
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
@@ -26,8 +27,10 @@ type Features struct {
 
 // Handler is one row of the table.
 type Handler struct {
-	Name     string          `json:"name"`
-	Sandbox  string          `json:"sandbox"`
+	Name string `json:"name"`
+	// Type is the kind of runtime (kind.OCI, kind.OCISandbox, kind.ShimV2); Kind drives it.
+	Type     string          `json:"runtime_type"`
+	Kind     kind.Runtime    `json:"-"`
 	Runtime  *oci.Runtime    `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
 	// CNIConfDir and CNINetwork choose the handler's pod network ("" = the default).
@@ -50,20 +53,27 @@ type Table struct {
 	byName      map[string]*Handler
 }
 
-// New builds the table from the config; nothing is ready until Discover has run.
-func New(cfg *config.Config) *Table {
+// New builds the table from the config, with each row's runtime from rts; nothing is
+// ready until Discover has run.
+func New(cfg *config.Config, rts *Runtimes) (*Table, error) {
 	t := &Table{defaultName: cfg.DefaultHandler, byName: map[string]*Handler{}}
 	for name, hc := range cfg.Handlers {
+		row := &oci.Runtime{
+			Handler:       name,
+			Path:          hc.RuntimePath,
+			Root:          hc.RuntimeRoot,
+			Args:          hc.RuntimeArgs,
+			SystemdCgroup: cfg.CgroupDriver == config.SystemdDriver,
+		}
+		k, err := rts.For(hc.RuntimeType, row)
+		if err != nil {
+			return nil, err
+		}
 		t.byName[name] = &Handler{
-			Name:    name,
-			Sandbox: hc.Sandbox,
-			Runtime: &oci.Runtime{
-				Handler:       name,
-				Path:          hc.RuntimePath,
-				Root:          hc.RuntimeRoot,
-				Args:          hc.RuntimeArgs,
-				SystemdCgroup: cfg.CgroupDriver == config.SystemdDriver,
-			},
+			Name:       name,
+			Type:       hc.RuntimeType,
+			Kind:       k,
+			Runtime:    row,
 			Overhead:   hc.Overhead,
 			CNIConfDir: hc.CNIConfDir,
 			CNINetwork: hc.CNINetwork,
@@ -71,7 +81,7 @@ func New(cfg *config.Config) *Table {
 			declared:   hc.Features,
 		}
 	}
-	return t
+	return t, nil
 }
 
 // Default is the name of the default handler.

@@ -15,7 +15,10 @@ import (
 // tests take away what they check.
 func table(t *testing.T) (*Table, map[string]*Handler) {
 	t.Helper()
-	tb := New(config.Default())
+	tb, err := New(config.Default(), NewRuntimes(Env{}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	byName := map[string]*Handler{}
 	for _, h := range tb.List() {
 		h.Ready, h.Reason = true, ""
@@ -101,7 +104,7 @@ func TestLookup(t *testing.T) {
 	_, err := tb.Lookup("gvisor")
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Lookup(unknown) = %v, want ErrNotFound", err)
-	} else if !strings.Contains(err.Error(), `"gvisor"`) || !strings.Contains(err.Error(), "crun, kata, runc, runsc") {
+	} else if !strings.Contains(err.Error(), `"gvisor"`) || !strings.Contains(err.Error(), "crun, kata, runc, runc-shim, runsc") {
 		t.Errorf("Lookup(unknown) = %q, want it to name the handler and the configured ones", err)
 	}
 
@@ -116,7 +119,10 @@ func TestLookup(t *testing.T) {
 func TestNew(t *testing.T) {
 	cfg := config.Default()
 	cfg.CgroupDriver = config.SystemdDriver
-	tb := New(cfg)
+	tb, err := New(cfg, NewRuntimes(Env{}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var names []string
 	for _, h := range tb.List() {
 		names = append(names, h.Name)
@@ -127,11 +133,11 @@ func TestNew(t *testing.T) {
 			t.Errorf("%s: runtime %+v", h.Name, h.Runtime)
 		}
 	}
-	if got := strings.Join(names, ","); got != "crun,kata,runc,runsc" {
-		t.Errorf("List = %s, want sorted crun,kata,runc,runsc", got)
+	if got := strings.Join(names, ","); got != "crun,kata,runc,runc-shim,runsc" {
+		t.Errorf("List = %s, want sorted crun,kata,runc,runc-shim,runsc", got)
 	}
 	h := tb.byName["runsc"]
-	if h.Sandbox != config.SandboxShared || h.Runtime.Path != "/usr/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
+	if h.Type != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
 		len(h.Runtime.Args) != 1 || h.Runtime.Args[0] != "--network=host" || h.Overhead.MilliCPU != 100 {
 		t.Errorf("runsc = %+v runtime %+v", h, h.Runtime)
 	}

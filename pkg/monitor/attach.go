@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"sync"
 )
 
 // CmdAttach turns a monitor connection into an attach session: frames both ways.
@@ -64,4 +65,67 @@ func Attach(ctx context.Context, dir string) (net.Conn, error) {
 		return nil, err
 	}
 	return conn, nil
+}
+
+// TerminalSize is a terminal's width and height in characters.
+type TerminalSize struct{ Width, Height uint16 }
+
+// AttachSession connects an attach client's streams to the supervisor in dir: output as
+// it comes (not the past: that is in the log), stdin if the container keeps one, and
+// terminal sizes, sent to the supervisor or, when resize is set, handed to it (a
+// supervisor that does not own the terminal). It returns when the container's output ends
+// or ctx ends.
+func AttachSession(ctx context.Context, dir string, in io.Reader, out, errw io.Writer, sizes <-chan TerminalSize, resize func(TerminalSize)) error {
+	conn, err := Attach(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var wmu sync.Mutex
+	send := func(kind byte, p []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return WriteFrame(conn, kind, p)
+	}
+	if in != nil {
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := in.Read(buf)
+				if n > 0 && send(FrameStdin, buf[:n]) != nil {
+					return
+				}
+				if err != nil {
+					_ = send(FrameCloseStdin, nil)
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		for sz := range sizes {
+			if resize != nil {
+				resize(sz)
+				continue
+			}
+			_ = send(FrameResize, []byte{byte(sz.Width >> 8), byte(sz.Width), byte(sz.Height >> 8), byte(sz.Height)})
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	for {
+		kind, p, err := ReadFrame(conn)
+		if err != nil {
+			return nil // the container ended or the client left
+		}
+		w := out
+		if kind == FrameStderr && errw != nil {
+			w = errw
+		}
+		if w != nil {
+			if _, err := w.Write(p); err != nil {
+				return nil
+			}
+		}
+	}
 }

@@ -32,7 +32,6 @@ type ContainerOptions struct {
 	Image         ocispec.ImageConfig // the image's config: Entrypoint, Cmd, Env, WorkingDir, User, StopSignal
 	Rootfs        string              // the mounted root filesystem (read /etc/passwd and /etc/group from it)
 	SandboxID     string
-	Shared        bool // the handler's sandbox mode is "shared" (runsc, kata)
 	// Namespaces. Paths are files the runtime joins; "" with Host* false means a new namespace.
 	NetNS, IPCNS, UTSNS           string
 	PIDNS                         string // pid namespace to join (pod's infra, or a TARGET container's); "" = new unless HostPID
@@ -286,14 +285,10 @@ func containerAnnotations(o ContainerOptions) map[string]string {
 func cgroup2() bool { return cgcontrollers.Default().V2() }
 
 // containerNamespaces: network, IPC, UTS and PID joined by path or new (none when the host's),
-// a new mount namespace, and a cgroup namespace on cgroup v2 unless privileged. With a
-// shared sandbox the sandbox runtime owns the pod's namespaces: only the network namespace
-// path is passed on, the others are new.
+// a new mount namespace, and a cgroup namespace on cgroup v2 unless privileged: the shape
+// runc runs. A kind whose containers join a sandbox of its own changes it (kind.AdjustSpec).
 func containerNamespaces(o ContainerOptions, privileged bool) []specs.LinuxNamespace {
 	ipc, uts, pid := o.IPCNS, o.UTSNS, o.PIDNS
-	if o.Shared {
-		ipc, uts, pid = "", "", ""
-	}
 	var ns []specs.LinuxNamespace
 	if !o.HostPID {
 		ns = append(ns, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: pid})
@@ -308,7 +303,7 @@ func containerNamespaces(o ContainerOptions, privileged bool) []specs.LinuxNames
 		ns = append(ns, specs.LinuxNamespace{Type: specs.UTSNamespace, Path: uts})
 	}
 	ns = append(ns, specs.LinuxNamespace{Type: specs.MountNamespace})
-	if !o.Shared && !privileged && cgroup2() {
+	if !privileged && cgroup2() {
 		ns = append(ns, specs.LinuxNamespace{Type: specs.CgroupNamespace})
 	}
 	return ns

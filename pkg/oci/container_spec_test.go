@@ -766,17 +766,13 @@ func TestNamespaces(t *testing.T) {
 			ns("mount", "")},
 		{"host network only", func(o *ContainerOptions) { o.HostNetwork = true },
 			ns("pid", "", "ipc", "/run/rtshimd/ipcns/sb1", "mount", "")},
-		{"shared sandbox", func(o *ContainerOptions) { o.Shared, o.PIDNS = true, "/proc/42/ns/pid" },
-			ns("pid", "", "network", "/run/rtshimd/netns/sb1", "ipc", "", "uts", "", "mount", "")},
-		{"shared sandbox, host network", func(o *ContainerOptions) { o.Shared, o.HostNetwork = true, true },
-			ns("pid", "", "ipc", "", "mount", "")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := testOptions(t)
 			tt.set(&o)
 			want := tt.want
-			if cgroup2() && !o.Shared {
+			if cgroup2() {
 				want = append(want, specs.LinuxNamespace{Type: specs.CgroupNamespace})
 			}
 			if got := mustSpec(t, o).Linux.Namespaces; !reflect.DeepEqual(got, want) {

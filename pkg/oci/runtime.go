@@ -1,4 +1,4 @@
-// Package oci drives OCI runtime binaries (runc, crun, runsc, kata-runtime) and builds
+// Package oci drives command-line OCI runtime binaries (runc, crun, runsc) and builds
 // runtime-spec documents for them. Every call has a deadline and turns the runtime's own
 // error text into the error the user sees, prefixed with the handler and the operation.
 package oci
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,6 +116,13 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig string, all bool) err
 		args = append(args, "--all")
 	}
 	_, err := r.run(ctx, "kill", id, append(args, id, sig)...)
+	return err
+}
+
+// KillPid sends sig to one process of a sandbox runtime's container, by its pid inside
+// the sandbox (runsc's kill --pid).
+func (r *Runtime) KillPid(ctx context.Context, id string, pid int, sig string) error {
+	_, err := r.run(ctx, "kill", id, "kill", "--pid", strconv.Itoa(pid), id, sig)
 	return err
 }
 

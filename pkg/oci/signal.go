@@ -83,3 +83,10 @@ func parseSignal(s string) (int, error) {
 	}
 	return bad()
 }
+
+// SignalNumber is a signal as StopSignal or a kill request names it ("SIGTERM", "KILL",
+// "9", "37"), for runtimes that take numbers (shim v2's Kill).
+func SignalNumber(s string) (syscall.Signal, error) {
+	n, err := parseSignal(strings.TrimSpace(s))
+	return syscall.Signal(n), err
+}

@@ -24,7 +24,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/idmap"
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -37,10 +37,11 @@ const StopTimeout = 10 * time.Second
 
 // Options wire a Manager.
 type Options struct {
-	Handlers     *handlers.Table
+	Handlers *handlers.Table
+	// Runtimes makes the runtime of a recovered record from the row it kept.
+	Runtimes     *handlers.Runtimes
 	Store        *store.Store
 	RunDir       string // volatile per-sandbox directories: <run_root>/sandboxes
-	MonitorPath  string
 	PauseRootfs  string
 	CgroupDriver string
 	// OOMScoreAdjMin is the lowest oom_score_adj the daemon may give a process (its own).
@@ -162,11 +163,13 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	}
 	sb := &Sandbox{
 		Metadata: Metadata{
-			ID: id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Sandbox: h.Sandbox,
+			ID: id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type,
 			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Overhead,
 			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
+			BundleDir: filepath.Join(m.opts.RunDir, id, id),
 		},
 		config: cfg,
+		rt:     h.Kind,
 		status: Status{State: StateCreating},
 		exited: make(chan struct{}),
 	}
@@ -204,8 +207,8 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 	hostNet := nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE
 	hostIPC := nsOpts.GetIpc() == runtimeapi.NamespaceMode_NODE
 	hostPID := nsOpts.GetPid() == runtimeapi.NamespaceMode_NODE
-	shared := sb.Sandbox == config.SandboxShared
-	sb.Infra = shared || nsOpts.GetPid() == runtimeapi.NamespaceMode_POD
+	plan := sb.rt.Plan()
+	sb.Infra = plan.SandboxContainer || nsOpts.GetPid() == runtimeapi.NamespaceMode_POD
 	if sb.Infra {
 		sb.CgroupsPath = oci.CgroupsPath(m.opts.CgroupDriver, cfg.GetLinux().GetCgroupParent(), sb.ID)
 	}
@@ -224,7 +227,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 	if !hostNet {
 		kinds = append(kinds, nsfile.Net)
 	}
-	if !shared {
+	if plan.PinIPCUTS {
 		// Sandboxing runtimes keep IPC and UTS inside their own kernel; for the runc
 		// family the daemon holds them so that containers can join without an infra process.
 		if !hostIPC {
@@ -349,7 +352,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		Sysctls:     cfg.GetLinux().GetSysctls(),
 		User:        user,
 		ShmPath:     sb.Shm,
-		Resources:   podResources(cfg, sb.Overhead, sb.Sandbox == config.SandboxShared),
+		Resources:   podResources(cfg, sb.Overhead, sb.rt.Plan().PodLimits),
 		Annotations: map[string]string{
 			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
 			oci.AnnotationSandboxID:     sb.ID,
@@ -360,23 +363,20 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 			oci.AnnotationCRIOSandboxID: sb.ID,
 		},
 	})
-	dir := sb.InfraDir()
-	if err := oci.WriteBundle(dir, spec); err != nil {
+	if err := oci.WriteBundle(sb.InfraDir(), spec); err != nil {
 		return err
 	}
-	p, err := monitor.Start(ctx, m.opts.MonitorPath, monitor.Config{
-		ID: sb.ID, Dir: dir, Runtime: sb.Runtime.Path, RuntimeArgs: sb.Runtime.GlobalArgs(), Bundle: dir,
-	})
+	p, err := sb.rt.Create(ctx, sb.Task())
 	if err != nil {
-		return fmt.Errorf("handler %q: create infra container: %w", sb.Handler, err)
+		return fmt.Errorf("create infra container: %w", err)
 	}
 	sb.mu.Lock()
-	sb.status.InfraPid = p.InitPid
-	sb.status.MonitorPid = p.Pid
+	sb.status.InfraPid = p.Pid
+	sb.status.MonitorPid = p.SupervisorPid
 	sb.mu.Unlock()
 	m.watch(sb)
-	if err := monitor.Command(ctx, dir, monitor.CmdStart); err != nil {
-		return fmt.Errorf("handler %q: start infra container: %w", sb.Handler, err)
+	if err := sb.rt.Start(ctx, sb.Task()); err != nil {
+		return fmt.Errorf("start infra container: %w", err)
 	}
 	return nil
 }
@@ -418,12 +418,13 @@ func (m *Manager) teardownNetwork(ctx context.Context, sb *Sandbox) error {
 
 // podResources are the limits of a sandboxing runtime's whole pod: the pod's own limits
 // (linux.resources) plus the handler's overhead, or the overhead kubelet passed from the
-// RuntimeClass (linux.overhead) where that is larger, so it is never counted twice. Only a
-// shared sandbox holds the pod's processes in the infra cgroup; runc-family pods are
-// limited per container, under kubelet's pod cgroup. A pod without limits gets none.
-func podResources(cfg *runtimeapi.PodSandboxConfig, handler config.Overhead, shared bool) *specs.LinuxResources {
+// RuntimeClass (linux.overhead) where that is larger, so it is never counted twice. Only
+// where the sandbox container's cgroup holds the whole pod (the kind's PodLimits) does it
+// get them; runc-family pods are limited per container, under kubelet's pod cgroup. A
+// pod without limits gets none.
+func podResources(cfg *runtimeapi.PodSandboxConfig, handler config.Overhead, podLimits bool) *specs.LinuxResources {
 	res := cfg.GetLinux().GetResources()
-	if !shared || res == nil {
+	if !podLimits || res == nil {
 		return nil
 	}
 	over := cfg.GetLinux().GetOverhead()
@@ -443,18 +444,18 @@ func podResources(cfg *runtimeapi.PodSandboxConfig, handler config.Overhead, sha
 	return out
 }
 
-// watch follows the infra container's monitor and marks the sandbox not ready when the
-// infra exits.
+// watch follows the infra container through its runtime and marks the sandbox not ready
+// when the infra exits.
 func (m *Manager) watch(sb *Sandbox) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		e, ok, err := monitor.Watch(m.ctx, sb.InfraDir())
+		e, ok, err := sb.rt.Wait(m.ctx, sb.Task())
 		if err != nil {
 			return // daemon shutting down; the next one watches again
 		}
 		if !ok {
-			e = monitor.Exit{Status: 255, ExitedAt: time.Now()}
+			e = kind.Exit{Status: 255, ExitedAt: time.Now()}
 		}
 		sb.mu.Lock()
 		was, expected := sb.status.State, sb.stopping
@@ -550,11 +551,8 @@ func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
 		sb.mu.Lock()
 		sb.stopping = true
 		sb.mu.Unlock()
-		if err := sb.Runtime.Kill(ctx, sb.ID, "KILL", false); err != nil && !oci.IsNotExist(err) {
-			// Already stopped containers refuse signals; only fail if it is still alive.
-			if st, serr := sb.Runtime.State(ctx, sb.ID); serr == nil && st.Status == specs.StateRunning {
-				return fmt.Errorf("stop infra container: %w", err)
-			}
+		if err := sb.rt.Kill(ctx, sb.Task(), "KILL", false); err != nil {
+			return fmt.Errorf("stop infra container: %w", err)
 		}
 		select {
 		case <-sb.exited:
@@ -564,7 +562,7 @@ func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
 			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, ctx.Err())
 		}
 	}
-	if err := sb.Runtime.Delete(ctx, sb.ID, true); err != nil {
+	if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
 		return fmt.Errorf("delete infra container: %w", err)
 	}
 	return nil
@@ -616,8 +614,8 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
 	defer cancel()
 	var errs []error
-	if sb.Infra && sb.Runtime != nil {
-		if err := sb.Runtime.Delete(ctx, sb.ID, true); err != nil {
+	if sb.Infra && sb.rt != nil {
+		if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
 			errs = append(errs, fmt.Errorf("delete infra container: %w", err))
 		}
 		if mp := sb.Status().MonitorPid; mp > 0 {

@@ -6,12 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 )
 
@@ -28,7 +27,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, r := range recs {
 		known[r.ID] = true
 		log := logrus.WithField("sandbox", r.ID)
-		sb, err := decodeRecord(r.ID, r.Meta, r.Status)
+		sb, err := m.decodeRecord(r.ID, r.Meta, r.Status)
 		if err != nil {
 			log.WithError(err).Warn("unreadable sandbox record; cleaning up what it may hold")
 			m.cleanupOrphan(r.ID)
@@ -58,7 +57,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-func decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
+func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
 	if meta == nil {
 		return nil, errors.New("no metadata")
 	}
@@ -77,6 +76,13 @@ func decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
 		return nil, err
 	}
 	sb.config = cfg
+	if sb.Runtime == nil {
+		return nil, errors.New("no runtime in the record")
+	}
+	sb.Kind = handlers.TypeOfRecord(sb.Kind, sb.Sandbox == config.SandboxShared)
+	if sb.rt, err = m.opts.Runtimes.For(sb.Kind, sb.Runtime); err != nil {
+		return nil, err
+	}
 	return sb, nil
 }
 
@@ -103,37 +109,11 @@ func (m *Manager) reconcile(ctx context.Context, sb *Sandbox) {
 			return
 		}
 	}
-	if !sb.Infra {
-		return
-	}
-	dir := sb.InfraDir()
-	if e, err := monitor.ReadExit(dir); err == nil {
-		sb.infraExited(e)
-		notReady("infra container exited while the daemon was down")
-		return
-	}
-	if monitor.Alive(dir) {
+	if sb.Infra {
+		// The runtime follows the infra again: one that exited while the daemon was down
+		// is reported at once, one that lost its supervisor is followed or ended by it.
 		m.watch(sb)
-		return
 	}
-	// No monitor and no exit record: ask the runtime. An infra that still runs is
-	// followed through the runtime, so Stop and Remove can tell when it is gone.
-	st, err := sb.Runtime.State(ctx, sb.ID)
-	if err == nil && st.Status == specs.StateRunning {
-		logrus.WithField("sandbox", sb.ID).Warn("infra container runs without its monitor; following it through the runtime")
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			sb.Runtime.WaitStopped(m.ctx, sb.ID)
-			if m.ctx.Err() == nil {
-				sb.infraExited(monitor.Exit{Status: 255, ExitedAt: time.Now()})
-				_ = m.persist(sb, false)
-			}
-		}()
-		return
-	}
-	sb.infraExited(monitor.Exit{Status: 255})
-	notReady("infra container and its monitor are gone")
 }
 
 // cleanupOrphan releases what a sandbox directory may hold when no usable record says

@@ -13,7 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
@@ -33,20 +33,27 @@ type Metadata struct {
 	// RuntimeHandler is the handler as the request named it ("" for the default), which
 	// is what the CRI reports back, as containerd does.
 	RuntimeHandler string `json:"runtime_handler"`
-	Sandbox        string `json:"sandbox"` // the handler's sandbox mode
-	CreatedAt      int64  `json:"created_at"`
+	// Kind is the handler's runtime type (pkg/kind) at creation. Records of earlier
+	// releases have none; their Sandbox mode says it ("shared" was runsc's kind).
+	Kind      string `json:"kind,omitempty"`
+	Sandbox   string `json:"sandbox,omitempty"`
+	CreatedAt int64  `json:"created_at"`
 	// Runtime is the handler's runtime as it was at creation, so the sandbox can be
 	// stopped and removed even if the handler table changed since.
 	Runtime  *oci.Runtime    `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
 	Config   json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)
 	Dir      string          `json:"dir"`    // volatile directory under run_root
+	// BundleDir is the sandbox container's bundle and supervisor directory. Its base name
+	// is the sandbox ID, as shim v2 runtimes require. Records of earlier releases have
+	// none: theirs is <Dir>/infra.
+	BundleDir string `json:"bundle_dir,omitempty"`
 	// Namespace files the daemon pinned ("" where the pod uses the node's, or the infra's own).
 	NetNS       string `json:"netns,omitempty"`
 	IPCNS       string `json:"ipcns,omitempty"`
 	UTSNS       string `json:"utsns,omitempty"`
 	Shm         string `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
-	Infra       bool   `json:"infra"`         // an infra container runs through the handler
+	Infra       bool   `json:"infra"`         // a sandbox (infra) container runs through the handler
 	CgroupsPath string `json:"cgroups_path,omitempty"`
 	// Network and NetworkDir name the CNI network the pod was attached to ("" = none).
 	Network    string `json:"network,omitempty"`
@@ -70,6 +77,8 @@ type Status struct {
 type Sandbox struct {
 	Metadata
 	config *runtimeapi.PodSandboxConfig
+	// rt is the kind of runtime that runs the pod (from Kind and Runtime).
+	rt kind.Runtime
 
 	// op serialises Stop and Remove of this sandbox.
 	op sync.Mutex
@@ -95,10 +104,23 @@ func (s *Sandbox) Status() Status {
 // PodConfig returns the pod's sandbox config.
 func (s *Sandbox) PodConfig() *runtimeapi.PodSandboxConfig { return s.config }
 
-// InfraDir is where the infra container's bundle and monitor files live.
-func (s *Sandbox) InfraDir() string { return s.Dir + "/infra" }
+// InfraDir is where the infra container's bundle and supervisor files live.
+func (s *Sandbox) InfraDir() string {
+	if s.BundleDir != "" {
+		return s.BundleDir
+	}
+	return s.Dir + "/infra"
+}
 
-func (s *Sandbox) infraExited(e monitor.Exit) {
+// Runtime is the kind of runtime that runs the pod; its containers run there too.
+func (s *Sandbox) KindRuntime() kind.Runtime { return s.rt }
+
+// Task is the sandbox container as its runtime knows it.
+func (s *Sandbox) Task() kind.Task {
+	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.InfraDir(), PodDir: s.InfraDir()}
+}
+
+func (s *Sandbox) infraExited(e kind.Exit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	code := e.Status

@@ -1,0 +1,72 @@
+package handlers
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/kind/ocicli"
+	"github.com/rtshimd/rtshimd/pkg/kind/shimv2"
+	"github.com/rtshimd/rtshimd/pkg/oci"
+)
+
+// Env is what every kind of runtime may need from the daemon.
+type Env struct {
+	MonitorPath  string
+	CgroupDriver string
+}
+
+// Runtimes makes the kind.Runtime of a handler row, once per distinct row: the table's
+// rows and the records of running pods (which keep the row they were created with) share
+// one instance, so a kind that holds per-pod connections holds each once.
+type Runtimes struct {
+	env Env
+
+	mu    sync.Mutex
+	byKey map[string]kind.Runtime
+}
+
+// NewRuntimes returns an empty set of runtimes.
+func NewRuntimes(env Env) *Runtimes {
+	return &Runtimes{env: env, byKey: map[string]kind.Runtime{}}
+}
+
+// For returns the runtime of the given type for row. The one place that knows every
+// kind: a new kind of runtime is added here and in config's list of types.
+func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
+	b, _ := json.Marshal(row)
+	key := typ + "\x00" + string(b)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rt, ok := r.byKey[key]; ok {
+		return rt, nil
+	}
+	cli := ocicli.Options{MonitorPath: r.env.MonitorPath, Cgroupfs: r.env.CgroupDriver == config.CgroupfsDriver}
+	var rt kind.Runtime
+	switch typ {
+	case kind.OCI:
+		rt = ocicli.NewOCI(row, cli)
+	case kind.OCISandbox:
+		rt = ocicli.NewSandbox(row, cli)
+	case kind.ShimV2:
+		rt = shimv2.New(row, shimv2.Options{MonitorPath: r.env.MonitorPath})
+	default:
+		return nil, fmt.Errorf("handler %q: runtime_type %q is not known to this rtshimd (known: %v)", row.Handler, typ, kind.Types)
+	}
+	r.byKey[key] = rt
+	return rt, nil
+}
+
+// TypeOfRecord is the runtime type of a record written before records named their kind:
+// the sandbox mode said it ("shared" was runsc's kind).
+func TypeOfRecord(typ string, shared bool) string {
+	switch {
+	case typ != "":
+		return typ
+	case shared:
+		return kind.OCISandbox
+	}
+	return kind.OCI
+}

@@ -1,0 +1,577 @@
+// Package shimv2 implements the shim v2 kind of runtime (runtime_type "shim-v2"): a
+// containerd shim v2 binary (Kata's containerd-shim-kata-v2, containerd-shim-runc-v2,
+// gVisor's containerd-shim-runsc-v1) driven over ttrpc with the Task API (pkg/shim),
+// without containerd's daemon. One shim serves a pod: it is started for the sandbox
+// container and the pod's containers are created through it (containerd's grouping by
+// sandbox id). Container output goes to rtshim-monitor in logger mode, started by the
+// shim through a binary:// log URI, so CRI logs keep flowing and attach keeps working
+// while the daemon is down; exec output comes back over FIFOs.
+package shimv2
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/pkg/cgstats"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/shim"
+)
+
+// stopWait bounds waits for a task to go after SIGKILL, and for output to drain.
+const stopWait = 10 * time.Second
+
+// Options are what the kind needs besides the handler's row.
+type Options struct {
+	// MonitorPath is rtshim-monitor, which the shim starts as the containers' logger.
+	MonitorPath string
+}
+
+// Runtime is one handler's shim, with a connection per pod.
+type Runtime struct {
+	row  *oci.Runtime
+	opts Options
+
+	mu      sync.Mutex
+	clients map[string]*shim.Client // by pod sandbox ID
+}
+
+var _ kind.Runtime = (*Runtime)(nil)
+
+// New is the shim v2 kind for the handler's row (runtime_path is the shim binary).
+func New(row *oci.Runtime, opts Options) *Runtime {
+	return &Runtime{row: row, opts: opts, clients: map[string]*shim.Client{}}
+}
+
+// Type is kind.ShimV2.
+func (r *Runtime) Type() string { return kind.ShimV2 }
+
+// Plan: the shim owns the pod's sandbox container, always. The daemon still pins the
+// pod's namespaces (a VM shim takes the network namespace for its tap device and ignores
+// the rest; a runc shim joins them all); limits stay per container, as containerd sets them.
+// Host namespaces are off until a row declares them: a VM cannot share the node's.
+func (r *Runtime) Plan() kind.PodPlan {
+	return kind.PodPlan{PinIPCUTS: true, SandboxContainer: true}
+}
+
+// AdjustSpec leaves the spec as containerd's CRI plugin would give it to the shim.
+func (r *Runtime) AdjustSpec(*specs.Spec) {}
+
+func (r *Runtime) config(t kind.Task) shim.Config {
+	return shim.Config{Binary: r.row.Path, ID: t.PodID, Bundle: t.PodDir}
+}
+
+// client is the pod's shim connection, made again after a daemon restart.
+func (r *Runtime) client(ctx context.Context, t kind.Task) (*shim.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.clients[t.PodID]; ok {
+		select {
+		case <-c.Done():
+			delete(r.clients, t.PodID)
+		default:
+			return c, nil
+		}
+	}
+	c, err := shim.Connect(ctx, r.config(t))
+	if err != nil {
+		return nil, err
+	}
+	r.clients[t.PodID] = c
+	return c, nil
+}
+
+func (r *Runtime) forget(podID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.clients[podID]; ok {
+		_ = c.Close()
+		delete(r.clients, podID)
+	}
+}
+
+// gone tells whether err means the task (or its whole shim) no longer exists.
+func gone(err error) bool {
+	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, shim.ErrShimDied)
+}
+
+func (r *Runtime) errorf(op, id string, err error) error {
+	return fmt.Errorf("handler %q: %s %s: %w", r.row.Handler, op, id, err)
+}
+
+// Create starts the pod's shim for its sandbox container, and creates the task. A
+// container's output goes to the logger the shim starts; its stdin, if it keeps one, is a
+// FIFO the logger feeds from attach clients.
+func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error) {
+	var c *shim.Client
+	var err error
+	if t.Sandbox {
+		c, err = shim.Start(ctx, r.config(t))
+		if err == nil {
+			r.mu.Lock()
+			r.clients[t.PodID] = c
+			r.mu.Unlock()
+		}
+	} else {
+		c, err = r.client(ctx, t)
+	}
+	if err != nil {
+		return kind.Created{}, r.errorf("create", t.ID, err)
+	}
+	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal}
+	if !t.Sandbox {
+		lc := monitor.LoggerConfig{LogPath: t.LogPath, StdinOnce: t.StdinOnce, Terminal: t.Terminal}
+		if t.Stdin {
+			lc.Stdin = filepath.Join(t.Dir, "stdin")
+			if err := unix.Mkfifo(lc.Stdin, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+				return kind.Created{}, r.errorf("create", t.ID, fmt.Errorf("stdin fifo: %w", err))
+			}
+			opts.Stdin = lc.Stdin
+		}
+		if err := monitor.WriteLoggerConfig(t.Dir, lc); err != nil {
+			return kind.Created{}, r.errorf("create", t.ID, err)
+		}
+		opts.Stdout = monitor.LoggerURI(r.opts.MonitorPath, t.Dir)
+		if !t.Terminal {
+			opts.Stderr = opts.Stdout
+		}
+	}
+	pid, err := c.Create(ctx, opts)
+	if err != nil {
+		return kind.Created{}, r.errorf("create", t.ID, err)
+	}
+	return kind.Created{Pid: int(pid), SupervisorPid: c.Pid()}, nil
+}
+
+// Start starts the created task.
+func (r *Runtime) Start(ctx context.Context, t kind.Task) error {
+	c, err := r.client(ctx, t)
+	if err == nil {
+		_, err = c.Start(ctx, t.ID, "")
+	}
+	if err != nil {
+		return r.errorf("start", t.ID, err)
+	}
+	return nil
+}
+
+// Kill signals the task's init, or all its processes. A task or shim that is gone is
+// not an error: Delete cleans up after it.
+func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) error {
+	n, err := oci.SignalNumber(sig)
+	if err != nil {
+		return r.errorf("kill", t.ID, err)
+	}
+	c, err := r.client(ctx, t)
+	if err == nil {
+		err = c.Kill(ctx, t.ID, "", n, all)
+	}
+	if err == nil || gone(err) {
+		return nil
+	}
+	// A stopped task refuses signals: only an error while it still runs.
+	if st, serr := c.State(ctx, t.ID, ""); serr == nil && st.Status == "stopped" {
+		return nil
+	}
+	return r.errorf("kill", t.ID, err)
+}
+
+// Wait waits through the shim. A shim that died, or a task it no longer knows, is a lost
+// end (ok false).
+func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error) {
+	c, err := r.client(ctx, t)
+	if err == nil {
+		var e shim.Exit
+		if e, err = c.Wait(ctx, t.ID, ""); err == nil {
+			return kind.Exit{Status: int(e.Status), ExitedAt: e.ExitedAt}, true, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return kind.Exit{}, false, ctx.Err()
+	}
+	if !gone(err) {
+		logrus.WithError(err).WithFields(logrus.Fields{"container": t.ID, "handler": r.row.Handler}).Warn("wait through the shim failed")
+	}
+	return kind.Exit{}, false, nil
+}
+
+// KillLost cleans up a container whose shim died: the shim binary's delete force-deletes
+// it (as containerd does for a dead shim), so nothing of it runs afterwards.
+func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {
+	ctx, cancel := context.WithTimeout(ctx, oci.DefaultTimeout)
+	defer cancel()
+	if c, err := r.client(ctx, t); err == nil {
+		// The shim lives but lost the task: make sure of it through the shim.
+		_ = c.Kill(ctx, t.ID, "", syscall.SIGKILL, true)
+		_, _ = c.Delete(ctx, t.ID, "")
+	} else if err := shim.Cleanup(ctx, shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir}); err != nil {
+		logrus.WithError(err).WithField("container", t.ID).Warn("clean up container of a dead shim")
+	}
+	return kind.Exit{Status: 137, Signal: 9, ExitedAt: time.Now()}
+}
+
+// Delete deletes the task; for the sandbox container it then shuts the pod's shim down.
+// A shim that died is cleaned up with the shim binary's delete.
+func (r *Runtime) Delete(ctx context.Context, t kind.Task) error {
+	c, err := r.client(ctx, t)
+	switch {
+	case err == nil:
+		if err := r.deleteTask(ctx, c, t.ID); err != nil {
+			return err
+		}
+		if t.Sandbox {
+			if err := c.Shutdown(ctx); err != nil {
+				logrus.WithError(err).WithField("sandbox", t.ID).Warn("shim shutdown; cleaning up after it")
+				if err := shim.Cleanup(ctx, r.config(t)); err != nil {
+					return r.errorf("delete", t.ID, err)
+				}
+			}
+			r.forget(t.PodID)
+		}
+	case errors.Is(err, errdefs.ErrNotFound):
+		// No shim was ever recorded (its start failed), or it was cleaned up before.
+	default:
+		if err := r.cleanupDead(ctx, t); err != nil {
+			return err
+		}
+	}
+	waitLogger(ctx, t.Dir)
+	return nil
+}
+
+// deleteTask deletes a task through its shim, killing it first if it still runs.
+func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, id string) error {
+	_, err := c.Delete(ctx, id, "")
+	if err == nil || gone(err) {
+		return nil
+	}
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return r.errorf("delete", id, err)
+	}
+	// Still running: kill, wait and delete again.
+	_ = c.Kill(ctx, id, "", syscall.SIGKILL, true)
+	wctx, cancel := context.WithTimeout(ctx, stopWait)
+	_, _ = c.Wait(wctx, id, "")
+	cancel()
+	if _, err := c.Delete(ctx, id, ""); err != nil && !gone(err) {
+		return r.errorf("delete", id, err)
+	}
+	return nil
+}
+
+// cleanupDead runs the shim binary's delete for a task whose shim is gone.
+func (r *Runtime) cleanupDead(ctx context.Context, t kind.Task) error {
+	cfg := shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir}
+	if t.Sandbox {
+		cfg = r.config(t)
+		r.forget(t.PodID)
+	}
+	if err := shim.Cleanup(ctx, cfg); err != nil {
+		return r.errorf("delete", t.ID, err)
+	}
+	return nil
+}
+
+// waitLogger gives a container's logger the moment it needs to write its last lines and
+// go, once the shim closed its output, so the caller can remove its directory.
+func waitLogger(ctx context.Context, dir string) {
+	deadline := time.Now().Add(2 * time.Second)
+	for monitor.Alive(dir) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Attach connects to the container's logger, which holds its output and stdin; terminal
+// sizes go to the shim, which owns the terminal.
+func (r *Runtime) Attach(ctx context.Context, t kind.Task, s kind.AttachStreams) error {
+	c, err := r.client(ctx, t)
+	if err != nil {
+		return r.errorf("attach", t.ID, err)
+	}
+	resize := func(sz kind.TerminalSize) {
+		if err := c.ResizePty(ctx, t.ID, "", uint32(sz.Width), uint32(sz.Height)); err != nil {
+			logrus.WithError(err).WithField("container", t.ID).Debug("resize terminal")
+		}
+	}
+	return monitor.AttachSession(ctx, t.Dir, s.Stdin, s.Stdout, s.Stderr, s.Resize, resize)
+}
+
+// ReopenLog asks the container's logger to reopen its log file.
+func (r *Runtime) ReopenLog(ctx context.Context, t kind.Task) error {
+	if err := monitor.Command(ctx, t.Dir, monitor.CmdReopen); err != nil {
+		return fmt.Errorf("reopen log of %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// Update applies new limits through the shim.
+func (r *Runtime) Update(ctx context.Context, t kind.Task, res *specs.LinuxResources) error {
+	c, err := r.client(ctx, t)
+	if err == nil {
+		err = c.Update(ctx, t.ID, res)
+	}
+	if err != nil {
+		return r.errorf("update", t.ID, err)
+	}
+	return nil
+}
+
+// Stats are the shim's metrics of the task: they work where the container lives in a VM.
+func (r *Runtime) Stats(ctx context.Context, t kind.Task, _ string) (cgstats.Stats, error) {
+	c, err := r.client(ctx, t)
+	if err != nil {
+		return cgstats.Stats{}, err
+	}
+	return c.Stats(ctx, t.ID)
+}
+
+// Version is the shim binary's name and the Version line of its -v.
+func (r *Runtime) Version(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, r.row.Path, "-v")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("handler %q: %s -v: %w", r.row.Handler, r.row.Path, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Version:"); ok {
+			return filepath.Base(r.row.Path) + " " + strings.TrimSpace(v), nil
+		}
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
+}
+
+// Features: a shim has no `features` command; discovery uses the kind's defaults and
+// what the row declares.
+func (r *Runtime) Features(context.Context) (*features.Features, error) {
+	return nil, errors.New("shim v2 runtimes do not report OCI features")
+}
+
+// Probe runs the bundle as a pod's sandbox container under a shim of its own, to the
+// end, and leaves nothing of it.
+func (r *Runtime) Probe(ctx context.Context, id, dir string) error {
+	t := kind.Task{ID: id, PodID: id, Sandbox: true, Dir: dir, PodDir: dir}
+	err := func() error {
+		if _, err := r.Create(ctx, t); err != nil {
+			return err
+		}
+		if err := r.Start(ctx, t); err != nil {
+			return err
+		}
+		e, ok, err := r.Wait(ctx, t)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return errors.New("the shim lost the probe container")
+		case e.Status != 0:
+			return fmt.Errorf("the probe container exited with status %d%s", e.Status, shimLogTail(dir))
+		}
+		return nil
+	}()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
+	defer cancel()
+	if derr := r.Delete(dctx, t); derr != nil && err == nil {
+		err = derr
+	}
+	return err
+}
+
+// shimLogTail is the end of the shim's own log, for error messages.
+func shimLogTail(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, shim.LogFile))
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > 300 {
+		b = b[len(b)-300:]
+	}
+	return ": shim log: " + string(b)
+}
+
+// Exec runs a process in the task through the shim, its stdio over FIFOs in x.Dir.
+func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.ExecProcess, error) {
+	c, err := r.client(ctx, t)
+	if err != nil {
+		return nil, r.errorf("exec in", t.ID, err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	p := &execProcess{c: c, id: t.ID, execID: "exec-" + hex.EncodeToString(b[:]), done: make(chan struct{})}
+	opts := shim.ExecOptions{ID: t.ID, ExecID: p.execID, Process: x.Process, Terminal: x.Terminal}
+	fifo := func(name string) (string, error) {
+		path := filepath.Join(x.Dir, name)
+		return path, unix.Mkfifo(path, 0o600)
+	}
+	if x.Stdin != nil {
+		if opts.Stdin, err = fifo("stdin"); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Stdout, err = fifo("stdout"); err != nil {
+		return nil, err
+	}
+	outputs := []struct {
+		path string
+		w    io.Writer
+	}{{opts.Stdout, x.Stdout}}
+	if !x.Terminal {
+		if opts.Stderr, err = fifo("stderr"); err != nil {
+			return nil, err
+		}
+		outputs = append(outputs, struct {
+			path string
+			w    io.Writer
+		}{opts.Stderr, x.Stderr})
+	}
+	for _, o := range outputs {
+		p.readers = append(p.readers, readFIFO(o.path, o.w))
+	}
+	if err := c.Exec(ctx, opts); err != nil {
+		p.abort()
+		return nil, r.errorf("exec in", t.ID, err)
+	}
+	if x.Stdin != nil {
+		// The shim opened its end at Exec; ours, opened read-write, never blocks.
+		in, err := os.OpenFile(opts.Stdin, os.O_RDWR, 0)
+		if err != nil {
+			p.abort()
+			return nil, r.errorf("exec in", t.ID, err)
+		}
+		go func() {
+			_, _ = io.Copy(in, x.Stdin)
+			in.Close()
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = c.CloseIO(cctx, t.ID, p.execID)
+		}()
+	}
+	if _, err := c.Start(ctx, t.ID, p.execID); err != nil {
+		p.abort()
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _ = c.Delete(dctx, t.ID, p.execID)
+		cancel()
+		return nil, r.errorf("exec in", t.ID, err)
+	}
+	if x.Terminal && x.Resize != nil {
+		go func() {
+			for sz := range x.Resize {
+				_ = c.ResizePty(context.Background(), t.ID, p.execID, uint32(sz.Width), uint32(sz.Height))
+			}
+		}()
+	}
+	go func() {
+		p.exit, p.err = c.Wait(context.Background(), t.ID, p.execID)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// fifoReader copies one output FIFO to a writer. Its blocking open returns once the shim
+// opens the write end; the copy ends at EOF, when the shim closes it.
+type fifoReader struct {
+	path   string
+	mu     sync.Mutex
+	f      *os.File
+	copied chan struct{}
+}
+
+func readFIFO(path string, w io.Writer) *fifoReader {
+	fr := &fifoReader{path: path, copied: make(chan struct{})}
+	if w == nil {
+		w = io.Discard
+	}
+	go func() {
+		defer close(fr.copied)
+		f, err := os.OpenFile(path, os.O_RDONLY, 0)
+		if err != nil {
+			return
+		}
+		fr.mu.Lock()
+		fr.f = f
+		fr.mu.Unlock()
+		_, _ = io.Copy(w, f)
+		f.Close()
+	}()
+	return fr
+}
+
+// stop ends the reader: an open still waiting for a writer is released by opening the
+// write end once, a copy under way by closing the file.
+func (fr *fifoReader) stop() {
+	if w, err := os.OpenFile(fr.path, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+		w.Close()
+	}
+	fr.mu.Lock()
+	if fr.f != nil {
+		fr.f.Close()
+	}
+	fr.mu.Unlock()
+	<-fr.copied
+}
+
+type execProcess struct {
+	c          *shim.Client
+	id, execID string
+	readers    []*fifoReader
+	done       chan struct{}
+	exit       shim.Exit
+	err        error
+}
+
+func (p *execProcess) abort() {
+	for _, fr := range p.readers {
+		fr.stop()
+	}
+}
+
+// Wait waits for the process, then for its output (up to a bound: a child it left behind
+// may hold the streams), and deletes it from the shim.
+func (p *execProcess) Wait() (int, error) {
+	<-p.done
+	deadline := time.After(2 * time.Second)
+	for _, fr := range p.readers {
+		select {
+		case <-fr.copied:
+		case <-deadline:
+			fr.stop()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = p.c.Delete(ctx, p.id, p.execID)
+	if p.err != nil {
+		return 0, fmt.Errorf("exec in %s: %w", p.id, p.err)
+	}
+	return int(p.exit.Status), nil
+}
+
+// Kill kills the exec'd process through the shim.
+func (p *execProcess) Kill() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.c.Kill(ctx, p.id, p.execID, syscall.SIGKILL, false); err != nil && !gone(err) {
+		logrus.WithError(err).WithFields(logrus.Fields{"container": p.id, "exec": p.execID}).Warn("kill exec'd process")
+	}
+}

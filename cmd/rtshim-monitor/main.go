@@ -11,6 +11,9 @@
 //	start    runs `<runtime> start`; answered "ok" or "error <text>"
 //	reopen   reopens the CRI log file (after kubelet rotated it); "ok" or "error <text>"
 //	exit     for a container that was never started: stop supervising it
+//
+// `rtshim-monitor logger <dir>` is logger mode (logger.go): the binary logger a shim v2
+// runs for one container, writing its CRI log and serving attach and reopen.
 package main
 
 import (
@@ -38,8 +41,15 @@ import (
 
 func main() {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	if len(os.Args) == 3 && os.Args[1] == monitor.LoggerMode {
+		if err := runLogger(os.Args[2]); err != nil {
+			log.Printf("logger: %v", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: rtshim-monitor <dir>/monitor.json (started by rtshimd)")
+		fmt.Fprintln(os.Stderr, "usage: rtshim-monitor <dir>/monitor.json | logger <dir> (started by rtshimd or a shim)")
 		os.Exit(2)
 	}
 	syncPipe := os.NewFile(3, "sync")
@@ -71,6 +81,8 @@ type mon struct {
 	startStdin *os.File
 	console    *net.UnixListener
 	att        *attachers
+	// loggerOnly: logger mode (logger.go), which serves attach and reopen only.
+	loggerOnly bool
 }
 
 type exitNote struct {
@@ -488,7 +500,12 @@ func (m *mon) handle(c net.Conn) {
 		}
 		c.Close()
 	}
-	switch strings.TrimSpace(line) {
+	cmd := strings.TrimSpace(line)
+	if m.loggerOnly && cmd != monitor.CmdAttach && cmd != monitor.CmdReopen {
+		reply(fmt.Errorf("command %q is not served in logger mode", cmd))
+		return
+	}
+	switch cmd {
 	case monitor.CmdWatch:
 		m.mu.Lock()
 		if m.exitLine != nil {
@@ -523,7 +540,7 @@ func (m *mon) handle(c net.Conn) {
 		}
 		reply(nil)
 	default:
-		reply(fmt.Errorf("unknown command %q", strings.TrimSpace(line)))
+		reply(fmt.Errorf("unknown command %q", cmd))
 	}
 }
 

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+)
+
+// Logger mode: a shim v2 runs us as the binary logger of one container
+// (binary:///path/rtshim-monitor?logger=<dir>, see monitor.LoggerURI), with the
+// container's stdout and stderr on fds 3 and 4 and fd 5 to close once we are ready. We
+// write the CRI log and serve monitor.sock in <dir> (attach, reopen) until the output
+// ends, independent of the daemon.
+const (
+	loggerStdoutFd = 3
+	loggerStderrFd = 4
+	loggerReadyFd  = 5
+)
+
+// drainGrace is how long a SIGTERM waits for the output's end: the shim closes its ends
+// of the pipes and then signals us (task delete); what is still in them is logged.
+const drainGrace = 2 * time.Second
+
+func runLogger(dir string) error {
+	ready := os.NewFile(loggerReadyFd, "ready")
+	// Until it is closed the shim's create waits: close it on every path.
+	defer ready.Close()
+	// The shim gives us /dev/null for stdout and stderr; our diagnostics go to a file.
+	if f, err := os.OpenFile(filepath.Join(dir, monitor.LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		log.SetOutput(f)
+		defer f.Close()
+	}
+	id := os.Getenv("CONTAINER_ID")
+	log.SetPrefix(id[:min(12, len(id))] + " logger ")
+
+	m := &mon{loggerOnly: true, att: &attachers{conns: map[net.Conn]bool{}}}
+	// Whatever fails here, keep reading the output: a logger that went away would leave
+	// the container's writes failing with EPIPE (or SIGPIPE).
+	var cfg monitor.LoggerConfig
+	b, err := os.ReadFile(filepath.Join(dir, monitor.LoggerConfigFile))
+	if err == nil {
+		err = json.Unmarshal(b, &cfg)
+	}
+	if err != nil {
+		log.Printf("read config: %v; the output is discarded", err)
+	}
+	if cfg.LogPath != "" {
+		if m.sink, err = monitor.OpenCRILog(cfg.LogPath); err != nil {
+			log.Printf("open container log %s: %v; the output is discarded", cfg.LogPath, err)
+		}
+	}
+	if cfg.Stdin != "" {
+		// O_RDWR: opening a FIFO for writing alone blocks (or fails) until a reader is there.
+		if f, err := os.OpenFile(cfg.Stdin, os.O_RDWR, 0); err != nil {
+			log.Printf("open stdin %s: %v", cfg.Stdin, err)
+		} else {
+			m.att.stdin, m.att.once = f, cfg.StdinOnce
+		}
+	}
+	var ln net.Listener
+	// Relative to dir: its full path can exceed what a socket address holds.
+	if err := os.Chdir(dir); err != nil {
+		log.Printf("attach unavailable: %v", err)
+	} else {
+		_ = os.Remove(monitor.SocketFile)
+		if ln, err = net.Listen("unix", monitor.SocketFile); err != nil {
+			log.Printf("attach unavailable: listen %s: %v", monitor.SocketFile, err)
+		} else {
+			go m.serve(ln)
+		}
+	}
+
+	streams := []struct {
+		fd   int
+		name string
+		kind byte
+	}{{loggerStdoutFd, "stdout", monitor.FrameStdout}, {loggerStderrFd, "stderr", monitor.FrameStderr}}
+	var wg sync.WaitGroup
+	for _, s := range streams {
+		f := os.NewFile(uintptr(s.fd), s.name)
+		if f == nil {
+			return fmt.Errorf("no %s on fd %d", s.name, s.fd)
+		}
+		// With a terminal the output is all on stdout; the shim leaves its end of the
+		// stderr pipe to the garbage collector, so its EOF is not waited for.
+		waited := !cfg.Terminal || s.name == "stdout"
+		if waited {
+			wg.Add(1)
+		}
+		go func() {
+			copyStream(m.sink, s.name, f, &tailBuffer{stopped: true}, m.att.writer(s.kind))
+			f.Close()
+			if waited {
+				wg.Done()
+			}
+		}()
+	}
+	ready.Close()
+	log.Printf("logging to %q", cfg.LogPath)
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+	select {
+	case <-done:
+	case sig := <-sigs:
+		select {
+		case <-done:
+		case <-time.After(drainGrace):
+			log.Printf("%v: the output did not end within %v", sig, drainGrace)
+		}
+	}
+	log.Printf("output ended")
+	m.att.end()
+	if ln != nil {
+		ln.Close()
+		_ = os.Remove(monitor.SocketFile)
+	}
+	if in := m.att.stdinFile(); in != nil {
+		in.Close()
+	}
+	return nil
+}

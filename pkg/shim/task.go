@@ -1,0 +1,220 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/ttrpc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+)
+
+// Type URLs containerd gives OCI spec parts in Any messages; shims decode the JSON in them.
+const (
+	processTypeURL   = "types.containerd.io/opencontainers/runtime-spec/1/Process"
+	resourcesTypeURL = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources"
+)
+
+// Mount is one rootfs mount the shim performs at <bundle>/rootfs before create.
+type Mount struct {
+	Type, Source, Target string
+	Options              []string
+}
+
+// CreateOptions describe a task (a container's init) to create.
+type CreateOptions struct {
+	ID     string // the container id
+	Bundle string // its bundle (config.json; base name = ID)
+	// Rootfs, if set, is mounted by the shim at <Bundle>/rootfs; empty: config.json's
+	// root is used as it is.
+	Rootfs   []Mount
+	Terminal bool
+	// Stdin, Stdout, Stderr: FIFO paths ("" for none), or for Stdout a binary:// logger
+	// URI (monitor.LoggerURI), which then takes stderr too.
+	Stdin, Stdout, Stderr string
+}
+
+// ExecOptions describe an additional process in a task.
+type ExecOptions struct {
+	ID, ExecID            string
+	Process               *specs.Process
+	Terminal              bool
+	Stdin, Stdout, Stderr string // FIFO paths, "" for none
+}
+
+// Exit is the end of a process.
+type Exit struct {
+	Status   uint32 // exit code, 128+signal for a signal
+	ExitedAt time.Time
+}
+
+// State is a process's state as the shim sees it.
+type State struct {
+	Status     string // created, running, stopped, paused, pausing, unknown
+	Pid        uint32
+	ExitStatus uint32
+	ExitedAt   time.Time
+}
+
+// wrap gives a call's error context and an errdefs kind: the shim's gRPC status codes
+// map to errdefs, a closed connection to ErrShimDied. The shim's message is kept.
+func (c *Client) wrap(op, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	prefix := fmt.Sprintf("shim %s: %s %s", c.cfg.ID, op, id)
+	switch {
+	case errors.Is(err, ttrpc.ErrClosed):
+		if c.closed.Load() {
+			return fmt.Errorf("%s: client closed: %w", prefix, err)
+		}
+		return fmt.Errorf("%s: %w", prefix, ErrShimDied)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	var kind error
+	switch st.Code() {
+	case codes.NotFound:
+		kind = errdefs.ErrNotFound
+	case codes.AlreadyExists:
+		kind = errdefs.ErrAlreadyExists
+	case codes.FailedPrecondition:
+		kind = errdefs.ErrFailedPrecondition
+	case codes.InvalidArgument:
+		kind = errdefs.ErrInvalidArgument
+	case codes.Unavailable:
+		kind = errdefs.ErrUnavailable
+	case codes.DeadlineExceeded:
+		kind = context.DeadlineExceeded
+	case codes.Canceled:
+		kind = context.Canceled
+	default:
+		return fmt.Errorf("%s: %s", prefix, st.Message())
+	}
+	return fmt.Errorf("%s: %s: %w", prefix, st.Message(), kind)
+}
+
+// Create creates a task; it returns the pid of its init.
+func (c *Client) Create(ctx context.Context, o CreateOptions) (uint32, error) {
+	req := &taskapi.CreateTaskRequest{ID: o.ID, Bundle: o.Bundle, Terminal: o.Terminal,
+		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}
+	for _, m := range o.Rootfs {
+		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+	}
+	resp, err := c.task.Create(ctx, req)
+	if err != nil {
+		return 0, c.wrap("create", o.ID, err)
+	}
+	return resp.Pid, nil
+}
+
+// Start starts a created task (execID "") or exec.
+func (c *Client) Start(ctx context.Context, id, execID string) (uint32, error) {
+	resp, err := c.task.Start(ctx, &taskapi.StartRequest{ID: id, ExecID: execID})
+	if err != nil {
+		return 0, c.wrap("start", procName(id, execID), err)
+	}
+	return resp.Pid, nil
+}
+
+// Kill signals the task's init or an exec; all signals every process of the task.
+func (c *Client) Kill(ctx context.Context, id, execID string, sig syscall.Signal, all bool) error {
+	_, err := c.task.Kill(ctx, &taskapi.KillRequest{ID: id, ExecID: execID, Signal: uint32(sig), All: all})
+	return c.wrap("kill", procName(id, execID), err)
+}
+
+// Wait blocks until the process has exited (or ctx ends) and returns its exit.
+func (c *Client) Wait(ctx context.Context, id, execID string) (Exit, error) {
+	resp, err := c.task.Wait(ctx, &taskapi.WaitRequest{ID: id, ExecID: execID})
+	if err != nil {
+		return Exit{}, c.wrap("wait", procName(id, execID), err)
+	}
+	return Exit{Status: resp.ExitStatus, ExitedAt: timeOf(resp.ExitedAt)}, nil
+}
+
+// Delete removes an exited process (the task itself for execID "") and returns its exit.
+func (c *Client) Delete(ctx context.Context, id, execID string) (Exit, error) {
+	resp, err := c.task.Delete(ctx, &taskapi.DeleteRequest{ID: id, ExecID: execID})
+	if err != nil {
+		return Exit{}, c.wrap("delete", procName(id, execID), err)
+	}
+	return Exit{Status: resp.ExitStatus, ExitedAt: timeOf(resp.ExitedAt)}, nil
+}
+
+// State returns a process's state.
+func (c *Client) State(ctx context.Context, id, execID string) (State, error) {
+	resp, err := c.task.State(ctx, &taskapi.StateRequest{ID: id, ExecID: execID})
+	if err != nil {
+		return State{}, c.wrap("state", procName(id, execID), err)
+	}
+	return State{Status: strings.ToLower(resp.Status.String()), Pid: resp.Pid,
+		ExitStatus: resp.ExitStatus, ExitedAt: timeOf(resp.ExitedAt)}, nil
+}
+
+// Exec adds a process to a task; Start starts it.
+func (c *Client) Exec(ctx context.Context, o ExecOptions) error {
+	if o.Process == nil {
+		return fmt.Errorf("shim %s: exec %s: no process: %w", c.cfg.ID, procName(o.ID, o.ExecID), errdefs.ErrInvalidArgument)
+	}
+	spec, err := json.Marshal(o.Process)
+	if err != nil {
+		return fmt.Errorf("shim %s: exec %s: %w", c.cfg.ID, procName(o.ID, o.ExecID), err)
+	}
+	_, err = c.task.Exec(ctx, &taskapi.ExecProcessRequest{ID: o.ID, ExecID: o.ExecID, Terminal: o.Terminal,
+		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Spec: &anypb.Any{TypeUrl: processTypeURL, Value: spec}})
+	return c.wrap("exec", procName(o.ID, o.ExecID), err)
+}
+
+// ResizePty resizes the process's terminal.
+func (c *Client) ResizePty(ctx context.Context, id, execID string, width, height uint32) error {
+	_, err := c.task.ResizePty(ctx, &taskapi.ResizePtyRequest{ID: id, ExecID: execID, Width: width, Height: height})
+	return c.wrap("resize", procName(id, execID), err)
+}
+
+// CloseIO closes the process's stdin (the shim holds its own end of the stdin FIFO, so
+// the process sees EOF only after this).
+func (c *Client) CloseIO(ctx context.Context, id, execID string) error {
+	_, err := c.task.CloseIO(ctx, &taskapi.CloseIORequest{ID: id, ExecID: execID, Stdin: true})
+	return c.wrap("close stdin", procName(id, execID), err)
+}
+
+// Update changes the task's resources.
+func (c *Client) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("shim %s: update %s: %w", c.cfg.ID, id, err)
+	}
+	_, err = c.task.Update(ctx, &taskapi.UpdateTaskRequest{ID: id, Resources: &anypb.Any{TypeUrl: resourcesTypeURL, Value: b}})
+	return c.wrap("update", id, err)
+}
+
+// procName names a process in errors: the task id, with "/exec" for an exec.
+func procName(id, execID string) string {
+	if execID == "" {
+		return id
+	}
+	return id + "/" + execID
+}
+
+func timeOf(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil || (ts.Seconds == 0 && ts.Nanos == 0) {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}

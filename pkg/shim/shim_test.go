@@ -212,6 +212,22 @@ func processesWith(words ...string) []int {
 	return pids
 }
 
+// parentOf returns a process's parent pid (0 if unknown).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	var state string
+	var ppid int
+	if i < 0 {
+		return 0
+	}
+	fmt.Sscan(string(b[i+1:]), &state, &ppid)
+	return ppid
+}
+
 // leftMounts lists mount points under dir.
 func leftMounts(dir string) []string {
 	b, _ := os.ReadFile("/proc/self/mountinfo")
@@ -440,11 +456,26 @@ func TestShimLifecycle(t *testing.T) {
 	if _, err := c.Start(ctx, ctrID, ""); err != nil {
 		t.Fatalf("Start container: %v", err)
 	}
+	// The logger is the shim's child: it needs nothing of the daemon.
+	if pids := processesWith(logDir); len(pids) != 1 || parentOf(pids[0]) != c.Pid() {
+		t.Errorf("logger processes %v, want one, a child of the shim %d", pids, c.Pid())
+	}
 	att, err := monitor.Attach(ctx, logDir)
 	if err != nil {
 		t.Fatalf("attach to the logger: %v", err)
 	}
 	readFramesUntil(t, att, "tick 3")
+	// kubelet rotates the log and asks for a reopen.
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := monitor.Command(ctx, logDir, monitor.CmdReopen); err != nil {
+		t.Errorf("reopen: %v", err)
+	}
+	readFramesUntil(t, att, "tick 6")
+	if err := monitor.Command(ctx, logDir, monitor.CmdStart); err == nil {
+		t.Errorf("the logger accepted %q", monitor.CmdStart)
+	}
 
 	// A daemon restart: a new connection from the bundle's address file.
 	c.Close()
@@ -504,7 +535,10 @@ func TestShimLifecycle(t *testing.T) {
 	if st, err := c.State(ctx, ctrID, ""); err != nil || st.Status != "stopped" || st.ExitStatus != 137 {
 		t.Errorf("State after exit = %+v, %v", st, err)
 	}
-	if err := c.Shutdown(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	shutdownWait = time.Second
+	err = c.Shutdown(ctx)
+	shutdownWait = 10 * time.Second
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Shutdown with tasks left: %v, want FailedPrecondition", err)
 	}
 	if e, err := c.Delete(ctx, ctrID, ""); err != nil || e.Status != 137 {
@@ -519,11 +553,14 @@ func TestShimLifecycle(t *testing.T) {
 		t.Errorf("attach session did not end: %v", err)
 	}
 	att.Close()
-	entries := readCRILog(t, logPath)
+	entries := readCRILog(t, logPath+".1")
 	for _, want := range []logEntry{{"stdout", "F", "hello"}, {"stderr", "F", "oops"}, {"stdout", "F", "tick 3"}} {
 		if !hasEntry(entries, want.stream, want.text) {
-			t.Errorf("CRI log lacks %s %q: %v", want.stream, want.text, entries)
+			t.Errorf("rotated CRI log lacks %s %q: %v", want.stream, want.text, entries)
 		}
+	}
+	if entries := readCRILog(t, logPath); !hasEntry(entries, "stdout", "tick 6") || hasEntry(entries, "stdout", "hello") {
+		t.Errorf("CRI log after reopen: %v", entries)
 	}
 	waitNoProcess(t, logDir)
 	if _, err := os.Stat(filepath.Join(logDir, monitor.SocketFile)); !errors.Is(err, os.ErrNotExist) {
@@ -704,6 +741,65 @@ func TestTerminalLogger(t *testing.T) {
 	}
 	assertNothingLeft(t, cfg, socket, root, id)
 	checkShimLog(t, bundle)
+}
+
+// TestLoggerDrain checks that the logger takes all of a container's output, up to its
+// last line, and ends promptly when the shim deletes the task.
+func TestLoggerDrain(t *testing.T) {
+	requireShim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := testRoot(t)
+	id := testID(t, "drain")
+	const n = 3000
+	bundle := makeBundle(t, root, id, bundleOpts{annotations: sandboxAnnotations(id), args: []string{"sh", "-c",
+		fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo out $i; echo err $i >&2; i=$((i+1)); done", n)}})
+	cfg := Config{Binary: shimBinary, ID: id, Bundle: bundle}
+	cleanupOnFailure(t, cfg, id, bundle)
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer c.Close()
+	socket := socketPath(c.Address())
+	logPath := filepath.Join(root, "drain.log")
+	logDir, uri := loggerDir(t, root, "drain-logger", monitor.LoggerConfig{LogPath: logPath})
+	if _, err := c.Create(ctx, CreateOptions{ID: id, Bundle: bundle, Stdout: uri, Stderr: uri}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, err := c.Start(ctx, id, ""); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if e, err := c.Wait(ctx, id, ""); err != nil || e.Status != 0 {
+		t.Fatalf("Wait = %+v, %v", e, err)
+	}
+	began := time.Now()
+	if _, err := c.Delete(ctx, id, ""); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	// The shim waits (up to 12 s) for the logger it signals at delete.
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("Delete took %v", d)
+	}
+	waitNoProcess(t, logDir)
+	next := map[string]int{}
+	for _, e := range readCRILog(t, logPath) {
+		want := fmt.Sprintf("%s %d", map[string]string{"stdout": "out", "stderr": "err"}[e.stream], next[e.stream])
+		if e.tag != "F" || e.text != want {
+			t.Fatalf("CRI log entry %+v, want %q", e, want)
+		}
+		next[e.stream]++
+	}
+	if next["stdout"] != n || next["stderr"] != n {
+		t.Errorf("CRI log has %v lines, want %d of each stream", next, n)
+	}
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	assertNothingLeft(t, cfg, socket, root, id)
+	if b, err := os.ReadFile(filepath.Join(logDir, monitor.LogFile)); err == nil {
+		t.Logf("logger's own log:\n%s", b)
+	}
 }
 
 // TestShimDied kills the shim: calls then fail with ErrShimDied, and Cleanup leaves

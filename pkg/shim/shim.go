@@ -171,6 +171,8 @@ func runShim(ctx context.Context, cfg Config, args []string) ([]byte, error) {
 	// Its own process group, as containerd does: the shim it forks stays in it, out of
 	// reach of signals to the daemon's group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Should the shim it forks hold our output pipes, do not wait for it to end.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/pkg/monitor"
+)
+
+// The test binary doubles as the monitor: run as `<test> logger <dir>` with this set, it
+// is the logger a shim would start.
+const beLoggerEnv = "RTSHIM_MONITOR_TEST_LOGGER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beLoggerEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// logger is a logger process started as a shim starts one (containerd's binary:// protocol).
+type logger struct {
+	cmd            *exec.Cmd
+	stdout, stderr *os.File // write ends: the container's output
+	dir            string
+}
+
+// startLogger starts a logger with cfg (nil: without a config file).
+func startLogger(t *testing.T, cfg *monitor.LoggerConfig) *logger {
+	t.Helper()
+	dir := t.TempDir()
+	if cfg != nil {
+		if err := monitor.WriteLoggerConfig(dir, *cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], monitor.LoggerMode, dir)
+	cmd.Env = []string{beLoggerEnv + "=1", "CONTAINER_ID=0123456789abcdef", "CONTAINER_NAMESPACE=rtshimd"}
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outR.Close()
+	errR.Close()
+	readyW.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// The shim waits until the logger closes (or writes to) its end.
+	done := make(chan error, 1)
+	go func() { _, err := readyR.Read(make([]byte, 1)); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("ready pipe: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the logger never said it was ready")
+	}
+	readyR.Close()
+	return &logger{cmd: cmd, stdout: outW, stderr: errW, dir: dir}
+}
+
+// wait waits for the logger to exit on its own.
+func (l *logger) wait(t *testing.T) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- l.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("logger exited with %v; its log:\n%s", err, readFile(filepath.Join(l.dir, monitor.LogFile)))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the logger did not exit; its log:\n%s", readFile(filepath.Join(l.dir, monitor.LogFile)))
+	}
+	if _, err := os.Stat(filepath.Join(l.dir, monitor.SocketFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the logger left its socket: %v", err)
+	}
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// logTexts returns "<stream> <text>" for each CRI log entry.
+func logTexts(t *testing.T, path string) []string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(strings.TrimSuffix(readFile(path), "\n"), "\n") {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 || f[2] != "F" {
+			t.Fatalf("bad CRI log line %q", line)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, f[0]); err != nil {
+			t.Fatalf("bad CRI log line %q: %v", line, err)
+		}
+		out = append(out, f[1]+" "+f[3])
+	}
+	return out
+}
+
+func TestLoggerLogsAttachesAndEnds(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "0.log")
+	stdin := filepath.Join(dir, "stdin")
+	if err := unix.Mkfifo(stdin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := startLogger(t, &monitor.LoggerConfig{LogPath: logPath, Stdin: stdin, StdinOnce: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	att, err := monitor.Attach(ctx, l.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	time.Sleep(50 * time.Millisecond) // let the session register before output flows
+	fmt.Fprintln(l.stdout, "out line")
+	fmt.Fprintln(l.stderr, "err line")
+	got := map[byte]string{}
+	_ = att.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for got[monitor.FrameStdout] != "out line\n" || got[monitor.FrameStderr] != "err line\n" {
+		kind, payload, err := monitor.ReadFrame(att)
+		if err != nil {
+			t.Fatalf("attach frames so far %q: %v", got, err)
+		}
+		got[kind] += string(payload)
+	}
+
+	// Attach input goes into the stdin FIFO (read here as the shim would); the end of
+	// the first client's input closes the logger's end of it (StdinOnce).
+	in, err := os.OpenFile(stdin, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := monitor.WriteFrame(att, monitor.FrameStdin, []byte("typed\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := monitor.WriteFrame(att, monitor.FrameCloseStdin, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = in.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(in); err != nil || string(b) != "typed\n" {
+		t.Errorf("stdin FIFO got %q, %v; want the typed line, then EOF", b, err)
+	}
+
+	if err := monitor.Command(ctx, l.dir, monitor.CmdWatch); err == nil {
+		t.Errorf("the logger accepted %q", monitor.CmdWatch)
+	}
+	// The output ends: the logger ends the attach session and exits.
+	l.stdout.Close()
+	l.stderr.Close()
+	l.wait(t)
+	_ = att.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, att); err != nil {
+		t.Errorf("attach session not ended: %v", err)
+	}
+	// The streams are copied concurrently: either order.
+	if got := strings.Join(logTexts(t, logPath), "|"); got != "stdout out line|stderr err line" && got != "stderr err line|stdout out line" {
+		t.Errorf("CRI log = %q", got)
+	}
+}
+
+// TestLoggerDrainsOnSIGTERM: at task delete the shim closes its ends of the pipes and
+// signals the logger at once; what is still in the pipes must reach the log.
+func TestLoggerDrainsOnSIGTERM(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "0.log")
+	l := startLogger(t, &monitor.LoggerConfig{LogPath: logPath})
+	const n = 2000
+	for i := range n {
+		fmt.Fprintf(l.stdout, "line %d\n", i)
+	}
+	l.stdout.Close()
+	l.stderr.Close()
+	if err := l.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	l.wait(t)
+	got := logTexts(t, logPath)
+	if len(got) != n || got[n-1] != fmt.Sprintf("stdout line %d", n-1) {
+		t.Errorf("CRI log has %d lines (last %q), want %d", len(got), got[len(got)-1], n)
+	}
+}
+
+// TestLoggerTerminal: with a terminal, the end of stdout alone ends the logger (the shim
+// never closes its end of the stderr pipe).
+func TestLoggerTerminal(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "0.log")
+	l := startLogger(t, &monitor.LoggerConfig{LogPath: logPath, Terminal: true})
+	fmt.Fprint(l.stdout, "prompt$ ls\r\n")
+	l.stdout.Close()
+	defer l.stderr.Close()
+	l.wait(t)
+	if got := logTexts(t, logPath); len(got) != 1 || !strings.HasPrefix(got[0], "stdout prompt$ ls") {
+		t.Errorf("CRI log = %q", got)
+	}
+}
+
+// TestLoggerWithoutConfig keeps reading (and discarding) the output when its config is
+// missing, so that the container's writes do not fail.
+func TestLoggerWithoutConfig(t *testing.T) {
+	l := startLogger(t, nil)
+	for range 1000 {
+		if _, err := fmt.Fprintln(l.stdout, strings.Repeat("x", 100)); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	l.stdout.Close()
+	l.stderr.Close()
+	l.wait(t)
+}
+
+// TestLoggerURI: the shim turns the URI's path into the binary and its query into the
+// arguments (containerd's NewBinaryCmd): `<binary> logger <dir>`.
+func TestLoggerURI(t *testing.T) {
+	dir := "/run/rtshimd/containers/a b&c=d?e"
+	u, err := url.Parse(monitor.LoggerURI("/usr/local/bin/rtshim-monitor", dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for k, vs := range u.Query() {
+		args = append(args, k, vs[0])
+	}
+	if u.Scheme != "binary" || u.Path != "/usr/local/bin/rtshim-monitor" || len(args) != 2 || args[0] != monitor.LoggerMode || args[1] != dir {
+		t.Errorf("%s: binary %s %q, args %q", u, u.Scheme, u.Path, args)
+	}
+}

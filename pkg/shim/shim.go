@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,6 +48,9 @@ const (
 	LogFile = "shim.log"
 	// PidFile records the shim's pid, so Cleanup can kill a shim that hangs.
 	PidFile = "shim.pid"
+	// TaskFile marks a bundle (any container's) in which a task was created and not yet
+	// deleted: what Cleanup has the shim's delete clean up.
+	TaskFile = "shim-task"
 
 	shimLogLink = "log"
 )
@@ -103,6 +107,7 @@ type Client struct {
 	task    taskapi.TTRPCTaskService
 	closed  atomic.Bool   // Close was called
 	gone    chan struct{} // closed when the connection ends
+	bundles sync.Map      // task id → bundle, from Create
 }
 
 // Start starts the shim for cfg (`<shim> ... -id ID start` in the bundle, as containerd
@@ -300,15 +305,18 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Cleanup cleans up after the shim of cfg, which died (or hangs: it is killed first):
-// it runs `<shim> ... -id ID delete` in the bundle, as containerd does for a dead shim
-// (the runc shim force-deletes the container, unmounts <bundle>/rootfs and reports the
-// exit), and removes the shim's socket and the files in the bundle that name it.
-// Calling it again succeeds as long as the bundle still holds the task's files. For the
-// pod's other containers, call it with ID and Bundle set to each container's.
+// Cleanup cleans up after the shim of cfg, which died (or hangs: it is killed first).
+// If a task was created in the bundle (see TaskFile) it runs `<shim> ... -id ID delete`
+// there, as containerd does for a dead shim (the runc shim force-deletes the container,
+// unmounts <bundle>/rootfs and reports the exit); it removes the shim's socket and the
+// files in the bundle that name it. Idempotent; nothing to do once the bundle is gone.
+// For the pod's other containers, call it with ID and Bundle set to each container's.
 func Cleanup(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
+	}
+	if _, err := os.Stat(cfg.Bundle); errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
 	if pid := readPid(cfg.Bundle); pid > 0 && isShim(pid, cfg) {
 		_ = unix.Kill(pid, unix.SIGKILL)
@@ -316,14 +324,19 @@ func Cleanup(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("shim %s: cleanup: %w", cfg.ID, err)
 		}
 	}
-	_, err := runShim(ctx, cfg, []string{"-id", cfg.ID, "-bundle", cfg.Bundle, "delete"})
-	if b, rerr := os.ReadFile(filepath.Join(cfg.Bundle, AddressFile)); rerr == nil {
+	if b, err := os.ReadFile(filepath.Join(cfg.Bundle, AddressFile)); err == nil {
 		removeSocket(strings.TrimSpace(string(b)))
 	}
-	if err != nil {
+	removeFiles(cfg.Bundle)
+	// The shim's delete needs the task's files (the runc shim fails without the
+	// "runtime" file its create writes): only a created task has anything to delete.
+	if _, err := os.Stat(filepath.Join(cfg.Bundle, TaskFile)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, err := runShim(ctx, cfg, []string{"-id", cfg.ID, "-bundle", cfg.Bundle, "delete"}); err != nil {
 		return fmt.Errorf("shim %s: cleanup: %w", cfg.ID, err)
 	}
-	removeFiles(cfg.Bundle)
+	_ = os.Remove(filepath.Join(cfg.Bundle, TaskFile))
 	return nil
 }
 

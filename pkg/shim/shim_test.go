@@ -281,7 +281,7 @@ func assertNothingLeft(t *testing.T, cfg Config, socket, root string, ids ...str
 			t.Errorf("runc state %s left (stat: %v)", state, err)
 		}
 	}
-	for _, name := range []string{AddressFile, PidFile} {
+	for _, name := range []string{AddressFile, PidFile, TaskFile} {
 		if _, err := os.Stat(filepath.Join(cfg.Bundle, name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left in the bundle", name)
 		}
@@ -543,6 +543,9 @@ func TestShimLifecycle(t *testing.T) {
 	}
 	if e, err := c.Delete(ctx, ctrID, ""); err != nil || e.Status != 137 {
 		t.Errorf("Delete container = %+v, %v", e, err)
+	}
+	if _, err := os.Stat(filepath.Join(ctrBundle, TaskFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left in the container's bundle after Delete (reconnected client): %v", TaskFile, err)
 	}
 	if e, ok := evlog.waitExit(t, ctrID, ctrID); !ok || e.Exit.Status != 137 || e.Exit.ExitedAt.IsZero() {
 		t.Errorf("exit event of the container: %+v (%v)", e, ok)
@@ -861,4 +864,35 @@ func TestShimDied(t *testing.T) {
 		t.Errorf("second Cleanup: %v", err)
 	}
 	checkShimLog(t, bundle)
+}
+
+// TestCleanupWithoutTask: a shim was started but no task created (the daemon died in
+// between): Cleanup still removes the shim, its socket and files, and succeeds, twice.
+func TestCleanupWithoutTask(t *testing.T) {
+	requireShim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := testRoot(t)
+	id := testID(t, "notask")
+	bundle := makeBundle(t, root, id, bundleOpts{args: []string{"sleep", "1"}, annotations: sandboxAnnotations(id)})
+	cfg := Config{Binary: shimBinary, ID: id, Bundle: bundle}
+	cleanupOnFailure(t, cfg, id, bundle)
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	socket := socketPath(c.Address())
+	c.Close()
+	for i := range 2 {
+		if err := Cleanup(ctx, cfg); err != nil {
+			t.Errorf("Cleanup %d: %v", i+1, err)
+		}
+	}
+	assertNothingLeft(t, cfg, socket, root, id)
+	if err := os.RemoveAll(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(ctx, cfg); err != nil {
+		t.Errorf("Cleanup once the bundle is gone: %v", err)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -117,10 +119,15 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (uint32, error) {
 	for _, m := range o.Rootfs {
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
+	// Before the call: if the daemon dies during it, Cleanup still deletes the task.
+	if err := os.WriteFile(filepath.Join(o.Bundle, TaskFile), nil, 0o600); err != nil {
+		return 0, fmt.Errorf("shim %s: create %s: %w", c.cfg.ID, o.ID, err)
+	}
 	resp, err := c.task.Create(ctx, req)
 	if err != nil {
 		return 0, c.wrap("create", o.ID, err)
 	}
+	c.bundles.Store(o.ID, o.Bundle)
 	return resp.Pid, nil
 }
 
@@ -150,9 +157,16 @@ func (c *Client) Wait(ctx context.Context, id, execID string) (Exit, error) {
 
 // Delete removes an exited process (the task itself for execID "") and returns its exit.
 func (c *Client) Delete(ctx context.Context, id, execID string) (Exit, error) {
+	var bundle string
+	if execID == "" {
+		bundle = c.bundleOf(ctx, id)
+	}
 	resp, err := c.task.Delete(ctx, &taskapi.DeleteRequest{ID: id, ExecID: execID})
 	if err != nil {
 		return Exit{}, c.wrap("delete", procName(id, execID), err)
+	}
+	if bundle != "" {
+		_ = os.Remove(filepath.Join(bundle, TaskFile))
 	}
 	return Exit{Status: resp.ExitStatus, ExitedAt: timeOf(resp.ExitedAt)}, nil
 }
@@ -202,6 +216,19 @@ func (c *Client) Update(ctx context.Context, id string, res *specs.LinuxResource
 	}
 	_, err = c.task.Update(ctx, &taskapi.UpdateTaskRequest{ID: id, Resources: &anypb.Any{TypeUrl: resourcesTypeURL, Value: b}})
 	return c.wrap("update", id, err)
+}
+
+// bundleOf returns the bundle of task id: from its Create, else (after a reconnect) as
+// the shim reports it; "" if unknown.
+func (c *Client) bundleOf(ctx context.Context, id string) string {
+	if b, ok := c.bundles.Load(id); ok {
+		c.bundles.Delete(id)
+		return b.(string)
+	}
+	if resp, err := c.task.State(ctx, &taskapi.StateRequest{ID: id}); err == nil {
+		return resp.Bundle
+	}
+	return ""
 }
 
 // procName names a process in errors: the task id, with "/exec" for an exec.

@@ -156,7 +156,7 @@ func readCRILog(t testing.TB, path string) [][3]string {
 
 func TestContainerLifecycle(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			ctx := ctxT(t)
@@ -226,7 +226,7 @@ func TestContainerLifecycle(t *testing.T) {
 // hostname, on both handlers.
 func TestMultiContainerPod(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			podID, pod := e.pod("multi-"+handler, handler)
@@ -264,7 +264,7 @@ func (e *containerEnv) procStatus(id string) map[string]string {
 
 func TestContainerSecurityAndResources(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			ctx := ctxT(t)
@@ -344,7 +344,7 @@ func TestContainerSecurityAndResources(t *testing.T) {
 
 func TestExecSync(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			ctx := ctxT(t)
@@ -456,7 +456,7 @@ func TestContainerLogs(t *testing.T) {
 // meanwhile reports its real exit code and time afterwards, with no log line lost.
 func TestContainerSurvivesDaemonKill(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			podID, pod := e.pod("survive-"+handler, handler)
@@ -567,7 +567,7 @@ func TestContainerOOMAndTerminationMessage(t *testing.T) {
 // state remains, and the pod carries on.
 func TestRestartCleansHalfCreatedContainer(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			podID, pod := e.pod("half-ctr-"+handler, handler)
@@ -609,7 +609,7 @@ func TestRestartCleansHalfCreatedContainer(t *testing.T) {
 // through the host kernel), and the pod's netns says so.
 func TestPodServesPrivilegedPort(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			podID, pod := e.pod("port80-"+handler, handler)
 			cfg := e.ctrConfig("server", "sh", "-c", "while true; do echo hello-80 | nc -l -p 80; done")

@@ -30,7 +30,7 @@ func TestCrictl(t *testing.T) {
 }`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, handler := range []string{"runsc", "runc"} {
+	for _, handler := range suiteHandlers {
 		id := run("runp", "--runtime="+handler, pod)
 		if len(id) != 64 {
 			t.Fatalf("runp printed %q, want a sandbox id", id)
@@ -120,7 +120,7 @@ func TestCrictlContainers(t *testing.T) {
 	e := newContainerEnv(t)
 	run := crictlRunner(t, e.d)
 	dir := t.TempDir()
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		pod := filepath.Join(dir, handler+"-pod.json")
 		ctr := filepath.Join(dir, handler+"-ctr.json")
 		_ = os.WriteFile(pod, []byte(`{"metadata": {"name": "crictl-`+handler+`", "namespace": "default", "uid": "uid-`+handler+`", "attempt": 1},

@@ -74,7 +74,12 @@ type Daemon struct {
 	IS      internalapi.ImageManagerService
 }
 
-// handlerTable is the table the tests run with: Debian's runc and runsc, plus a handler
+// suiteHandlers are the handlers the shared pod and container suites run on, one of each
+// kind: runc (oci), runsc (oci-sandbox) and containerd's runc shim (shim-v2).
+var suiteHandlers = []string{"runc", "runsc", "runc-shim"}
+
+// handlerTable is the table the tests run with: Debian's runc and runsc, containerd's
+// runc shim v2 (Debian's containerd package; its daemon is not used), plus a handler
 // whose binary is missing.
 func handlerTable(run string) string {
 	return fmt.Sprintf(`
@@ -84,11 +89,15 @@ default_handler = "runc"
 runtime_path = "/usr/sbin/runc"
 runtime_root = "%[1]s/runc"
 
+[handlers.runc-shim]
+runtime_type = "shim-v2"
+runtime_path = "/usr/bin/containerd-shim-runc-v2"
+
 [handlers.runsc]
 runtime_path = "/usr/bin/runsc"
 runtime_root = "%[1]s/runsc"
 runtime_args = ["--network=host"]
-sandbox = "shared"
+runtime_type = "oci-sandbox"
 [handlers.runsc.overhead]
 memory = "64Mi"
 cpu = "100m"

@@ -117,7 +117,7 @@ func TestPodNetwork(t *testing.T) {
 	if !strings.HasPrefix(ip, strings.TrimSuffix(n.subnet, "0/24")) {
 		t.Fatalf("pod IP %q not from the CNI subnet %s", ip, n.subnet)
 	}
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		clientPod, clientCfg := e.pod("net-client-"+handler, handler)
 		client := e.run(clientPod, clientCfg, e.ctrConfig("client", "sleep", "1000"))
 		if cip := podIP(t, e.d, clientPod); cip == "" || cip == ip {

@@ -28,6 +28,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 		{name: "restart-runc", handler: "runc", pid: runtimeapi.NamespaceMode_CONTAINER},
 		{name: "restart-runc-pid", handler: "runc", pid: runtimeapi.NamespaceMode_POD},
 		{name: "restart-runsc", handler: "runsc", pid: runtimeapi.NamespaceMode_CONTAINER},
+		{name: "restart-shim", handler: "runc-shim", pid: runtimeapi.NamespaceMode_CONTAINER},
 	}
 	for _, p := range pods {
 		id, err := d.RS.RunPodSandbox(ctx, podConfig(p.name, p.pid), p.handler)
@@ -119,7 +120,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 // A sandbox whose RunPodSandbox never finished (the daemon died between its first record
 // and its last) is undone at the next start: no record, mounts, infra or monitor remain.
 func TestRestartCleansHalfCreatedSandbox(t *testing.T) {
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			d := newDaemon(t)
 			ctx := ctxT(t)

@@ -51,6 +51,7 @@ func TestSandboxLifecycle(t *testing.T) {
 		{"runc-shared-pid", "runc", "runc", runtimeapi.NamespaceMode_POD, true},
 		{"default-handler", "", "runc", runtimeapi.NamespaceMode_CONTAINER, false},
 		{"runsc", "runsc", "runsc", runtimeapi.NamespaceMode_CONTAINER, true},
+		{"runc-shim", "runc-shim", "runc-shim", runtimeapi.NamespaceMode_CONTAINER, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

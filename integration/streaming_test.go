@@ -150,7 +150,7 @@ func streamSession(t *testing.T, url, stdin string, tty bool, size *[2]uint16) e
 // pod's network namespace; on runc and runsc, driven by a SPDY client as kubectl is.
 func TestStreaming(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			podID, pod := e.pod("stream-"+handler, handler)
@@ -218,7 +218,7 @@ func TestStreaming(t *testing.T) {
 // output is logged too.
 func TestAttachStdinAndTerminal(t *testing.T) {
 	e := newContainerEnv(t)
-	for _, handler := range []string{"runc", "runsc"} {
+	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t
 			podID, pod := e.pod("attach-"+handler, handler)

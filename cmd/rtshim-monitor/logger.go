@@ -16,15 +16,19 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 )
 
-// Logger mode: a shim v2 runs us as the binary logger of one container
-// (binary:///path/rtshim-monitor?logger=<dir>, see monitor.LoggerURI), with the
-// container's stdout and stderr on fds 3 and 4 and fd 5 to close once we are ready. We
-// write the CRI log and serve monitor.sock in <dir> (attach, reopen) until the output
-// ends, independent of the daemon.
+// Logger mode: we write one container's output to its CRI log and serve monitor.sock in
+// <dir> (attach, reopen) until the output ends, independent of the daemon. Two ways in:
+//   - a shim v2 runs us as the container's binary logger (binary:///path/rtshim-monitor?
+//     logger=<dir>, see monitor.LoggerURI), with its stdout and stderr on fds 3 and 4 and
+//     fd 5 to close once we are ready;
+//   - the daemon runs us (monitor.StartLogger) on the FIFOs it gives the shim, named in
+//     the config, with fd 3 to close once we are ready. This is the way for a stdin: the
+//     runc shim gives a binary logger's container none.
 const (
 	loggerStdoutFd = 3
 	loggerStderrFd = 4
 	loggerReadyFd  = 5
+	fifoReadyFd    = 3
 )
 
 // drainGrace is how long a SIGTERM waits for the output's end: the shim closes its ends
@@ -32,7 +36,17 @@ const (
 const drainGrace = 2 * time.Second
 
 func runLogger(dir string) error {
-	ready := os.NewFile(loggerReadyFd, "ready")
+	// Which way we came in is in the config; read it before touching any fd.
+	var cfg monitor.LoggerConfig
+	b, cfgErr := os.ReadFile(filepath.Join(dir, monitor.LoggerConfigFile))
+	if cfgErr == nil {
+		cfgErr = json.Unmarshal(b, &cfg)
+	}
+	readyFd := loggerReadyFd
+	if cfg.Stdout != "" {
+		readyFd = fifoReadyFd
+	}
+	ready := os.NewFile(uintptr(readyFd), "ready")
 	// Until it is closed the shim's create waits: close it on every path.
 	defer ready.Close()
 	// The shim gives us /dev/null for stdout and stderr; our diagnostics go to a file.
@@ -46,12 +60,8 @@ func runLogger(dir string) error {
 	m := &mon{loggerOnly: true, att: &attachers{conns: map[net.Conn]bool{}}}
 	// Whatever fails here, keep reading the output: a logger that went away would leave
 	// the container's writes failing with EPIPE (or SIGPIPE).
-	var cfg monitor.LoggerConfig
-	b, err := os.ReadFile(filepath.Join(dir, monitor.LoggerConfigFile))
-	if err == nil {
-		err = json.Unmarshal(b, &cfg)
-	}
-	if err != nil {
+	var err error
+	if err = cfgErr; err != nil {
 		log.Printf("read config: %v; the output is discarded", err)
 	}
 	if cfg.LogPath != "" {
@@ -82,14 +92,20 @@ func runLogger(dir string) error {
 
 	streams := []struct {
 		fd   int
+		fifo string
 		name string
 		kind byte
-	}{{loggerStdoutFd, "stdout", monitor.FrameStdout}, {loggerStderrFd, "stderr", monitor.FrameStderr}}
+	}{{loggerStdoutFd, cfg.Stdout, "stdout", monitor.FrameStdout}, {loggerStderrFd, cfg.Stderr, "stderr", monitor.FrameStderr}}
 	var wg sync.WaitGroup
 	for _, s := range streams {
-		f := os.NewFile(uintptr(s.fd), s.name)
-		if f == nil {
-			return fmt.Errorf("no %s on fd %d", s.name, s.fd)
+		if cfg.Stdout != "" && s.fifo == "" {
+			continue // FIFO mode without this stream (a terminal has no stderr)
+		}
+		var f *os.File
+		if s.fifo == "" {
+			if f = os.NewFile(uintptr(s.fd), s.name); f == nil {
+				return fmt.Errorf("no %s on fd %d", s.name, s.fd)
+			}
 		}
 		// With a terminal the output is all on stdout; the shim leaves its end of the
 		// stderr pipe to the garbage collector, so its EOF is not waited for.
@@ -98,6 +114,18 @@ func runLogger(dir string) error {
 			wg.Add(1)
 		}
 		go func() {
+			if f == nil {
+				// Opening a FIFO for reading waits for its writer, the shim (or the daemon,
+				// which opens and closes it once to release us from a task never created).
+				var err error
+				if f, err = os.OpenFile(s.fifo, os.O_RDONLY, 0); err != nil {
+					log.Printf("open %s: %v", s.fifo, err)
+					if waited {
+						wg.Done()
+					}
+					return
+				}
+			}
 			copyStream(m.sink, s.name, f, &tailBuffer{stopped: true}, m.att.writer(s.kind))
 			f.Close()
 			if waited {

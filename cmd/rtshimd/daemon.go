@@ -71,7 +71,7 @@ func discover(ctx context.Context, cfg *config.Config, pauseDir, probeDir string
 	if err := os.MkdirAll(probeDir, 0o700); err != nil {
 		return nil, nil, "", fmt.Errorf("create probe dir: %w", err)
 	}
-	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver})
+	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver, RunRoot: cfg.RunRoot})
 	table, err := handlers.New(cfg, rts)
 	if err != nil {
 		return nil, nil, "", err

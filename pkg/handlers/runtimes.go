@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
@@ -16,6 +17,7 @@ import (
 type Env struct {
 	MonitorPath  string
 	CgroupDriver string
+	RunRoot      string // the daemon's run_root
 }
 
 // Runtimes makes the kind.Runtime of a handler row, once per distinct row: the table's
@@ -51,7 +53,7 @@ func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
 	case kind.OCISandbox:
 		rt = ocicli.NewSandbox(row, cli)
 	case kind.ShimV2:
-		rt = shimv2.New(row, shimv2.Options{MonitorPath: r.env.MonitorPath})
+		rt = shimv2.New(row, shimv2.Options{MonitorPath: r.env.MonitorPath, Address: filepath.Join(r.env.RunRoot, "shim")})
 	default:
 		return nil, fmt.Errorf("handler %q: runtime_type %q is not known to this rtshimd (known: %v)", row.Handler, typ, kind.Types)
 	}

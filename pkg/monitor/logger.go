@@ -1,10 +1,15 @@
 package monitor
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
@@ -29,6 +34,47 @@ type LoggerConfig struct {
 	StdinOnce bool   `json:"stdin_once,omitempty"`
 	// Terminal: the container has a terminal, whose output comes as stdout alone.
 	Terminal bool `json:"terminal,omitempty"`
+	// Stdout and Stderr are the output FIFOs the shim was given, when the daemon starts
+	// the logger (StartLogger) rather than the shim; Stderr is "" with a terminal.
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
+}
+
+// StartLogger starts binary in logger mode on the FIFOs cfg names (written to dir first),
+// in a session of its own so it outlives the daemon, and returns once it holds the stdin
+// FIFO's write end and serves attach: then the shim may open the FIFOs.
+func StartLogger(ctx context.Context, binary, dir string, cfg LoggerConfig) error {
+	if err := WriteLoggerConfig(dir, cfg); err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := exec.Command(binary, LoggerMode, dir)
+	cmd.Dir = dir
+	cmd.ExtraFiles = []*os.File{w} // fd 3: closed when ready
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50", "CONTAINER_ID=" + filepath.Base(dir)}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start logger %s: %w", binary, err)
+	}
+	w.Close()
+	go func() { _ = cmd.Wait() }() // the daemon reaps what it starts
+	ready := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, r)
+		close(ready)
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("waiting for the logger: %w", ctx.Err())
+	}
 }
 
 // WriteLoggerConfig writes cfg into dir for the logger that LoggerURI(..., dir) starts.

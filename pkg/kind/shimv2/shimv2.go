@@ -44,6 +44,9 @@ const stopWait = 10 * time.Second
 type Options struct {
 	// MonitorPath is rtshim-monitor, which the shim starts as the containers' logger.
 	MonitorPath string
+	// Address is the shims' -address: never served, it names the daemon to them (it
+	// seeds their socket names and shows in their command lines).
+	Address string
 }
 
 // Runtime is one handler's shim, with a connection per pod.
@@ -77,7 +80,7 @@ func (r *Runtime) Plan() kind.PodPlan {
 func (r *Runtime) AdjustSpec(*specs.Spec) {}
 
 func (r *Runtime) config(t kind.Task) shim.Config {
-	return shim.Config{Binary: r.row.Path, ID: t.PodID, Bundle: t.PodDir}
+	return shim.Config{Binary: r.row.Path, ID: t.PodID, Bundle: t.PodDir, Address: r.opts.Address}
 }
 
 // client is the pod's shim connection, made again after a daemon restart.
@@ -139,20 +142,8 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 	}
 	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal}
 	if !t.Sandbox {
-		lc := monitor.LoggerConfig{LogPath: t.LogPath, StdinOnce: t.StdinOnce, Terminal: t.Terminal}
-		if t.Stdin {
-			lc.Stdin = filepath.Join(t.Dir, "stdin")
-			if err := unix.Mkfifo(lc.Stdin, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
-				return kind.Created{}, r.errorf("create", t.ID, fmt.Errorf("stdin fifo: %w", err))
-			}
-			opts.Stdin = lc.Stdin
-		}
-		if err := monitor.WriteLoggerConfig(t.Dir, lc); err != nil {
+		if opts.Stdin, opts.Stdout, opts.Stderr, err = r.startLogger(ctx, t); err != nil {
 			return kind.Created{}, r.errorf("create", t.ID, err)
-		}
-		opts.Stdout = monitor.LoggerURI(r.opts.MonitorPath, t.Dir)
-		if !t.Terminal {
-			opts.Stderr = opts.Stdout
 		}
 	}
 	pid, err := c.Create(ctx, opts)
@@ -160,6 +151,43 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 		return kind.Created{}, r.errorf("create", t.ID, err)
 	}
 	return kind.Created{Pid: int(pid), SupervisorPid: c.Pid()}, nil
+}
+
+// startLogger makes the container's stdio FIFOs and starts its logger on them: it holds
+// stdin's write end before the shim opens the read end (else the container would read
+// EOF at once), writes the CRI log and serves attach, in a session of its own. (The
+// shim could start a logger itself through a binary:// URI, but the runc shim gives such
+// a container no stdin.)
+func (r *Runtime) startLogger(ctx context.Context, t kind.Task) (stdin, stdout, stderr string, err error) {
+	lc := monitor.LoggerConfig{LogPath: t.LogPath, StdinOnce: t.StdinOnce, Terminal: t.Terminal}
+	names := []*string{&lc.Stdout}
+	if t.Stdin {
+		names = append(names, &lc.Stdin)
+	}
+	if !t.Terminal {
+		names = append(names, &lc.Stderr)
+	}
+	for _, p := range names {
+		name := map[*string]string{&lc.Stdin: "stdin", &lc.Stdout: "stdout", &lc.Stderr: "stderr"}[p]
+		*p = filepath.Join(t.Dir, name)
+		if err := unix.Mkfifo(*p, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", "", "", fmt.Errorf("%s fifo: %w", name, err)
+		}
+	}
+	if err := monitor.StartLogger(ctx, r.opts.MonitorPath, t.Dir, lc); err != nil {
+		return "", "", "", err
+	}
+	return lc.Stdin, lc.Stdout, lc.Stderr, nil
+}
+
+// releaseLogger ends a container's logger whose output FIFOs the shim never opened (the
+// task was never created): opening and closing their write ends gives it EOF.
+func releaseLogger(dir string) {
+	for _, name := range []string{"stdout", "stderr"} {
+		if w, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	}
 }
 
 // Start starts the created task.
@@ -223,7 +251,7 @@ func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {
 		// The shim lives but lost the task: make sure of it through the shim.
 		_ = c.Kill(ctx, t.ID, "", syscall.SIGKILL, true)
 		_, _ = c.Delete(ctx, t.ID, "")
-	} else if err := shim.Cleanup(ctx, shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir}); err != nil {
+	} else if err := shim.Cleanup(ctx, shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address}); err != nil {
 		logrus.WithError(err).WithField("container", t.ID).Warn("clean up container of a dead shim")
 	}
 	return kind.Exit{Status: 137, Signal: 9, ExitedAt: time.Now()}
@@ -254,7 +282,10 @@ func (r *Runtime) Delete(ctx context.Context, t kind.Task) error {
 			return err
 		}
 	}
-	waitLogger(ctx, t.Dir)
+	if !t.Sandbox {
+		releaseLogger(t.Dir)
+		waitLogger(ctx, t.Dir)
+	}
 	return nil
 }
 
@@ -264,10 +295,8 @@ func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, id string) err
 	if err == nil || gone(err) {
 		return nil
 	}
-	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		return r.errorf("delete", id, err)
-	}
-	// Still running: kill, wait and delete again.
+	// Still running (the runc shim says "cannot delete a running process" without a
+	// code): kill, wait and delete again, as a forced delete does.
 	_ = c.Kill(ctx, id, "", syscall.SIGKILL, true)
 	wctx, cancel := context.WithTimeout(ctx, stopWait)
 	_, _ = c.Wait(wctx, id, "")
@@ -280,7 +309,7 @@ func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, id string) err
 
 // cleanupDead runs the shim binary's delete for a task whose shim is gone.
 func (r *Runtime) cleanupDead(ctx context.Context, t kind.Task) error {
-	cfg := shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir}
+	cfg := shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address}
 	if t.Sandbox {
 		cfg = r.config(t)
 		r.forget(t.PodID)

@@ -8,7 +8,9 @@
 // `delete` finds the bundle as ../<id> from its working directory). In the sandbox's bundle
 // the shim writes `address` (its ttrpc socket, under /run/containerd/s/); this package
 // adds `shim.log` (the shim's own log), `log` (a link to it, which the shim opens) and
-// `shim.pid`.
+// `shim.pid`, and `shim-task` in each bundle with a task. The runc shim adds `runtime`,
+// `options.json`, `init.pid` and `log.json` to a task's bundle, and keeps runc's state
+// under /run/containerd/runc/<namespace>/<id>.
 package shim
 
 import (

@@ -44,7 +44,9 @@ type CreateOptions struct {
 	Rootfs   []Mount
 	Terminal bool
 	// Stdin, Stdout, Stderr: FIFO paths ("" for none), or for Stdout a binary:// logger
-	// URI (monitor.LoggerURI), which then takes stderr too.
+	// URI (monitor.LoggerURI), which then takes stderr too (Stderr is ignored). With a
+	// binary logger and no terminal, the runc shim gives the container no stdin
+	// (/dev/null); with a terminal it copies the Stdin FIFO into it.
 	Stdin, Stdout, Stderr string
 }
 

@@ -11,7 +11,7 @@ BUILDTAGS := containers_image_openpgp,exclude_graphdriver_btrfs
 export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables
-TEST_PKGS := $(RUN_PKGS) busybox-static util-linux procps docker-registry skopeo
+TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
 
 .PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools
 

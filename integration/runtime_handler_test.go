@@ -227,8 +227,8 @@ func TestRtshimdHandlersCommand(t *testing.T) {
 		t.Fatalf("rtshimd handlers: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NAME") {
-		t.Fatalf("want a header and 3 rows, got:\n%s", out)
+	if len(lines) != 5 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
+		t.Fatalf("want a header with the kind and 4 rows, got:\n%s", out)
 	}
 	rows := map[string]string{}
 	for _, l := range lines[1:] {
@@ -237,10 +237,13 @@ func TestRtshimdHandlersCommand(t *testing.T) {
 	if r := rows["ghost"]; !strings.Contains(r, "not ready") || !strings.Contains(r, "not installed") {
 		t.Errorf("ghost row: %q", r)
 	}
-	if r := rows["runc"]; !strings.Contains(r, "(default)") || !strings.Contains(r, "runc version") || !strings.HasSuffix(r, "ready") {
+	if r := rows["runc"]; strings.Fields(r)[2] != "oci" || !strings.Contains(r, "(default)") || !strings.Contains(r, "runc version") || !strings.HasSuffix(r, "ready") {
 		t.Errorf("runc row: %q", r)
 	}
-	if r := rows["runsc"]; !strings.Contains(r, "shared") || !strings.Contains(r, "-host_pid") || !strings.HasSuffix(r, "ready") {
+	if r := rows["runsc"]; strings.Fields(r)[1] != "oci-sandbox" || !strings.Contains(r, "-host_pid") || !strings.HasSuffix(r, "ready") {
 		t.Errorf("runsc row: %q", r)
+	}
+	if r := rows["runc-shim"]; strings.Fields(r)[1] != "shim-v2" || !strings.Contains(r, "containerd-shim-runc-v2 1.") || !strings.HasSuffix(r, "ready") {
+		t.Errorf("runc-shim row: %q", r)
 	}
 }

@@ -32,6 +32,7 @@ runtime_path = "/usr/sbin/runc"
 		{"relative runtime_path", "default_handler = \"runc\"\n[handlers.runc]\nruntime_path = \"runc\"\n", 3, `runtime_path must be an absolute path, got "runc"`},
 		{"relative runtime_root", good + "runtime_root = \"state/runc\"\n", 5, `runtime_root must be an absolute path, got "state/runc"`},
 		{"bad sandbox mode", good + "sandbox = \"vm\"\n", 5, `sandbox must be "namespaces" or "shared", got "vm"`},
+		{"unknown runtime type", good + "runtime_type = \"vm\"\n", 5, `runtime_type must be one of oci, oci-sandbox, shim-v2, got "vm"`},
 		{"bad overhead", good + "[handlers.runc.overhead]\nmemory = \"lots\"\n", 6, `"lots" is not a memory quantity`},
 		{"wrong type", "default_handler = \"runc\"\n[handlers.runc]\nruntime_path = 42\n", 3, "runtime_path"},
 		{"bad cgroup driver", "cgroup_driver = \"systemd-ish\"\n" + good, 1, `cgroup_driver must be "cgroupfs" or "systemd", got "systemd-ish"`},
@@ -78,7 +79,7 @@ runtime_path = "/usr/sbin/runc"
 			t.Fatal(err)
 		}
 		out, err = exec.Command(filepath.Join(binDir, "rtshimd"), "config", "check", "--config", path).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "ok (4 handlers, default \"runc\")") {
+		if err != nil || !strings.Contains(string(out), "ok (5 handlers, default \"runc\")") {
 			t.Errorf("config check of the shipped default: %v\n%s", err, out)
 		}
 	})

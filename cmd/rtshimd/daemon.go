@@ -29,6 +29,7 @@ import (
 type daemon struct {
 	cfg        *config.Config
 	table      *handlers.Table
+	runtimes   *handlers.Runtimes
 	sandboxes  *sandbox.Manager
 	images     *image.Service
 	containers *container.Manager
@@ -59,7 +60,7 @@ func monitorPath(cfg *config.Config) string {
 
 // discover prepares the pause rootfs, makes each handler's runtime and runs handler
 // discovery.
-func discover(ctx context.Context, cfg *config.Config, pauseDir, probeDir string) (*handlers.Table, *handlers.Runtimes, string, error) {
+func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeDir string) (*handlers.Table, *handlers.Runtimes, string, error) {
 	pausePath := cfg.PausePath
 	if pausePath == "" {
 		pausePath = besideSelf("rtshim-pause")
@@ -71,9 +72,10 @@ func discover(ctx context.Context, cfg *config.Config, pauseDir, probeDir string
 	if err := os.MkdirAll(probeDir, 0o700); err != nil {
 		return nil, nil, "", fmt.Errorf("create probe dir: %w", err)
 	}
-	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver, RunRoot: cfg.RunRoot})
+	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver, RunRoot: runRoot})
 	table, err := handlers.New(cfg, rts)
 	if err != nil {
+		rts.Close()
 		return nil, nil, "", err
 	}
 	table.Discover(ctx, handlers.Probe{Rootfs: rootfs, Dir: probeDir, CgroupDriver: cfg.CgroupDriver})
@@ -86,7 +88,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	table, rts, rootfs, err := discover(ctx, cfg, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
+	table, rts, rootfs, err := discover(ctx, cfg, cfg.RunRoot, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +156,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
-	d := &daemon{cfg: cfg, table: table, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}
+	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
 		return nil, err
 	}
@@ -178,6 +180,7 @@ func (d *daemon) close() {
 	}
 	d.containers.Close()
 	d.sandboxes.Close()
+	d.runtimes.Close()
 	d.images.Close()
 	logrus.Info("rtshimd stopped; pods keep running")
 }

@@ -24,10 +24,12 @@ func handlersCmd(args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	table, _, _, err := discover(context.Background(), cfg, tmp+"/pause", tmp+"/probe")
+	// A run root of its own: the shims it probes must not publish to a running daemon's.
+	table, rts, _, err := discover(context.Background(), cfg, tmp, tmp+"/pause", tmp+"/probe")
 	if err != nil {
 		return err
 	}
+	defer rts.Close()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tTYPE\tBINARY\tVERSION\tFEATURES\tSTATUS")
 	for _, h := range table.List() {

@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/kind/ocicli"
 	"github.com/rtshimd/rtshimd/pkg/kind/shimv2"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/shim"
 )
 
 // Env is what every kind of runtime may need from the daemon.
@@ -28,6 +31,10 @@ type Runtimes struct {
 
 	mu    sync.Mutex
 	byKey map[string]kind.Runtime
+	// events receives shims' task events (TTRPC_ADDRESS), once a shim row exists: a shim
+	// with nobody there logs every event as a failure. Exits are followed through Wait; the
+	// events are only logged.
+	events *shim.EventServer
 }
 
 // NewRuntimes returns an empty set of runtimes.
@@ -53,12 +60,36 @@ func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
 	case kind.OCISandbox:
 		rt = ocicli.NewSandbox(row, cli)
 	case kind.ShimV2:
-		rt = shimv2.New(row, shimv2.Options{MonitorPath: r.env.MonitorPath, Address: filepath.Join(r.env.RunRoot, "shim")})
+		opts := shimv2.Options{MonitorPath: r.env.MonitorPath, Address: filepath.Join(r.env.RunRoot, "shim")}
+		if r.events == nil && r.env.RunRoot != "" {
+			path := filepath.Join(r.env.RunRoot, "shim-events.sock")
+			es, err := shim.ServeEvents(path, func(e shim.Event) {
+				logrus.WithFields(logrus.Fields{"topic": e.Topic, "container": e.ContainerID, "exec": e.ProcessID}).Debug("shim event")
+			})
+			if err != nil {
+				return nil, fmt.Errorf("handler %q: %w", row.Handler, err)
+			}
+			r.events = es
+		}
+		if r.events != nil {
+			opts.EventsAddress = filepath.Join(r.env.RunRoot, "shim-events.sock")
+		}
+		rt = shimv2.New(row, opts)
 	default:
 		return nil, fmt.Errorf("handler %q: runtime_type %q is not known to this rtshimd (known: %v)", row.Handler, typ, kind.Types)
 	}
 	r.byKey[key] = rt
 	return rt, nil
+}
+
+// Close stops serving shim events (shims then fail their publishes at once).
+func (r *Runtimes) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.events != nil {
+		_ = r.events.Close()
+		r.events = nil
+	}
 }
 
 // TypeOfRecord is the runtime type of a record written before records named their kind:

@@ -47,6 +47,8 @@ type Options struct {
 	// Address is the shims' -address: never served, it names the daemon to them (it
 	// seeds their socket names and shows in their command lines).
 	Address string
+	// EventsAddress is where shims publish task events (a served socket, or "").
+	EventsAddress string
 }
 
 // Runtime is one handler's shim, with a connection per pod.
@@ -80,7 +82,7 @@ func (r *Runtime) Plan() kind.PodPlan {
 func (r *Runtime) AdjustSpec(*specs.Spec) {}
 
 func (r *Runtime) config(t kind.Task) shim.Config {
-	return shim.Config{Binary: r.row.Path, ID: t.PodID, Bundle: t.PodDir, Address: r.opts.Address}
+	return shim.Config{Binary: r.row.Path, ID: t.PodID, Bundle: t.PodDir, Address: r.opts.Address, TTRPCAddress: r.opts.EventsAddress}
 }
 
 // client is the pod's shim connection, made again after a daemon restart.
@@ -251,7 +253,7 @@ func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {
 		// The shim lives but lost the task: make sure of it through the shim.
 		_ = c.Kill(ctx, t.ID, "", syscall.SIGKILL, true)
 		_, _ = c.Delete(ctx, t.ID, "")
-	} else if err := shim.Cleanup(ctx, shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address}); err != nil {
+	} else if err := shim.Cleanup(ctx, shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address, TTRPCAddress: r.opts.EventsAddress}); err != nil {
 		logrus.WithError(err).WithField("container", t.ID).Warn("clean up container of a dead shim")
 	}
 	return kind.Exit{Status: 137, Signal: 9, ExitedAt: time.Now()}
@@ -309,7 +311,7 @@ func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, id string) err
 
 // cleanupDead runs the shim binary's delete for a task whose shim is gone.
 func (r *Runtime) cleanupDead(ctx context.Context, t kind.Task) error {
-	cfg := shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address}
+	cfg := shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address, TTRPCAddress: r.opts.EventsAddress}
 	if t.Sandbox {
 		cfg = r.config(t)
 		r.forget(t.PodID)

@@ -69,8 +69,8 @@ func TestMissingRuntimeBinary(t *testing.T) {
 	for _, h := range st.RuntimeHandlers {
 		names = append(names, h.Name)
 	}
-	if strings.Join(names, ",") != ",runc,runsc" {
-		t.Errorf("runtime_handlers = %q, want \",runc,runsc\"", names)
+	if strings.Join(names, ",") != ",runc,runc-shim,runsc" {
+		t.Errorf("runtime_handlers = %q, want \",runc,runc-shim,runsc\"", names)
 	}
 	// The verbose info has the whole table, the not-ready handler with its reason.
 	var table []struct {

@@ -234,6 +234,17 @@ func TestAttachStdinAndTerminal(t *testing.T) {
 				t.Errorf("reader exit %d", st.ExitCode)
 			}
 
+			// stdin_once: the client's stdin ending is the container's EOF (cat ends).
+			cfg = e.ctrConfig("cat", "cat")
+			cfg.Stdin, cfg.StdinOnce = true, true
+			id = e.run(podID, pod, cfg)
+			streamAttach(t, e.d, id, "to cat\n", false, nil)
+			if st := e.waitExit(id); st.ExitCode != 0 {
+				t.Errorf("cat after its stdin ended: exit %d", st.ExitCode)
+			} else if log, _ := os.ReadFile(st.LogPath); !strings.Contains(string(log), "stdout F to cat") {
+				t.Errorf("cat's output not in the CRI log: %q", log)
+			}
+
 			cfg = e.ctrConfig("shell", "sh")
 			cfg.Stdin, cfg.Tty = true, true
 			id = e.run(podID, pod, cfg)

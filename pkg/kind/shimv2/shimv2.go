@@ -343,7 +343,35 @@ func (r *Runtime) Attach(ctx context.Context, t kind.Task, s kind.AttachStreams)
 			logrus.WithError(err).WithField("container", t.ID).Debug("resize terminal")
 		}
 	}
-	return monitor.AttachSession(ctx, t.Dir, s.Stdin, s.Stdout, s.Stderr, s.Resize, resize)
+	in := s.Stdin
+	if in != nil && t.StdinOnce {
+		// The shim holds a writer on the stdin FIFO too: the container sees EOF only once
+		// the shim closes it (CloseIO), after the logger closed its own. What is already in
+		// the FIFO still reaches the container.
+		in = &closeIOReader{r: in, closeIO: func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.CloseIO(cctx, t.ID, ""); err != nil {
+				logrus.WithError(err).WithField("container", t.ID).Warn("close stdin")
+			}
+		}}
+	}
+	return monitor.AttachSession(ctx, t.Dir, in, s.Stdout, s.Stderr, s.Resize, resize)
+}
+
+// closeIOReader calls closeIO once its reader ends.
+type closeIOReader struct {
+	r       io.Reader
+	once    sync.Once
+	closeIO func()
+}
+
+func (c *closeIOReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil {
+		c.once.Do(func() { go c.closeIO() })
+	}
+	return n, err
 }
 
 // ReopenLog asks the container's logger to reopen its log file.
@@ -483,11 +511,24 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 		p.abort()
 		return nil, r.errorf("exec in", t.ID, err)
 	}
+	if _, err := c.Start(ctx, t.ID, p.execID); err != nil {
+		p.abort()
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _ = c.Delete(dctx, t.ID, p.execID)
+		cancel()
+		return nil, r.errorf("exec in", t.ID, err)
+	}
+	go func() {
+		p.exit, p.err = c.Wait(context.Background(), t.ID, p.execID)
+		close(p.done)
+	}()
 	if x.Stdin != nil {
-		// The shim opened its end at Exec; ours, opened read-write, never blocks.
+		// After Start: the shim opens its own writer on the FIFO then, and a CloseIO
+		// before that would leave it open for ever. Ours, opened read-write, never blocks.
 		in, err := os.OpenFile(opts.Stdin, os.O_RDWR, 0)
 		if err != nil {
-			p.abort()
+			p.Kill()
+			_, _ = p.Wait()
 			return nil, r.errorf("exec in", t.ID, err)
 		}
 		go func() {
@@ -498,13 +539,6 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 			_ = c.CloseIO(cctx, t.ID, p.execID)
 		}()
 	}
-	if _, err := c.Start(ctx, t.ID, p.execID); err != nil {
-		p.abort()
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _ = c.Delete(dctx, t.ID, p.execID)
-		cancel()
-		return nil, r.errorf("exec in", t.ID, err)
-	}
 	if x.Terminal && x.Resize != nil {
 		go func() {
 			for sz := range x.Resize {
@@ -512,10 +546,6 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 			}
 		}()
 	}
-	go func() {
-		p.exit, p.err = c.Wait(context.Background(), t.ID, p.execID)
-		close(p.done)
-	}()
 	return p, nil
 }
 

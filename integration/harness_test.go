@@ -92,6 +92,10 @@ runtime_root = "%[1]s/runc"
 [handlers.runc-shim]
 runtime_type = "shim-v2"
 runtime_path = "/usr/bin/containerd-shim-runc-v2"
+[handlers.runc-shim.features]
+host_pid = true
+host_ipc = true
+recursive_read_only_mounts = true
 
 [handlers.runsc]
 runtime_path = "/usr/bin/runsc"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make conformance: the CRI conformance suite (critest, sigs.k8s.io/cri-tools) against the
-# built daemon, on runc (the default handler) and on runsc, offline, and the results checked
+# built daemon, on runc (the default handler), on runsc and on containerd's runc shim v2
+# (runc-shim, the shim-v2 kind), offline, and the results checked
 # against the lists in conformance/expected/ (README there).
 #
-#   hack/conformance/run.sh              everything, both handlers (needs root)
+#   hack/conformance/run.sh              everything, every handler (needs root)
 #   CONFORMANCE_HANDLERS=runc ...        one handler
 #   CONFORMANCE_FOCUS='regex' ...        only specs matching (debugging; the check then
 #                                        ignores listed specs that did not run)
@@ -31,7 +32,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 OUT=${CONFORMANCE_OUT:-/tmp/rtshimd-conformance}
-HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc}
+HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc runc-shim}
 # Specs run in this many ginkgo processes (Serial specs, the image ones, run alone at the
 # end). Measured on 2 cores: see conformance/expected/README.md.
 PARALLEL=${CONFORMANCE_PARALLEL:-4}
@@ -52,7 +53,7 @@ die() { log "ERROR: $*"; exit 1; }
 [ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-pause ] || die "run make build first (make conformance does)"
 
 # --- 0. Debian packages --------------------------------------------------------------------
-pkgs="docker-registry runc runsc containernetworking-plugins iptables iproute2 jq"
+pkgs="docker-registry runc runsc containerd containernetworking-plugins iptables iproute2 jq"
 missing=""
 for p in $pkgs; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -149,6 +150,12 @@ cleanup() {
 			for id in $ids; do $bin --root "$W/run/$h" delete -force "$id" >/dev/null 2>&1; done
 		fi
 	done
+	# The runc shim keeps runc's state under containerd's root, by namespace.
+	ids=$(runc --root /run/containerd/runc/rtshimd list 2>/dev/null | awk -v w="$W" 'index($4, w) == 1 {print $1}')
+	if [ -n "$ids" ]; then
+		leak "runc-shim's runc still knows containers: $(echo $ids)"
+		for id in $ids; do runc --root /run/containerd/runc/rtshimd delete -force "$id" >/dev/null 2>&1; done
+	fi
 	m=$(awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r)
 	if [ -n "$m" ]; then
 		leak "mounts left under $W: $(echo "$m" | wc -l) (first: $(echo "$m" | tail -1))"
@@ -270,7 +277,15 @@ runtime_path = "/usr/sbin/runc"
 [handlers.runsc]
 runtime_path = "/usr/bin/runsc"
 runtime_args = ["--network=host"]
-sandbox = "shared"
+runtime_type = "oci-sandbox"
+
+[handlers.runc-shim]
+runtime_type = "shim-v2"
+runtime_path = "/usr/bin/containerd-shim-runc-v2"
+[handlers.runc-shim.features]
+host_pid = true
+host_ipc = true
+recursive_read_only_mounts = true
 
 [network]
 cni_conf_dir = "$W/cni/net.d"

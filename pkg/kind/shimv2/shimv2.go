@@ -162,19 +162,25 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 // a container no stdin.)
 func (r *Runtime) startLogger(ctx context.Context, t kind.Task) (stdin, stdout, stderr string, err error) {
 	lc := monitor.LoggerConfig{LogPath: t.LogPath, StdinOnce: t.StdinOnce, Terminal: t.Terminal}
-	names := []*string{&lc.Stdout}
-	if t.Stdin {
-		names = append(names, &lc.Stdin)
-	}
-	if !t.Terminal {
-		names = append(names, &lc.Stderr)
-	}
-	for _, p := range names {
-		name := map[*string]string{&lc.Stdin: "stdin", &lc.Stdout: "stdout", &lc.Stderr: "stderr"}[p]
-		*p = filepath.Join(t.Dir, name)
-		if err := unix.Mkfifo(*p, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
-			return "", "", "", fmt.Errorf("%s fifo: %w", name, err)
+	fifo := func(name string, want bool) (string, error) {
+		if !want {
+			return "", nil
 		}
+		path := filepath.Join(t.Dir, name)
+		if err := unix.Mkfifo(path, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("%s fifo: %w", name, err)
+		}
+		return path, nil
+	}
+	if lc.Stdin, err = fifo("stdin", t.Stdin); err != nil {
+		return "", "", "", err
+	}
+	if lc.Stdout, err = fifo("stdout", true); err != nil {
+		return "", "", "", err
+	}
+	// A terminal has one stream.
+	if lc.Stderr, err = fifo("stderr", !t.Terminal); err != nil {
+		return "", "", "", err
 	}
 	if err := monitor.StartLogger(ctx, r.opts.MonitorPath, t.Dir, lc); err != nil {
 		return "", "", "", err

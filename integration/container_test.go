@@ -362,6 +362,21 @@ func TestExecSync(t *testing.T) {
 			if err != nil || len(stdout) != 3000000 {
 				t.Errorf("3 MB of output: got %d bytes, %v", len(stdout), err)
 			}
+			// A child left running holds both output streams: the exec still returns by
+			// its timeout. (runsc and the shim return at once with the output; runc's
+			// foreground exec waits for the child as containerd does by default, so there
+			// the timeout ends it.)
+			begin := time.Now()
+			stdout, _, err = e.d.RS.ExecSync(ctx, id, []string{"sh", "-c", "sleep 300 & echo left-a-child"}, 5*time.Second)
+			if err == nil && strings.TrimSpace(string(stdout)) != "left-a-child" {
+				t.Errorf("exec that leaves a child holding its output: %q", stdout)
+			}
+			if handler != "runc" && err != nil {
+				t.Errorf("exec that leaves a child holding its output: %v", err)
+			}
+			if d := time.Since(begin); d > 30*time.Second {
+				t.Errorf("exec that leaves a child holding its output returned after %v", d)
+			}
 			// Timeout: an error that says so, and the process is gone.
 			start := time.Now()
 			_, _, err = e.d.RS.ExecSync(ctx, id, []string{"sleep", "77"}, 2*time.Second)

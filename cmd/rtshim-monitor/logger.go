@@ -36,6 +36,9 @@ const (
 const drainGrace = 2 * time.Second
 
 func runLogger(dir string) error {
+	// Before anything can say we are ready: a SIGTERM right after must drain, not kill us.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 	// Which way we came in is in the config; read it before touching any fd.
 	var cfg monitor.LoggerConfig
 	b, cfgErr := os.ReadFile(filepath.Join(dir, monitor.LoggerConfigFile))
@@ -138,8 +141,6 @@ func runLogger(dir string) error {
 
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 	select {
 	case <-done:
 	case sig := <-sigs:

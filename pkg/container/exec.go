@@ -68,12 +68,23 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	default:
 	}
 	p.Kill()
-	<-done
+	waitKilled(done)
 	what := fmt.Sprintf("timed out after %ds", timeout)
 	if ctx.Err() != nil {
 		what = ctx.Err().Error()
 	}
 	return nil, fmt.Errorf("exec %q in container %s %s; the process was killed: %w", strings.Join(cmd, " "), c.ID, what, context.DeadlineExceeded)
+}
+
+// killedWait bounds the wait for a killed exec to be reaped: a runtime that does not
+// answer must not hold the caller (kubelet's probe) for ever.
+const killedWait = 15 * time.Second
+
+func waitKilled(done <-chan struct{}) {
+	select {
+	case <-done:
+	case <-time.After(killedWait):
+	}
 }
 
 // prepareExec checks the container runs and makes the process the exec runs: the

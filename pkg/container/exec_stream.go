@@ -72,11 +72,11 @@ func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io
 		return nil
 	case <-gone:
 		p.Kill()
-		<-done
+		waitKilled(done)
 		return errors.New("the client went away; the process was killed")
 	case <-ctx.Done():
 		p.Kill()
-		<-done
+		waitKilled(done)
 		return ctx.Err()
 	}
 }

@@ -26,6 +26,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		known[r.ID] = true
 		log := logrus.WithField("container", r.ID)
 		c, err := m.decodeRecord(r.Meta, r.Status)
+		if errors.Is(err, handlers.ErrNoRuntime) {
+			log.WithError(err).Error("container record left as it is")
+			continue
+		}
 		if err != nil {
 			log.WithError(err).Warn("unreadable container record; removing what it may hold")
 			_ = m.opts.Images.RemoveRootfs(r.ID)

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -15,6 +16,10 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/shim"
 )
+
+// ErrNoRuntime is a row or record whose runtime cannot be made (a type this rtshimd does
+// not know, written by another release): its pods are left as they are.
+var ErrNoRuntime = errors.New("no runtime for this row")
 
 // Env is what every kind of runtime may need from the daemon.
 type Env struct {
@@ -67,7 +72,7 @@ func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
 				logrus.WithFields(logrus.Fields{"topic": e.Topic, "container": e.ContainerID, "exec": e.ProcessID}).Debug("shim event")
 			})
 			if err != nil {
-				return nil, fmt.Errorf("handler %q: %w", row.Handler, err)
+				return nil, fmt.Errorf("handler %q: %w (%w)", row.Handler, err, ErrNoRuntime)
 			}
 			r.events = es
 		}
@@ -76,7 +81,7 @@ func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
 		}
 		rt = shimv2.New(row, opts)
 	default:
-		return nil, fmt.Errorf("handler %q: runtime_type %q is not known to this rtshimd (known: %v)", row.Handler, typ, kind.Types)
+		return nil, fmt.Errorf("handler %q: runtime_type %q is not known to this rtshimd (known: %v): %w", row.Handler, typ, kind.Types, ErrNoRuntime)
 	}
 	r.byKey[key] = rt
 	return rt, nil

@@ -56,6 +56,11 @@ type PodPlan struct {
 	// HostNamespaces: the runtime can put a pod in the node's PID and IPC namespaces
 	// (feature defaults before discovery and declarations).
 	HostNamespaces bool
+	// DeleteSandboxAtStop: the sandbox container is deleted when the pod stops, so its
+	// runtime state and cgroup go then (kubelet may keep a stopped pod a long time).
+	// Without it, it is deleted when the pod is removed, after its containers: for a
+	// supervisor that serves the whole pod until its last task is gone (a shim).
+	DeleteSandboxAtStop bool
 }
 
 // Task is one thing the runtime runs: the pod's sandbox container or one of its

@@ -562,8 +562,13 @@ func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
 			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, ctx.Err())
 		}
 	}
-	// The infra is deleted when the sandbox is removed, after its containers: a runtime
-	// whose supervisor serves the whole pod (a shim) keeps serving them until then.
+	if sb.rt.Plan().DeleteSandboxAtStop {
+		if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
+			return fmt.Errorf("delete infra container: %w", err)
+		}
+	}
+	// Else it is deleted when the sandbox is removed, after its containers: a supervisor
+	// that serves the whole pod (a shim) keeps serving them until then.
 	return nil
 }
 

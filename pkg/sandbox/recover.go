@@ -28,6 +28,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 		known[r.ID] = true
 		log := logrus.WithField("sandbox", r.ID)
 		sb, err := m.decodeRecord(r.ID, r.Meta, r.Status)
+		if errors.Is(err, handlers.ErrNoRuntime) {
+			// Not ours to undo: a later rtshimd that knows its runtime takes it up.
+			log.WithError(err).Error("sandbox record left as it is")
+			continue
+		}
 		if err != nil {
 			log.WithError(err).Warn("unreadable sandbox record; cleaning up what it may hold")
 			m.cleanupOrphan(r.ID)

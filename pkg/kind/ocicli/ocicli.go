@@ -80,9 +80,9 @@ func (r *Runtime) Type() string {
 // holds the whole pod, and keeps IPC, UTS and PID inside its own kernel.
 func (r *Runtime) Plan() kind.PodPlan {
 	if r.sandboxed {
-		return kind.PodPlan{SandboxContainer: true, PodLimits: true}
+		return kind.PodPlan{SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true}
 	}
-	return kind.PodPlan{PinIPCUTS: true, HostNamespaces: true}
+	return kind.PodPlan{PinIPCUTS: true, HostNamespaces: true, DeleteSandboxAtStop: true}
 }
 
 // AdjustSpec: a sandbox runtime's containers join its sandbox, not host namespaces: only
@@ -135,8 +135,8 @@ func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) e
 	if err == nil || oci.IsNotExist(err) {
 		return nil
 	}
-	// A stopped container refuses signals: only an error while it still runs.
-	if st, serr := r.rt.State(ctx, t.ID); serr == nil && st.Status != specs.StateRunning {
+	// A stopped container refuses signals: only an error while the runtime says it runs.
+	if st, serr := r.rt.State(ctx, t.ID); serr != nil || st.Status != specs.StateRunning {
 		return nil
 	}
 	return err

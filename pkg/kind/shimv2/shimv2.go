@@ -86,23 +86,52 @@ func (r *Runtime) config(t kind.Task) shim.Config {
 }
 
 // client is the pod's shim connection, made again after a daemon restart.
+// The connection is made outside the lock and bounded, so one shim that accepts but
+// never answers holds up only its own pod.
 func (r *Runtime) client(ctx context.Context, t kind.Task) (*shim.Client, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c, ok := r.clients[t.PodID]; ok {
-		select {
-		case <-c.Done():
-			delete(r.clients, t.PodID)
-		default:
-			return c, nil
-		}
+	if c := r.cached(t.PodID); c != nil {
+		return c, nil
 	}
-	c, err := shim.Connect(ctx, r.config(t))
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	c, err := shim.Connect(cctx, r.config(t))
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.clients[t.PodID]; ok && !closed(old) {
+		_ = c.Close() // another call connected first
+		return old, nil
+	}
 	r.clients[t.PodID] = c
 	return c, nil
+}
+
+// connectTimeout bounds reconnecting to a pod's shim.
+const connectTimeout = 10 * time.Second
+
+func (r *Runtime) cached(podID string) *shim.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.clients[podID]
+	if !ok {
+		return nil
+	}
+	if closed(c) {
+		delete(r.clients, podID)
+		return nil
+	}
+	return c
+}
+
+func closed(c *shim.Client) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *Runtime) forget(podID string) {
@@ -133,6 +162,9 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 		c, err = shim.Start(ctx, r.config(t))
 		if err == nil {
 			r.mu.Lock()
+			if old, ok := r.clients[t.PodID]; ok && old != c {
+				_ = old.Close()
+			}
 			r.clients[t.PodID] = c
 			r.mu.Unlock()
 		}
@@ -218,9 +250,13 @@ func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) e
 		return r.errorf("kill", t.ID, err)
 	}
 	c, err := r.client(ctx, t)
-	if err == nil {
-		err = c.Kill(ctx, t.ID, "", n, all)
+	if err != nil {
+		if gone(err) {
+			return nil
+		}
+		return r.errorf("kill", t.ID, err)
 	}
+	err = c.Kill(ctx, t.ID, "", n, all)
 	if err == nil || gone(err) {
 		return nil
 	}
@@ -529,14 +565,20 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 		close(p.done)
 	}()
 	if x.Stdin != nil {
-		// After Start: the shim opens its own writer on the FIFO then, and a CloseIO
-		// before that would leave it open for ever. Ours, opened read-write, never blocks.
-		in, err := os.OpenFile(opts.Stdin, os.O_RDWR, 0)
+		// After Start: the shim opens the FIFO (its reader, and a writer of its own) then,
+		// and a CloseIO before that would leave its writer open for ever.
+		// Write-only, so a process that stopped reading gives EPIPE rather than a write
+		// blocked for ever; closed when the process ends, too.
+		in, err := os.OpenFile(opts.Stdin, os.O_WRONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
 			p.Kill()
 			_, _ = p.Wait()
 			return nil, r.errorf("exec in", t.ID, err)
 		}
+		go func() {
+			<-p.done
+			in.Close()
+		}()
 		go func() {
 			_, _ = io.Copy(in, x.Stdin)
 			in.Close()
@@ -558,10 +600,11 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 // fifoReader copies one output FIFO to a writer. Its blocking open returns once the shim
 // opens the write end; the copy ends at EOF, when the shim closes it.
 type fifoReader struct {
-	path   string
-	mu     sync.Mutex
-	f      *os.File
-	copied chan struct{}
+	path    string
+	mu      sync.Mutex
+	f       *os.File
+	stopped bool
+	copied  chan struct{}
 }
 
 func readFIFO(path string, w io.Writer) *fifoReader {
@@ -577,7 +620,12 @@ func readFIFO(path string, w io.Writer) *fifoReader {
 		}
 		fr.mu.Lock()
 		fr.f = f
+		stopped := fr.stopped
 		fr.mu.Unlock()
+		if stopped { // stop ran between the open and here
+			f.Close()
+			return
+		}
 		_, _ = io.Copy(w, f)
 		f.Close()
 	}()
@@ -591,6 +639,7 @@ func (fr *fifoReader) stop() {
 		w.Close()
 	}
 	fr.mu.Lock()
+	fr.stopped = true
 	if fr.f != nil {
 		fr.f.Close()
 	}
@@ -617,13 +666,20 @@ func (p *execProcess) abort() {
 // may hold the streams), and deletes it from the shim.
 func (p *execProcess) Wait() (int, error) {
 	<-p.done
-	deadline := time.After(2 * time.Second)
+	// One deadline for all streams: a child left behind may hold them all.
+	deadline := time.NewTimer(2 * time.Second)
+	defer deadline.Stop()
+	expired := false
 	for _, fr := range p.readers {
-		select {
-		case <-fr.copied:
-		case <-deadline:
-			fr.stop()
+		if !expired {
+			select {
+			case <-fr.copied:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
 		}
+		fr.stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

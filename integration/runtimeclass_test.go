@@ -33,6 +33,7 @@ func TestKubeletRuntimeClass(t *testing.T) {
 	for _, rc := range []struct{ name, handler, overhead string }{
 		{"runc", "runc", ""},
 		{"gvisor", "runsc", "\noverhead: {podFixed: {memory: 64Mi, cpu: 100m}}"},
+		{"shim", "runc-shim", ""}, // the shim-v2 kind, as a Kata class would be
 		{"ghost", "ghost", ""}, // configured in the daemon, its binary missing: not ready
 	} {
 		api.Create("/apis/node.k8s.io/v1/runtimeclasses", fmt.Sprintf(
@@ -62,12 +63,12 @@ spec:
       - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}
 `, name, k.NodeName, class, e.image)
 	}
-	for _, p := range []struct{ name, class string }{{"on-runc", "runc"}, {"on-gvisor", "gvisor"}, {"on-ghost", "ghost"}} {
+	for _, p := range []struct{ name, class string }{{"on-runc", "runc"}, {"on-gvisor", "gvisor"}, {"on-shim", "shim"}, {"on-ghost", "ghost"}} {
 		api.Create("/api/v1/namespaces/default/pods", pod(p.name, p.class))
 	}
 
 	crictl := crictlRunner(t, e.d)
-	for _, tt := range []struct{ pod, class, handler string }{{"on-runc", "runc", "runc"}, {"on-gvisor", "gvisor", "runsc"}} {
+	for _, tt := range []struct{ pod, class, handler string }{{"on-runc", "runc", "runc"}, {"on-gvisor", "gvisor", "runsc"}, {"on-shim", "shim", "runc-shim"}} {
 		t.Run(tt.pod, func(t *testing.T) {
 			kp := k.WaitPod(tt.pod, 2*time.Minute, "Running and Ready", func(p *kubePod) bool {
 				return p.Status.Phase == "Running" && p.condition("Ready") == "True"
@@ -146,7 +147,7 @@ spec:
 	})
 
 	t.Run("pods deleted through the API", func(t *testing.T) {
-		for _, name := range []string{"on-runc", "on-gvisor", "on-ghost"} {
+		for _, name := range []string{"on-runc", "on-gvisor", "on-shim", "on-ghost"} {
 			if _, err := api.Do(http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, ""); err != nil {
 				t.Fatal(err)
 			}

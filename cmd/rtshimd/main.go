@@ -26,6 +26,7 @@ const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daem
        rtshimd config default                          print the default configuration
        rtshimd config check [--config FILE]            validate a configuration file
        rtshimd handlers [--config FILE]                discover and show the handler table
+       rtshimd runtimeclasses [--config FILE]          print RuntimeClass objects for the ready handlers
        rtshimd version                                 print the version
 `
 
@@ -53,6 +54,8 @@ func run(args []string) error {
 		return nil
 	case "handlers":
 		return handlersCmd(args)
+	case "runtimeclasses":
+		return runtimeclassesCmd(args)
 	case "config":
 		if len(args) == 0 {
 			return errors.New("config: want `default` or `check`\n" + usage)

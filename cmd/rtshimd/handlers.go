@@ -12,24 +12,34 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 )
 
-// handlersCmd discovers every handler as the daemon would and prints the table.
-func handlersCmd(args []string) error {
+// discoverForCommand discovers every handler of the config in args as the daemon would,
+// in a scratch run root of its own (the shims it probes must not publish to a running
+// daemon's), for a command that prints what it found. done releases it all.
+func discoverForCommand(args []string) (table *handlers.Table, done func(), err error) {
 	logrus.SetLevel(logrus.ErrorLevel)
 	cfg, err := loadConfig(args, nil)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	tmp, err := os.MkdirTemp("", "rtshimd-handlers-")
+	tmp, err := os.MkdirTemp("", "rtshimd-discover-")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer os.RemoveAll(tmp)
-	// A run root of its own: the shims it probes must not publish to a running daemon's.
 	table, rts, _, err := discover(context.Background(), cfg, tmp, tmp+"/pause", tmp+"/probe")
 	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, nil, err
+	}
+	return table, func() { rts.Close(); os.RemoveAll(tmp) }, nil
+}
+
+// handlersCmd discovers every handler as the daemon would and prints the table.
+func handlersCmd(args []string) error {
+	table, done, err := discoverForCommand(args)
+	if err != nil {
 		return err
 	}
-	defer rts.Close()
+	defer done()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tTYPE\tBINARY\tVERSION\tFEATURES\tSTATUS")
 	for _, h := range table.List() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 )
@@ -26,21 +23,11 @@ const NodeLabelPrefix = "runtime.rtshimd.io/"
 // node.k8s.io/v1 RuntimeClass for each ready one; the others, with their reasons, and the
 // command that labels this node go in comments.
 func runtimeclassesCmd(args []string) error {
-	logrus.SetLevel(logrus.ErrorLevel)
-	cfg, err := loadConfig(args, nil)
+	table, done, err := discoverForCommand(args)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "rtshimd-runtimeclasses-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	table, rts, _, err := discover(context.Background(), cfg, tmp, tmp+"/pause", tmp+"/probe")
-	if err != nil {
-		return err
-	}
-	defer rts.Close()
+	defer done()
 	return writeRuntimeClasses(os.Stdout, table.List())
 }
 

@@ -14,9 +14,6 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
-// statsTimeout bounds one container's reading through its runtime.
-const statsTimeout = 2 * time.Second
-
 // cpuSample is the last CPU reading of a cgroup, for usage in nano-cores between calls.
 type cpuSample struct {
 	at    time.Time
@@ -74,11 +71,7 @@ func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
 		Memory:     &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
 	}
 	if c.Status().State == StateRunning {
-		// Bounded: a runtime that hangs (a stuck shim) must not hold kubelet's stats loop.
-		ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
-		s, err := c.rt.Stats(ctx, c.task(), c.CgroupsPath)
-		cancel()
-		if err == nil {
+		if s, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath); err == nil {
 			fillUsage(out.Cpu, out.Memory, s, m.rates.rate(c.ID, now, s.CPUUsageNanos), now)
 		}
 	}

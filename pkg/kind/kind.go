@@ -162,6 +162,7 @@ type Runtime interface {
 	// Update applies new resource limits to the running or created task.
 	Update(ctx context.Context, t Task, res *specs.LinuxResources) error
 	// Stats reads the task's CPU and memory usage; cgroupsPath is the cgroup its spec named.
+	// It is on kubelet's stats path: a kind whose reading can block bounds it.
 	Stats(ctx context.Context, t Task, cgroupsPath string) (cgstats.Stats, error)
 
 	// Version is the runtime's version line.

@@ -45,7 +45,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
-		m.reconcile(ctx, sb)
+		m.reconcile(sb)
 		m.mu.Lock()
 		m.sandboxes[sb.ID] = sb
 		m.names[sb.Name] = sb.ID
@@ -91,7 +91,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 	return sb, nil
 }
 
-func (m *Manager) reconcile(ctx context.Context, sb *Sandbox) {
+func (m *Manager) reconcile(sb *Sandbox) {
 	if sb.Status().State != StateReady {
 		if sb.Infra {
 			close(sb.exited)

@@ -112,7 +112,7 @@ func (s *Sandbox) InfraDir() string {
 	return s.Dir + "/infra"
 }
 
-// Runtime is the kind of runtime that runs the pod; its containers run there too.
+// KindRuntime is the kind of runtime that runs the pod; its containers run there too.
 func (s *Sandbox) KindRuntime() kind.Runtime { return s.rt }
 
 // Task is the sandbox container as its runtime knows it.

@@ -392,13 +392,7 @@ func TestShimLifecycle(t *testing.T) {
 	}
 	defer evserver.Close()
 	cfg := Config{Binary: shimBinary, ID: sbID, Bundle: sbBundle, TTRPCAddress: evsock}
-	cleanupOnFailure(t, cfg, sbID, sbBundle, ctrID, filepath.Join(root, ctrID))
-	c, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer c.Close()
-	socket := socketPath(c.Address())
+	c, socket := startShim(ctx, t, cfg, sbID, sbBundle, ctrID, filepath.Join(root, ctrID))
 	t.Logf("shim pid %d at %s", c.Pid(), c.Address())
 	if c.Pid() <= 0 {
 		t.Errorf("Pid() = %d", c.Pid())
@@ -612,6 +606,19 @@ func TestShimLifecycle(t *testing.T) {
 
 // cleanupOnFailure leaves nothing running after a failed test: Cleanup for each
 // container (id, bundle pairs), the sandbox first.
+// startShim starts the shim of cfg, with cleanupOnFailure for idBundles, and returns the
+// client (closed at the test's end) and the path of its socket.
+func startShim(ctx context.Context, t *testing.T, cfg Config, idBundles ...string) (*Client, string) {
+	t.Helper()
+	cleanupOnFailure(t, cfg, idBundles...)
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, socketPath(c.Address())
+}
+
 func cleanupOnFailure(t *testing.T, cfg Config, idBundles ...string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -693,13 +700,7 @@ func TestTerminalLogger(t *testing.T) {
 	id := testID(t, "tty")
 	bundle := makeBundle(t, root, id, bundleOpts{args: []string{"sh"}, terminal: true, annotations: sandboxAnnotations(id)})
 	cfg := Config{Binary: shimBinary, ID: id, Bundle: bundle}
-	cleanupOnFailure(t, cfg, id, bundle)
-	c, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer c.Close()
-	socket := socketPath(c.Address())
+	c, socket := startShim(ctx, t, cfg, id, bundle)
 
 	stdin := filepath.Join(root, "stdin")
 	if err := unix.Mkfifo(stdin, 0o600); err != nil {
@@ -769,13 +770,7 @@ func TestLoggerDrain(t *testing.T) {
 	bundle := makeBundle(t, root, id, bundleOpts{annotations: sandboxAnnotations(id), args: []string{"sh", "-c",
 		fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo out $i; echo err $i >&2; i=$((i+1)); done", n)}})
 	cfg := Config{Binary: shimBinary, ID: id, Bundle: bundle}
-	cleanupOnFailure(t, cfg, id, bundle)
-	c, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer c.Close()
-	socket := socketPath(c.Address())
+	c, socket := startShim(ctx, t, cfg, id, bundle)
 	logPath := filepath.Join(root, "drain.log")
 	logDir, uri := loggerDir(t, root, "drain-logger", monitor.LoggerConfig{LogPath: logPath})
 	if _, err := c.Create(ctx, CreateOptions{ID: id, Bundle: bundle, Stdout: uri, Stderr: uri}); err != nil {
@@ -828,13 +823,7 @@ func TestShimDied(t *testing.T) {
 	id := testID(t, "died")
 	bundle := makeBundle(t, root, id, bundleOpts{args: []string{"sleep", "1000"}, annotations: sandboxAnnotations(id), rootfs: rootfs})
 	cfg := Config{Binary: shimBinary, ID: id, Bundle: bundle}
-	cleanupOnFailure(t, cfg, id, bundle)
-	c, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	defer c.Close()
-	socket := socketPath(c.Address())
+	c, socket := startShim(ctx, t, cfg, id, bundle)
 	initPid, err := c.Create(ctx, CreateOptions{ID: id, Bundle: bundle,
 		Rootfs: []Mount{{Type: "bind", Source: rootfs, Options: []string{"rbind", "ro"}}}})
 	if err != nil {
@@ -887,12 +876,7 @@ func TestCleanupWithoutTask(t *testing.T) {
 	id := testID(t, "notask")
 	bundle := makeBundle(t, root, id, bundleOpts{args: []string{"sleep", "1"}, annotations: sandboxAnnotations(id)})
 	cfg := Config{Binary: shimBinary, ID: id, Bundle: bundle}
-	cleanupOnFailure(t, cfg, id, bundle)
-	c, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	socket := socketPath(c.Address())
+	c, socket := startShim(ctx, t, cfg, id, bundle)
 	c.Close()
 	for i := range 2 {
 		if err := Cleanup(ctx, cfg); err != nil {

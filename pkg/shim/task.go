@@ -92,26 +92,22 @@ func (c *Client) wrap(op, id string, err error) error {
 	if !ok {
 		return fmt.Errorf("%s: %w", prefix, err)
 	}
-	var kind error
-	switch st.Code() {
-	case codes.NotFound:
-		kind = errdefs.ErrNotFound
-	case codes.AlreadyExists:
-		kind = errdefs.ErrAlreadyExists
-	case codes.FailedPrecondition:
-		kind = errdefs.ErrFailedPrecondition
-	case codes.InvalidArgument:
-		kind = errdefs.ErrInvalidArgument
-	case codes.Unavailable:
-		kind = errdefs.ErrUnavailable
-	case codes.DeadlineExceeded:
-		kind = context.DeadlineExceeded
-	case codes.Canceled:
-		kind = context.Canceled
-	default:
+	kind, ok := codeKinds[st.Code()]
+	if !ok {
 		return fmt.Errorf("%s: %s", prefix, st.Message())
 	}
 	return fmt.Errorf("%s: %s: %w", prefix, st.Message(), kind)
+}
+
+// codeKinds are the shim's gRPC status codes that callers tell apart.
+var codeKinds = map[codes.Code]error{
+	codes.NotFound:           errdefs.ErrNotFound,
+	codes.AlreadyExists:      errdefs.ErrAlreadyExists,
+	codes.FailedPrecondition: errdefs.ErrFailedPrecondition,
+	codes.InvalidArgument:    errdefs.ErrInvalidArgument,
+	codes.Unavailable:        errdefs.ErrUnavailable,
+	codes.DeadlineExceeded:   context.DeadlineExceeded,
+	codes.Canceled:           context.Canceled,
 }
 
 // Create creates a task; it returns the pid of its init.

@@ -108,8 +108,11 @@ func (r *Runtime) client(ctx context.Context, t kind.Task) (*shim.Client, error)
 	return c, nil
 }
 
-// connectTimeout bounds reconnecting to a pod's shim.
-const connectTimeout = 10 * time.Second
+// connectTimeout bounds reconnecting to a pod's shim; statsTimeout one stats reading.
+const (
+	connectTimeout = 10 * time.Second
+	statsTimeout   = 2 * time.Second
+)
 
 func (r *Runtime) cached(podID string) *shim.Client {
 	r.mu.Lock()
@@ -437,7 +440,10 @@ func (r *Runtime) Update(ctx context.Context, t kind.Task, res *specs.LinuxResou
 }
 
 // Stats are the shim's metrics of the task: they work where the container lives in a VM.
+// Bounded: a stuck shim must not hold kubelet's stats loop.
 func (r *Runtime) Stats(ctx context.Context, t kind.Task, _ string) (cgstats.Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
+	defer cancel()
 	c, err := r.client(ctx, t)
 	if err != nil {
 		return cgstats.Stats{}, err

@@ -571,21 +571,16 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 		close(p.done)
 	}()
 	if x.Stdin != nil {
-		// After Start: the shim opens the FIFO (its reader, and a writer of its own) then,
-		// and a CloseIO before that would leave its writer open for ever.
-		// Write-only, so a process that stopped reading gives EPIPE rather than a write
-		// blocked for ever; closed when the process ends, too.
-		in, err := os.OpenFile(opts.Stdin, os.O_WRONLY|unix.O_NONBLOCK, 0)
-		if err != nil {
-			p.Kill()
-			_, _ = p.Wait()
-			return nil, r.errorf("exec in", t.ID, err)
-		}
 		go func() {
-			<-p.done
-			in.Close()
-		}()
-		go func() {
+			in, err := openStdinWriter(opts.Stdin, p.done)
+			if err != nil {
+				logrus.WithError(err).WithFields(logrus.Fields{"container": t.ID, "exec": p.execID}).Warn("exec stdin")
+				return
+			}
+			go func() {
+				<-p.done
+				in.Close()
+			}()
 			_, _ = io.Copy(in, x.Stdin)
 			in.Close()
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -601,6 +596,29 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 		}()
 	}
 	return p, nil
+}
+
+// openStdinWriter opens the write end of an exec's stdin FIFO once the shim holds its read
+// end. The shim opens it after Start, in the background (containerd's fifo package opens
+// in a goroutine), so Start returning does not mean a reader is there yet: a
+// non-blocking open until then fails with ENXIO. Non-blocking so that a process that
+// stopped reading gives EPIPE rather than a write blocked for ever; given up when the
+// process ends or after 10 s.
+func openStdinWriter(path string, done <-chan struct{}) (*os.File, error) {
+	deadline := time.After(10 * time.Second)
+	for {
+		f, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
+		if err == nil || !errors.Is(err, unix.ENXIO) {
+			return f, err
+		}
+		select {
+		case <-done:
+			return nil, fmt.Errorf("open %s: process ended before the shim opened it", path)
+		case <-deadline:
+			return nil, fmt.Errorf("open %s: the shim did not open it within 10s: %w", path, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // fifoReader copies one output FIFO to a writer. Its blocking open returns once the shim

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -20,6 +21,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
+	"github.com/rtshimd/rtshimd/pkg/reload"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/sdnotify"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -28,7 +30,8 @@ import (
 
 type daemon struct {
 	cfg        *config.Config
-	table      *handlers.Table
+	table      *handlers.Live
+	reloader   *reload.Reloader
 	runtimes   *handlers.Runtimes
 	sandboxes  *sandbox.Manager
 	images     *image.Service
@@ -37,6 +40,9 @@ type daemon struct {
 	streaming  *stream.Server
 	events     *events.Bus
 	metrics    *http.Server
+	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
+	logLevelFlag string
+	hup          <-chan os.Signal // SIGHUP, caught from the start
 }
 
 // Running reports what runs now, for the metrics endpoint.
@@ -59,27 +65,28 @@ func monitorPath(cfg *config.Config) string {
 }
 
 // discover prepares the pause rootfs, makes each handler's runtime and runs handler
-// discovery.
-func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeDir string) (*handlers.Table, *handlers.Runtimes, string, error) {
+// discovery; the probe settings serve later reloads.
+func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeDir string) (*handlers.Table, *handlers.Runtimes, handlers.Probe, error) {
+	var probe handlers.Probe
 	pausePath := cfg.PausePath
 	if pausePath == "" {
 		pausePath = besideSelf("rtshim-pause")
 	}
 	rootfs, err := pause.Prepare(pauseDir, pausePath)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, probe, err
 	}
 	if err := os.MkdirAll(probeDir, 0o700); err != nil {
-		return nil, nil, "", fmt.Errorf("create probe dir: %w", err)
+		return nil, nil, probe, fmt.Errorf("create probe dir: %w", err)
 	}
+	probe = handlers.Probe{Rootfs: rootfs, Dir: probeDir, CgroupDriver: cfg.CgroupDriver}
 	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver, RunRoot: runRoot})
-	table, err := handlers.New(cfg, rts)
+	table, err := handlers.Discover(ctx, cfg, rts, probe)
 	if err != nil {
 		rts.Close()
-		return nil, nil, "", err
+		return nil, nil, probe, err
 	}
-	table.Discover(ctx, handlers.Probe{Rootfs: rootfs, Dir: probeDir, CgroupDriver: cfg.CgroupDriver})
-	return table, rts, rootfs, nil
+	return table, rts, probe, nil
 }
 
 func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
@@ -88,10 +95,12 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	table, rts, rootfs, err := discover(ctx, cfg, cfg.RunRoot, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
+	first, rts, probe, err := discover(ctx, cfg, cfg.RunRoot, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
 	if err != nil {
 		return nil, err
 	}
+	table := handlers.NewLive(ctx, first, rts, probe)
+	rootfs := probe.Rootfs
 	st, err := store.New(filepath.Join(cfg.StateRoot, "sandboxes"))
 	if err != nil {
 		return nil, err
@@ -100,9 +109,9 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("monitor_path: %w", err)
 	}
 	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir})
-	for _, h := range table.List() {
-		if h.CNIConfDir != "" {
-			netw.AddDir(h.CNIConfDir)
+	for _, h := range first.List() {
+		if h.Config.CNIConfDir != "" {
+			netw.AddDir(h.Config.CNIConfDir)
 		}
 	}
 	netw.Watch(ctx, 2*time.Second)
@@ -157,14 +166,43 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
 	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}
+	d.reloader = reload.New(cfg, d.apply)
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
+// apply serves cfg, which a reload read: the handler table (rows added, changed, removed;
+// new rows probed in the background), the default handler, the handlers' CNI dirs, the
+// registries and the log level. The registries are checked before anything is swapped,
+// so a refused reload changes nothing.
+func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []string, error) {
+	restart := config.RestartNeeded(old, cfg)
+	next, err := d.table.Prepare(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !reflect.DeepEqual(old.Image.Registries, cfg.Image.Registries) || old.Image.RegistriesConf != cfg.Image.RegistriesConf {
+		if err := d.images.SetRegistries(cfg.Image); err != nil {
+			return nil, nil, fmt.Errorf("%s: image registries: %w", cfg.Path, err)
+		}
+	}
+	for _, hc := range cfg.Handlers {
+		if hc.CNIConfDir != "" {
+			d.network.AddDir(hc.CNIConfDir)
+		}
+	}
+	if lvl, err := logrus.ParseLevel(cfg.LogLevel); err == nil && d.logLevelFlag == "" && cfg.LogLevel != old.LogLevel {
+		logrus.SetLevel(lvl)
+	}
+	d.table.Publish(next)
+	return next.Change(), restart, nil
+}
+
 func (d *daemon) serve(ctx context.Context) error {
-	srv := &cri.Server{Config: d.cfg, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events}
+	go d.reloader.Run(ctx, d.hup)
+	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -180,6 +218,7 @@ func (d *daemon) close() {
 	}
 	d.containers.Close()
 	d.sandboxes.Close()
+	d.table.Wait()
 	d.runtimes.Close()
 	d.images.Close()
 	logrus.Info("rtshimd stopped; pods keep running")

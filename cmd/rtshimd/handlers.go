@@ -55,7 +55,7 @@ func handlersCmd(args []string) error {
 		if version == "" {
 			version = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Type, h.Runtime.Path, version, featureList(h), state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Type(), h.Runtime.Path, version, featureList(h), state)
 	}
 	return w.Flush()
 }

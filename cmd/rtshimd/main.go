@@ -18,6 +18,7 @@ import (
 	"github.com/rtshimd/rtshimd/configs"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/cri"
+	"github.com/rtshimd/rtshimd/pkg/reload"
 )
 
 const defaultConfigPath = "/etc/rtshimd/config.toml"
@@ -27,6 +28,7 @@ const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daem
        rtshimd config check [--config FILE]            validate a configuration file
        rtshimd handlers [--config FILE]                discover and show the handler table
        rtshimd runtimeclasses [--config FILE]          print RuntimeClass objects for the ready handlers
+       rtshimd reload [--config FILE]                  make the running daemon re-read its config (as SIGHUP)
        rtshimd version                                 print the version
 `
 
@@ -56,6 +58,8 @@ func run(args []string) error {
 		return handlersCmd(args)
 	case "runtimeclasses":
 		return runtimeclassesCmd(args)
+	case "reload":
+		return reloadCmd(args)
 	case "config":
 		if len(args) == 0 {
 			return errors.New("config: want `default` or `check`\n" + usage)
@@ -111,6 +115,7 @@ func besideSelf(name string) string {
 }
 
 func serveCmd(args []string) error {
+	hup := reload.NotifyHUP()
 	var level string
 	cfg, err := loadConfig(args, func(fs *flag.FlagSet) {
 		fs.StringVar(&level, "log-level", "", "overrides log_level from the config")
@@ -134,6 +139,7 @@ func serveCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	d.logLevelFlag, d.hup = level, hup
 	defer d.close()
 	return d.serve(ctx)
 }

@@ -37,7 +37,7 @@ func writeRuntimeClasses(w io.Writer, rows []*handlers.Handler) error {
 	fmt.Fprintf(w, "# RuntimeClasses for the ready runtime handlers of node %s (rtshimd runtimeclasses).\n", host)
 	for _, h := range rows {
 		if !h.Ready {
-			fmt.Fprintf(w, "# not ready, no RuntimeClass: %s (%s): %s\n", h.Name, h.Type, h.Reason)
+			fmt.Fprintf(w, "# not ready, no RuntimeClass: %s (%s): %s\n", h.Name, h.Type(), h.Reason)
 			continue
 		}
 		labels = append(labels, NodeLabelPrefix+h.Name+"=true")
@@ -57,7 +57,7 @@ func writeRuntimeClasses(w io.Writer, rows []*handlers.Handler) error {
 		if err != nil {
 			return fmt.Errorf("handler %q: %w", h.Name, err)
 		}
-		fmt.Fprintf(w, "---\n# %s: %s %s\n%s", h.Name, h.Type, h.Version, b)
+		fmt.Fprintf(w, "---\n# %s: %s %s\n%s", h.Name, h.Type(), h.Version, b)
 	}
 	return nil
 }
@@ -75,7 +75,7 @@ func runtimeClass(h *handlers.Handler) (*nodev1.RuntimeClass, error) {
 	for _, q := range []struct {
 		name  corev1.ResourceName
 		value string
-	}{{corev1.ResourceMemory, h.Overhead.Memory}, {corev1.ResourceCPU, h.Overhead.CPU}} {
+	}{{corev1.ResourceMemory, h.Config.Overhead.Memory}, {corev1.ResourceCPU, h.Config.Overhead.CPU}} {
 		if q.value == "" {
 			continue
 		}

@@ -5,12 +5,15 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -53,23 +56,26 @@ type Config struct {
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
+	// Hash is the SHA-256 of the file's bytes (hex), so an operator can tell which
+	// version of the file the daemon serves.
+	Hash string `toml:"-"`
 }
 
-// Handler is one entry of the handler table.
+// Handler is one entry of the handler table, as the file has it.
 type Handler struct {
 	// RuntimeType is the kind of runtime (pkg/kind): "oci", "oci-sandbox" or "shim-v2".
-	RuntimeType string   `toml:"runtime_type"`
-	RuntimePath string   `toml:"runtime_path"`
-	RuntimeRoot string   `toml:"runtime_root"`
-	RuntimeArgs []string `toml:"runtime_args"`
+	RuntimeType string   `toml:"runtime_type" json:"runtime_type"`
+	RuntimePath string   `toml:"runtime_path" json:"runtime_path"`
+	RuntimeRoot string   `toml:"runtime_root" json:"runtime_root"`
+	RuntimeArgs []string `toml:"runtime_args" json:"runtime_args,omitempty"`
 	// Sandbox is the deprecated spelling of RuntimeType; it only fills RuntimeType.
-	Sandbox  string   `toml:"sandbox"`
-	Overhead Overhead `toml:"overhead"`
-	Features Declared `toml:"features"`
+	Sandbox  string   `toml:"sandbox" json:"-"`
+	Overhead Overhead `toml:"overhead" json:"overhead"`
+	Features Declared `toml:"features" json:"declared_features"`
 	// CNIConfDir and CNINetwork give the handler's pods another CNI network than the
 	// default (a conf dir of its own, and/or a network by name).
-	CNIConfDir string `toml:"cni_conf_dir"`
-	CNINetwork string `toml:"cni_network"`
+	CNIConfDir string `toml:"cni_conf_dir" json:"cni_conf_dir,omitempty"`
+	CNINetwork string `toml:"cni_network" json:"cni_network,omitempty"`
 }
 
 // Metrics configures the Prometheus endpoint.
@@ -141,11 +147,11 @@ type Overhead struct {
 
 // Declared holds features a person states for a handler; nil means "discover".
 type Declared struct {
-	HostNetwork             *bool `toml:"host_network"`
-	HostPID                 *bool `toml:"host_pid"`
-	HostIPC                 *bool `toml:"host_ipc"`
-	UserNamespaces          *bool `toml:"user_namespaces"`
-	RecursiveReadOnlyMounts *bool `toml:"recursive_read_only_mounts"`
+	HostNetwork             *bool `toml:"host_network" json:"host_network,omitempty"`
+	HostPID                 *bool `toml:"host_pid" json:"host_pid,omitempty"`
+	HostIPC                 *bool `toml:"host_ipc" json:"host_ipc,omitempty"`
+	UserNamespaces          *bool `toml:"user_namespaces" json:"user_namespaces,omitempty"`
+	RecursiveReadOnlyMounts *bool `toml:"recursive_read_only_mounts" json:"recursive_read_only_mounts,omitempty"`
 }
 
 // Default returns the shipped default configuration (configs/config.toml).
@@ -185,6 +191,8 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: %v", name, err)
 	}
 	c.Path = name
+	sum := sha256.Sum256(data)
+	c.Hash = hex.EncodeToString(sum[:])
 	p := positions{name: name, src: data}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
@@ -402,4 +410,29 @@ func ParseCPU(s string) (int64, error) {
 		return int64(math.Round(f * 1000)), nil
 	}
 	return 0, fmt.Errorf("%q is not a CPU quantity (examples: 100m, 0.5, 2)", s)
+}
+
+// RestartNeeded names the settings that differ between old and cfg and take effect only
+// when the daemon restarts. The handler table, the default handler, image.registries_conf,
+// image.registries and log_level are applied by a reload.
+func RestartNeeded(old, cfg *Config) []string {
+	var out []string
+	differ := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, key)
+		}
+	}
+	differ("socket", old.Socket, cfg.Socket)
+	differ("state_root", old.StateRoot, cfg.StateRoot)
+	differ("run_root", old.RunRoot, cfg.RunRoot)
+	differ("cgroup_driver", old.CgroupDriver, cfg.CgroupDriver)
+	differ("monitor_path", old.MonitorPath, cfg.MonitorPath)
+	differ("pause_path", old.PausePath, cfg.PausePath)
+	differ("image.pinned", old.Image.Pinned, cfg.Image.Pinned)
+	differ("image.storage_driver", old.Image.StorageDriver, cfg.Image.StorageDriver)
+	differ("image.max_parallel_downloads", old.Image.MaxParallelDownloads, cfg.Image.MaxParallelDownloads)
+	differ("network", old.Network, cfg.Network)
+	differ("streaming", old.Streaming, cfg.Streaming)
+	differ("metrics", old.Metrics, cfg.Metrics)
+	return out
 }

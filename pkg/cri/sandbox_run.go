@@ -12,13 +12,9 @@ import (
 // RunPodSandbox creates and starts a pod sandbox through the handler its RuntimeClass names.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	start := time.Now()
-	id, err := s.Sandboxes.Run(ctx, req.GetConfig(), req.GetRuntimeHandler())
+	id, handler, err := s.Sandboxes.Run(ctx, req.GetConfig(), req.GetRuntimeHandler())
 	if err != nil {
 		return nil, err
-	}
-	handler := req.GetRuntimeHandler()
-	if handler == "" {
-		handler = s.Handlers.Default()
 	}
 	metrics.StartDuration.WithLabelValues("pod", handler).Observe(time.Since(start).Seconds())
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil

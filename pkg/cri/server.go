@@ -29,6 +29,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
+	"github.com/rtshimd/rtshimd/pkg/reload"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -40,8 +41,11 @@ type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
+	// Config is the config the daemon started with (socket, cgroup driver: what a reload
+	// does not change); Reload holds the one served now.
 	Config     *config.Config
-	Handlers   *handlers.Table
+	Reload     *reload.Reloader
+	Handlers   *handlers.Live
 	Sandboxes  *sandbox.Manager
 	Images     *image.Service
 	Containers *container.Manager

@@ -23,7 +23,9 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		// supplemental_groups_policy Merge and Strict are applied in the spec (pkg/oci/user.go).
 		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
 	}
-	for _, h := range s.Handlers.List() {
+	// One table for the whole answer: a reload may swap it meanwhile.
+	table := s.Handlers.Table()
+	for _, h := range table.List() {
 		if !h.Ready {
 			continue
 		}
@@ -32,19 +34,26 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			UserNamespaces:          h.Features.UserNamespaces,
 		}
 		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Name: h.Name, Features: f})
-		if h.Name == s.Handlers.Default() {
+		if h.Name == table.Default() {
 			resp.RuntimeHandlers = append([]*runtimeapi.RuntimeHandler{{Name: "", Features: f}}, resp.RuntimeHandlers...)
 		}
 	}
 	if req.Verbose {
-		cfg, _ := json.Marshal(s.Config)
-		table, _ := json.Marshal(s.Handlers.List())
+		served := s.Config
+		var reloads any
+		if s.Reload != nil {
+			served = s.Reload.Config()
+			reloads = s.Reload.Status()
+		}
+		cfg, _ := json.Marshal(served)
+		rows, _ := json.Marshal(table.List())
+		rl, _ := json.Marshal(reloads)
 		ready, why := s.Network.Ready()
 		netState, _ := json.Marshal(struct {
 			Ready  bool   `json:"ready"`
 			Reason string `json:"reason,omitempty"`
 		}{ready, why})
-		resp.Info = map[string]string{"config": string(cfg), "handlers": string(table), "network": string(netState)}
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl)}
 	}
 	return resp, nil
 }

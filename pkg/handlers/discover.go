@@ -32,70 +32,86 @@ type Probe struct {
 	CgroupDriver string
 }
 
-// Discover finds out, for every handler at once, its version, its features and whether it
-// can run a container on this node at all (by running the pause program once).
-func (t *Table) Discover(ctx context.Context, p Probe) {
+// discoverAll discovers every row of t at once and returns the table with what each
+// found; t itself is not written.
+func discoverAll(ctx context.Context, t *Table, p Probe) *Table {
+	var mu sync.Mutex
 	var wg sync.WaitGroup
+	out := t
 	for _, h := range t.byName {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.discover(ctx, p)
-			log := logrus.WithFields(logrus.Fields{"handler": h.Name, "version": h.Version, "ready": h.Ready})
-			if h.Ready {
-				log.WithField("features", fmt.Sprintf("%+v", h.Features)).Info("handler ready")
-			} else {
-				log.WithField("reason", h.Reason).Warn("handler not ready")
-			}
+			d := discover(ctx, h, p)
+			mu.Lock()
+			out = out.with(h.withDiscovery(d))
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	return out
 }
 
-func (h *Handler) discover(ctx context.Context, p Probe) {
-	h.Ready, h.Reason, h.Notes = false, "", nil
+// withDiscovery returns a copy of h with what discovery found, and logs it.
+func (h *Handler) withDiscovery(d Discovery) *Handler {
+	n := *h
+	n.Discovery = d
+	log := logrus.WithFields(logrus.Fields{"handler": h.Name, "version": d.Version, "ready": d.Ready})
+	if d.Ready {
+		log.WithField("features", fmt.Sprintf("%+v", d.Features)).Info("handler ready")
+	} else {
+		log.WithField("reason", d.Reason).Warn("handler not ready")
+	}
+	return &n
+}
+
+// discover finds out a handler's version, its features and whether it can run a
+// container on this node at all (by running the pause program once).
+func discover(ctx context.Context, h *Handler, p Probe) (d Discovery) {
 	fi, err := os.Stat(h.Runtime.Path)
 	if err != nil {
-		h.Reason = fmt.Sprintf("runtime_path %s: not installed (%v)", h.Runtime.Path, unwrapPathErr(err))
-		return
+		d.Reason = fmt.Sprintf("runtime_path %s: not installed (%v)", h.Runtime.Path, unwrapPathErr(err))
+		return d
 	}
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
-		h.Reason = fmt.Sprintf("runtime_path %s is not an executable file", h.Runtime.Path)
-		return
+		d.Reason = fmt.Sprintf("runtime_path %s is not an executable file", h.Runtime.Path)
+		return d
 	}
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if h.Version, err = h.Kind.Version(vctx); err != nil {
-		h.Reason = err.Error()
-		return
+	if d.Version, err = h.Kind.Version(vctx); err != nil {
+		d.Reason = err.Error()
+		return d
 	}
 
 	// Defaults by kind: a runtime that runs the pod in its own sandbox (gVisor's kernel, a
 	// VM) cannot share the node's PID or IPC namespace with it.
 	host := h.Kind.Plan().HostNamespaces
-	h.Features = Features{HostNetwork: true, HostPID: host, HostIPC: host}
+	d.Features = Features{HostNetwork: true, HostPID: host, HostIPC: host}
 	if f, err := h.Kind.Features(vctx); err == nil {
 		rro := slices.Contains(f.MountOptions, "rro") && kernelAtLeast(5, 12)
-		h.Features.RecursiveReadOnlyMounts = rro
-		h.Notes = append(h.Notes, "features: from `"+filepath.Base(h.Runtime.Path)+" features`")
+		d.Features.RecursiveReadOnlyMounts = rro
+		d.Notes = append(d.Notes, "features: from `"+filepath.Base(h.Runtime.Path)+" features`")
 	} else {
-		h.Notes = append(h.Notes, "features: the runtime does not say; defaults for runtime_type "+h.Type)
+		d.Notes = append(d.Notes, "features: the runtime does not say; defaults for runtime_type "+h.Type())
 	}
 	// rtshimd does not set up pod user namespaces (idmapped mounts) yet, whatever the runtime can do.
-	h.Features.UserNamespaces = false
-	applyDeclared(&h.Features, h.declared, &h.Notes)
-	if h.declared.UserNamespaces != nil && *h.declared.UserNamespaces {
-		h.Features.UserNamespaces = false
-		h.Notes = append(h.Notes, "user_namespaces: declared, but rtshimd does not support pod user namespaces yet")
+	d.Features.UserNamespaces = false
+	declared := h.Config.Features
+	applyDeclared(&d.Features, declared, &d.Notes)
+	if declared.UserNamespaces != nil && *declared.UserNamespaces {
+		d.Features.UserNamespaces = false
+		d.Notes = append(d.Notes, "user_namespaces: declared, but rtshimd does not support pod user namespaces yet")
 	}
 
 	start := time.Now()
 	if err := h.probe(ctx, p); err != nil {
-		h.Reason = "probe container failed: " + err.Error()
-		return
+		d.Reason = "probe container failed: " + err.Error()
+		return d
 	}
-	h.Notes = append(h.Notes, fmt.Sprintf("probe: ran a container in %v", time.Since(start).Round(time.Millisecond)))
-	h.Ready = true
+	d.Notes = append(d.Notes, fmt.Sprintf("probe: ran a container in %v", time.Since(start).Round(time.Millisecond)))
+	d.Ready = true
+	return d
 }
 
 func applyDeclared(f *Features, d config.Declared, notes *[]string) {

@@ -25,67 +25,86 @@ type Features struct {
 	RecursiveReadOnlyMounts bool `json:"recursive_read_only_mounts"`
 }
 
-// Handler is one row of the table.
-type Handler struct {
-	Name string `json:"name"`
-	// Type is the kind of runtime (kind.OCI, kind.OCISandbox, kind.ShimV2); Kind drives it.
-	Type     string          `json:"runtime_type"`
-	Kind     kind.Runtime    `json:"-"`
-	Runtime  *oci.Runtime    `json:"runtime"`
-	Overhead config.Overhead `json:"overhead"`
-	// CNIConfDir and CNINetwork choose the handler's pod network ("" = the default).
-	CNIConfDir string   `json:"cni_conf_dir,omitempty"`
-	CNINetwork string   `json:"cni_network,omitempty"`
-	Version    string   `json:"version,omitempty"`
-	Features   Features `json:"features"`
-	Ready      bool     `json:"ready"`
-	Reason     string   `json:"reason,omitempty"` // why not ready
+// Discovery is what probing a handler found.
+type Discovery struct {
+	Version  string   `json:"version,omitempty"`
+	Features Features `json:"features"`
+	Ready    bool     `json:"ready"`
+	Reason   string   `json:"reason,omitempty"` // why not ready
 	// Notes say where each feature came from (discovered, declared, probe timing).
 	Notes []string `json:"notes,omitempty"`
-
-	declared config.Declared
 }
 
-// Table is the handler table. It is built once and discovered once at start-up; after
-// that it is read-only, so lookups take no lock.
+// Handler is one row of a table: the row as configured, the runtime it makes, and what
+// discovery found. It is never written once a table holding it is published; a reload
+// or a finished probe makes a new Handler.
+type Handler struct {
+	Name   string         `json:"name"`
+	Config config.Handler `json:"config"`
+	// Kind drives the runtime the row names; Runtime is how the kind invokes it (derived
+	// from Config, and what a pod's record keeps).
+	Kind    kind.Runtime `json:"-"`
+	Runtime *oci.Runtime `json:"-"`
+	Discovery
+}
+
+// Table is the handler table: a value that is never written once published. The daemon
+// serves it through a Live, which swaps in a new table on reload; lookups take no lock.
 type Table struct {
 	defaultName string
 	byName      map[string]*Handler
 }
 
 // New builds the table from the config, with each row's runtime from rts; nothing is
-// ready until Discover has run.
+// ready until discovered.
 func New(cfg *config.Config, rts *Runtimes) (*Table, error) {
 	t := &Table{defaultName: cfg.DefaultHandler, byName: map[string]*Handler{}}
 	for name, hc := range cfg.Handlers {
-		row := &oci.Runtime{
-			Handler:       name,
-			Path:          hc.RuntimePath,
-			Root:          hc.RuntimeRoot,
-			Args:          hc.RuntimeArgs,
-			SystemdCgroup: cfg.CgroupDriver == config.SystemdDriver,
-		}
-		k, err := rts.For(hc.RuntimeType, row)
+		h, err := newHandler(name, *hc, cfg.CgroupDriver, rts)
 		if err != nil {
 			return nil, err
 		}
-		t.byName[name] = &Handler{
-			Name:       name,
-			Type:       hc.RuntimeType,
-			Kind:       k,
-			Runtime:    row,
-			Overhead:   hc.Overhead,
-			CNIConfDir: hc.CNIConfDir,
-			CNINetwork: hc.CNINetwork,
-			Reason:     "not discovered yet",
-			declared:   hc.Features,
-		}
+		t.byName[name] = h
 	}
 	return t, nil
 }
 
+func newHandler(name string, hc config.Handler, cgroupDriver string, rts *Runtimes) (*Handler, error) {
+	row := &oci.Runtime{
+		Handler:       name,
+		Path:          hc.RuntimePath,
+		Root:          hc.RuntimeRoot,
+		Args:          hc.RuntimeArgs,
+		SystemdCgroup: cgroupDriver == config.SystemdDriver,
+	}
+	k, err := rts.For(hc.RuntimeType, row)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{Name: name, Config: hc, Kind: k, Runtime: row, Discovery: Discovery{Reason: "not discovered yet"}}, nil
+}
+
+// Type is the handler's kind of runtime (kind.OCI, kind.OCISandbox, kind.ShimV2).
+func (h *Handler) Type() string { return h.Config.RuntimeType }
+
+// with returns a copy of the table with one row replaced.
+func (t *Table) with(h *Handler) *Table {
+	n := &Table{defaultName: t.defaultName, byName: make(map[string]*Handler, len(t.byName))}
+	for k, v := range t.byName {
+		n.byName[k] = v
+	}
+	n.byName[h.Name] = h
+	return n
+}
+
 // Default is the name of the default handler.
 func (t *Table) Default() string { return t.defaultName }
+
+// Get returns the named row whatever its state.
+func (t *Table) Get(name string) (*Handler, bool) {
+	h, ok := t.byName[name]
+	return h, ok
+}
 
 // List returns the handlers sorted by name.
 func (t *Table) List() []*Handler {

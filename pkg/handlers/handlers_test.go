@@ -137,8 +137,8 @@ func TestNew(t *testing.T) {
 		t.Errorf("List = %s, want sorted crun,kata,runc,runc-shim,runsc", got)
 	}
 	h := tb.byName["runsc"]
-	if h.Type != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
-		len(h.Runtime.Args) != 1 || h.Runtime.Args[0] != "--network=host" || h.Overhead.MilliCPU != 100 {
+	if h.Type() != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
+		len(h.Runtime.Args) != 1 || h.Runtime.Args[0] != "--network=host" || h.Config.Overhead.MilliCPU != 100 {
 		t.Errorf("runsc = %+v runtime %+v", h, h.Runtime)
 	}
 	// Before discovery even the default handler cannot run pods.

@@ -35,8 +35,12 @@ type Options struct {
 
 // Service is the image store.
 type Service struct {
-	store  storage.Store
-	sys    types.SystemContext // without per-request auth
+	store storage.Store
+	sys   types.SystemContext // without per-request auth; read with pullContext
+	sysMu sync.RWMutex
+	// regMu orders registry reloads; regGen names each one's drop-in directory.
+	regMu  sync.Mutex
+	regGen int
 	opts   Options
 	pinned map[string]bool // normalized references
 

@@ -39,7 +39,7 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 	if err != nil {
 		return "", err
 	}
-	sys := s.sys
+	sys := s.pullContext()
 	if err := applyAuth(&sys, auth); err != nil {
 		return "", err
 	}

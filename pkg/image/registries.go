@@ -8,7 +8,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/containers/image/v5/pkg/sysregistriesv2"
+	"github.com/containers/image/v5/types"
 
+	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -18,29 +20,70 @@ const systemRegistriesConf = "/etc/containers/registries.conf"
 // the config's own [[image.registries]] as a drop-in on top of it, then loads the result
 // once so a mistake stops the daemon at start rather than failing a pull later.
 func (s *Service) setupRegistries() error {
-	conf := s.opts.Config.RegistriesConf
+	old, _ := filepath.Glob(filepath.Join(s.opts.RunRoot, "registries.conf.d*"))
+	for _, d := range old {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return s.SetRegistries(s.opts.Config)
+}
+
+// SetRegistries renders cfg's registries into a drop-in directory of their own and
+// loads the result; only if that succeeds do later pulls use it (a reload). Pulls under
+// way keep what they started with.
+func (s *Service) SetRegistries(cfg config.Image) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	s.regGen++
+	sys, err := renderRegistries(cfg, s.opts.RunRoot, filepath.Join(s.opts.RunRoot, fmt.Sprintf("registries.conf.d-%d", s.regGen)))
+	if err != nil {
+		return err
+	}
+	s.sysMu.Lock()
+	prev := s.sys.SystemRegistriesConfDirPath
+	s.sys.SystemRegistriesConfPath = sys.SystemRegistriesConfPath
+	s.sys.SystemRegistriesConfDirPath = sys.SystemRegistriesConfDirPath
+	s.sysMu.Unlock()
+	if prev != "" {
+		_ = os.RemoveAll(prev)
+	}
+	return nil
+}
+
+// pullContext is the pull context of now, without per-request auth.
+func (s *Service) pullContext() types.SystemContext {
+	s.sysMu.RLock()
+	defer s.sysMu.RUnlock()
+	return s.sys
+}
+
+// renderRegistries writes the drop-in for cfg into dropins and validates the whole.
+func renderRegistries(cfg config.Image, runRoot, dropins string) (sys types.SystemContext, err error) {
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dropins)
+		}
+	}()
+	conf := cfg.RegistriesConf
 	if conf == "" {
 		if _, err := os.Stat(systemRegistriesConf); err == nil {
 			conf = systemRegistriesConf
 		}
 	}
-	dropins := filepath.Join(s.opts.RunRoot, "registries.conf.d")
-	if err := os.RemoveAll(dropins); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(dropins, 0o755); err != nil {
-		return err
+		return sys, err
 	}
 	if conf == "" {
 		// containers/image falls back to a built-in path otherwise; give it an empty file.
-		conf = filepath.Join(s.opts.RunRoot, "registries.conf")
+		conf = filepath.Join(runRoot, "registries.conf")
 		if err := store.WriteFileAtomic(conf, nil, 0o644); err != nil {
-			return err
+			return sys, err
 		}
 	}
-	s.sys.SystemRegistriesConfPath = conf
-	s.sys.SystemRegistriesConfDirPath = dropins
-	if regs := s.opts.Config.Registries; len(regs) > 0 {
+	sys.SystemRegistriesConfPath = conf
+	sys.SystemRegistriesConfDirPath = dropins
+	if regs := cfg.Registries; len(regs) > 0 {
 		type mirror struct {
 			Location string `toml:"location"`
 			Insecure bool   `toml:"insecure"`
@@ -67,15 +110,15 @@ func (s *Service) setupRegistries() error {
 		}
 		var buf bytes.Buffer
 		if err := toml.NewEncoder(&buf).Encode(file); err != nil {
-			return fmt.Errorf("render image.registries: %w", err)
+			return sys, fmt.Errorf("render image.registries: %w", err)
 		}
 		if err := store.WriteFileAtomic(filepath.Join(dropins, "50-rtshimd.conf"), buf.Bytes(), 0o644); err != nil {
-			return err
+			return sys, err
 		}
 	}
 	sysregistriesv2.InvalidateCache()
-	if _, err := sysregistriesv2.GetRegistries(&s.sys); err != nil {
-		return fmt.Errorf("registry configuration (%s and image.registries): %w", conf, err)
+	if _, err := sysregistriesv2.GetRegistries(&sys); err != nil {
+		return sys, fmt.Errorf("registry configuration (%s and image.registries): %w", conf, err)
 	}
-	return nil
+	return sys, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,7 +45,28 @@ var (
 	RuntimeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rtshimd_runtime_failures_total", Help: "Failed calls of a handler's OCI runtime binary.",
 	}, []string{"handler", "op"})
+	// ConfigReloads counts reloads of the config file, by result (success, failure).
+	ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_config_reloads_total", Help: "Reloads of the configuration file, by result.",
+	}, []string{"result"})
+	// ConfigHash is the served config file's hash, as a number (see HashValue).
+	ConfigHash = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rtshimd_config_hash", Help: "Hash of the configuration being served (the first 48 bits of its SHA-256).",
+	})
 )
+
+// HashValue turns a hex SHA-256 into a gauge value: its first 48 bits, which a float64
+// holds exactly (as Alertmanager's and Prometheus' config hash gauges do).
+func HashValue(hexSum string) float64 {
+	if len(hexSum) < 12 {
+		return 0
+	}
+	v, err := strconv.ParseUint(hexSum[:12], 16, 64)
+	if err != nil {
+		return 0
+	}
+	return float64(v)
+}
 
 // Counts reports, at scrape time, what runs now.
 type Counts interface {
@@ -77,7 +99,7 @@ func Serve(addr string, counts Counts) (*http.Server, error) {
 		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(RPCDuration, RPCErrors, StartDuration, PullBytes, PullDuration, RuntimeFailures,
+	reg.MustRegister(RPCDuration, RPCErrors, StartDuration, PullBytes, PullDuration, RuntimeFailures, ConfigReloads, ConfigHash,
 		&gauges{
 			counts:   counts,
 			pods:     prometheus.NewDesc("rtshimd_running_pods", "Ready pod sandboxes, by handler.", []string{"handler"}, nil),

@@ -37,7 +37,8 @@ const StopTimeout = 10 * time.Second
 
 // Options wire a Manager.
 type Options struct {
-	Handlers *handlers.Table
+	// Handlers resolves a pod's handler, once, at RunPodSandbox (the live table).
+	Handlers Handlers
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes     *handlers.Runtimes
 	Store        *store.Store
@@ -50,6 +51,11 @@ type Options struct {
 	Network *network.Manager
 	// Events receives sandbox lifecycle events (GetContainerEvents); may be nil.
 	Events *events.Bus
+}
+
+// Handlers resolves a handler name in the table being served.
+type Handlers interface {
+	Lookup(name string) (*handlers.Handler, error)
 }
 
 // Containers is what a sandbox needs of the container manager: its containers go
@@ -129,16 +135,23 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Run creates and starts a pod sandbox through the handler and returns its ID. On any
-// error everything it made is undone.
-func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handlerName string) (string, error) {
+// Run creates and starts a pod sandbox through the handler and returns its ID and the
+// handler that runs it. The handler is resolved here, once: the pod keeps a copy of its
+// row, so a reload that changes or removes the row does not touch it. On any error
+// everything it made is undone.
+func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handlerName string) (string, string, error) {
 	if err := validate(cfg); err != nil {
-		return "", err
+		return "", "", err
 	}
 	h, err := m.opts.Handlers.Lookup(handlerName)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	id, err := m.run(ctx, cfg, handlerName, h)
+	return id, h.Name, err
+}
+
+func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handlerName string, h *handlers.Handler) (string, error) {
 	if err := h.CheckPod(cfg); err != nil {
 		return "", err
 	}
@@ -163,8 +176,8 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	}
 	sb := &Sandbox{
 		Metadata: Metadata{
-			ID: id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type,
-			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Overhead,
+			ID: id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type(),
+			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Config.Overhead,
 			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 			BundleDir: filepath.Join(m.opts.RunDir, id, id),
 		},
@@ -174,7 +187,7 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		exited: make(chan struct{}),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
-	if err := m.create(ctx, sb); err != nil {
+	if err := m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork); err != nil {
 		log.WithError(err).Warn("run pod sandbox failed; cleaning up")
 		if cerr := m.cleanup(sb); cerr != nil {
 			log.WithError(cerr).Error("cleanup of failed sandbox")
@@ -201,7 +214,7 @@ func (m *Manager) releaseName(name, id string) {
 
 // create makes every part of the sandbox; the record is on disk (as "creating") before
 // the first resource exists, so a crash half-way is found and undone at start-up.
-func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
+func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName string) error {
 	cfg := sb.config
 	nsOpts := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	hostNet := nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE
@@ -245,11 +258,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox) error {
 	}
 	var cniNet *network.Network
 	if !hostNet && m.opts.Network != nil {
-		h, _ := m.opts.Handlers.Lookup(sb.Handler)
-		dir, name := "", ""
-		if h != nil {
-			dir, name = h.CNIConfDir, h.CNINetwork
-		}
+		dir, name := cniDir, cniName
 		n, err := m.opts.Network.Lookup(dir, name)
 		switch {
 		case err == nil:

@@ -41,6 +41,12 @@ type containerEnv struct {
 }
 
 func newContainerEnv(t *testing.T) *containerEnv {
+	return newContainerEnvTable(t, handlerTable, "")
+}
+
+// newContainerEnvTable is newContainerEnv on a handler table of the test's own, with
+// extra TOML appended to the config.
+func newContainerEnvTable(t *testing.T, table func(run string) string, extra string) *containerEnv {
 	// Registered first, so it runs last: after the daemon's cleanup removed every pod.
 	t.Cleanup(func() { removeTestCgroups(t) })
 	reg := startRegistry(t, nil)
@@ -52,7 +58,7 @@ func newContainerEnv(t *testing.T) *containerEnv {
 		Layers: []Layer{busyboxLayer(t), toolsLayer()},
 		Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}, User: "app"},
 	}, nil)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	d := newDaemonTable(t, table, insecureRegistries(reg.Addr)+extra)
 	ctx := ctxT(t)
 	for _, tag := range []string{"1", "user"} {
 		if _, err := d.IS.PullImage(ctx, imgSpec(reg.Ref("test/busybox", tag)), nil, nil); err != nil {

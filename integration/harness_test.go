@@ -120,6 +120,12 @@ func newDaemon(t testing.TB) *Daemon {
 // newDaemonWith is newDaemon with extra TOML appended to the config.
 func newDaemonWith(t testing.TB, extra string) *Daemon {
 	t.Helper()
+	return newDaemonTable(t, handlerTable, extra)
+}
+
+// newDaemonTable is newDaemonWith with a handler table of the test's own.
+func newDaemonTable(t testing.TB, table func(run string) string, extra string) *Daemon {
+	t.Helper()
 	dir := t.TempDir()
 	d := &Daemon{
 		t: t, Dir: dir, Config: filepath.Join(dir, "config.toml"),
@@ -133,7 +139,7 @@ func newDaemonWith(t testing.TB, extra string) *Daemon {
 	if err := os.MkdirAll(filepath.Join(dir, "cni"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(d.Config, []byte(cfg+handlerTable(d.RunRoot)+netCfg+extra), 0o644); err != nil {
+	if err := os.WriteFile(d.Config, []byte(cfg+table(d.RunRoot)+netCfg+extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	d.Start()

@@ -29,6 +29,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
+	"github.com/rtshimd/rtshimd/pkg/podcgroup"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -273,6 +274,8 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		}
 	}
 	// Decide every path before the first write so the record names all there is to undo.
+	sb.OverheadApplied = podOverhead(cfg, sb.Handler, sb.Overhead)
+	m.planPodCgroup(sb)
 	nsDir := filepath.Join(sb.Dir, "ns")
 	for _, k := range kinds {
 		p := filepath.Join(nsDir, string(k))
@@ -291,6 +294,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 
 	if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
 		return err
+	}
+	if o := sb.OverheadApplied; o.PodCgroup != "" {
+		if _, err := podcgroup.Apply(o.PodCgroup, o.Limits); err != nil {
+			return err
+		}
 	}
 	if cniNet != nil {
 		ips, err := m.opts.Network.Setup(ctx, cniNet, m.cniPod(sb))
@@ -361,7 +369,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		Sysctls:     cfg.GetLinux().GetSysctls(),
 		User:        user,
 		ShmPath:     sb.Shm,
-		Resources:   podResources(cfg, sb.Overhead, sb.rt.Plan().PodLimits),
+		Resources:   sandboxLimits(sb),
 		Annotations: map[string]string{
 			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
 			oci.AnnotationSandboxID:     sb.ID,
@@ -425,32 +433,110 @@ func (m *Manager) teardownNetwork(ctx context.Context, sb *Sandbox) error {
 	return m.persist(sb, false)
 }
 
-// podResources are the limits of a sandboxing runtime's whole pod: the pod's own limits
-// (linux.resources) plus the handler's overhead, or the overhead kubelet passed from the
-// RuntimeClass (linux.overhead) where that is larger, so it is never counted twice. Only
-// where the sandbox container's cgroup holds the whole pod (the kind's PodLimits) does it
-// get them; runc-family pods are limited per container, under kubelet's pod cgroup. A
-// pod without limits gets none.
-func podResources(cfg *runtimeapi.PodSandboxConfig, handler config.Overhead, podLimits bool) *specs.LinuxResources {
+// Overhead is the overhead a pod was given and where its limits went: kept in its record
+// and shown by PodSandboxStatus verbose.
+type Overhead struct {
+	// Source is "kubelet" (linux.overhead, from the RuntimeClass), "handler" (the row's
+	// overhead) or "" (none).
+	Source      string `json:"source,omitempty"`
+	MemoryBytes int64  `json:"memory_bytes"`
+	CPUQuota    int64  `json:"cpu_quota"` // per cpu_period of the pod's limits
+	CPUShares   uint64 `json:"cpu_shares"`
+	// Limits are the pod's limits plus the overhead, as set (nil: the pod has none).
+	Limits *specs.LinuxResources `json:"limits,omitempty"`
+	// PodCgroup is the pod's cgroup (cgroup_parent) given Limits; PodCgroupCreated says
+	// rtshimd made it (and removes it with the pod). PodCgroupNote says why it was not.
+	PodCgroup        string `json:"pod_cgroup,omitempty"`
+	PodCgroupCreated bool   `json:"pod_cgroup_created,omitempty"`
+	PodCgroupNote    string `json:"pod_cgroup_note,omitempty"`
+	// SandboxContainer says the sandbox container got Limits too: its cgroup holds the
+	// whole pod (gVisor's sandbox, a VM).
+	SandboxContainer bool `json:"sandbox_container,omitempty"`
+}
+
+// defaultCPUPeriod is the CFS period kubelet uses.
+const defaultCPUPeriod = 100000
+
+// podOverhead works out a pod's overhead and its limits: the pod's own limits
+// (linux.resources, the sum of its containers') plus the overhead kubelet passed from
+// the RuntimeClass (linux.overhead) where it passed one, else the handler row's. Each
+// limit the pod has grows by the overhead: memory and CPU quota where the pod is
+// limited, CPU shares (its requests) where it has them. A pod with none gets none.
+func podOverhead(cfg *runtimeapi.PodSandboxConfig, handler string, row config.Overhead) Overhead {
 	res := cfg.GetLinux().GetResources()
-	if !podLimits || res == nil {
-		return nil
+	kube := cfg.GetLinux().GetOverhead()
+	period := res.GetCpuPeriod()
+	if period <= 0 {
+		period = defaultCPUPeriod
 	}
-	over := cfg.GetLinux().GetOverhead()
+	var o Overhead
+	rowQuota := row.MilliCPU * period / 1000
+	rowShares := uint64(row.MilliCPU * 1024 / 1000)
+	switch {
+	case kube != nil:
+		o = Overhead{Source: "kubelet", MemoryBytes: kube.GetMemoryLimitInBytes(), CPUQuota: kube.GetCpuQuota(), CPUShares: uint64(kube.GetCpuShares())}
+		if (row.MemoryBytes != 0 || row.MilliCPU != 0) && (o.MemoryBytes != row.MemoryBytes || o.CPUQuota != rowQuota) {
+			logrus.WithFields(logrus.Fields{
+				"pod": cfg.GetMetadata().GetName(), "handler": handler,
+				"kubelet_memory": o.MemoryBytes, "kubelet_cpu_quota": o.CPUQuota,
+				"handler_memory": row.MemoryBytes, "handler_cpu_quota": rowQuota,
+			}).Warn("the RuntimeClass overhead differs from the handler's; using the RuntimeClass's (update one of them: `rtshimd runtimeclasses` prints the handler's)")
+		}
+	case row.MemoryBytes != 0 || row.MilliCPU != 0:
+		o = Overhead{Source: "handler", MemoryBytes: row.MemoryBytes, CPUQuota: rowQuota, CPUShares: rowShares}
+	}
+	if res == nil {
+		return o
+	}
 	out := &specs.LinuxResources{}
 	if mem := res.GetMemoryLimitInBytes(); mem > 0 {
-		limit := mem + max(handler.MemoryBytes, over.GetMemoryLimitInBytes())
+		limit := mem + o.MemoryBytes
 		out.Memory = &specs.LinuxMemory{Limit: &limit}
 	}
-	if quota, period := res.GetCpuQuota(), res.GetCpuPeriod(); quota > 0 && period > 0 {
-		extra := max(handler.MilliCPU*period/1000, over.GetCpuQuota())
-		q, p := quota+extra, uint64(period)
-		out.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+	cpu := &specs.LinuxCPU{}
+	if quota := res.GetCpuQuota(); quota > 0 {
+		q, p := quota+o.CPUQuota, uint64(period)
+		cpu.Quota, cpu.Period = &q, &p
 	}
-	if out.Memory == nil && out.CPU == nil {
+	if shares := res.GetCpuShares(); shares > 0 {
+		sh := uint64(shares) + o.CPUShares
+		cpu.Shares = &sh
+	}
+	if cpu.Quota != nil || cpu.Shares != nil {
+		out.CPU = cpu
+	}
+	if out.Memory != nil || out.CPU != nil {
+		o.Limits = out
+	}
+	return o
+}
+
+// planPodCgroup decides where the pod's limits go, before anything is made (the record
+// then names a cgroup rtshimd is to remove).
+func (m *Manager) planPodCgroup(sb *Sandbox) {
+	o := &sb.OverheadApplied
+	parent := sb.config.GetLinux().GetCgroupParent()
+	switch {
+	case o.Limits == nil:
+		return
+	case m.opts.CgroupDriver != config.CgroupfsDriver:
+		o.PodCgroupNote = "cgroup_driver " + m.opts.CgroupDriver + ": the pod's slice is systemd's and kubelet's to limit"
+	case parent == "":
+		o.PodCgroupNote = "no cgroup_parent: the pod has no cgroup of its own"
+	default:
+		o.PodCgroup = "/" + strings.TrimPrefix(parent, "/")
+		o.PodCgroupCreated = !podcgroup.Exists(o.PodCgroup)
+	}
+	o.SandboxContainer = sb.rt.Plan().PodLimits
+}
+
+// sandboxLimits are the sandbox container's limits: the pod's plus overhead where the
+// kind's sandbox container holds the whole pod (the kind's PodLimits), else none.
+func sandboxLimits(sb *Sandbox) *specs.LinuxResources {
+	if !sb.OverheadApplied.SandboxContainer {
 		return nil
 	}
-	return out
+	return sb.OverheadApplied.Limits
 }
 
 // watch follows the infra container through its runtime and marks the sandbox not ready
@@ -651,6 +737,11 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	}
 	if sb.Shm != "" {
 		if err := unmountAll(sb.Shm); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o := sb.OverheadApplied; o.PodCgroupCreated {
+		if err := podcgroup.Remove(o.PodCgroup); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -42,6 +42,8 @@ type Metadata struct {
 	// stopped and removed even if the handler table changed since.
 	Runtime  *oci.Runtime    `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
+	// OverheadApplied is the overhead the pod got and where its limits went.
+	OverheadApplied Overhead `json:"overhead_applied"`
 	Config   json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)
 	Dir      string          `json:"dir"`    // volatile directory under run_root
 	// BundleDir is the sandbox container's bundle and supervisor directory. Its base name

@@ -35,7 +35,7 @@ func TestKubeletRuntimeClass(t *testing.T) {
 		{"runc", "runc", ""},
 		{"gvisor", "runsc", "\noverhead: {podFixed: {memory: 64Mi, cpu: 100m}}"},
 		{"shim", "runc-shim", ""}, // the shim-v2 kind, as a Kata class would be
-		{"ghost", "ghost", ""}, // configured in the daemon, its binary missing: not ready
+		{"ghost", "ghost", ""},    // configured in the daemon, its binary missing: not ready
 	} {
 		api.Create("/apis/node.k8s.io/v1/runtimeclasses", fmt.Sprintf(
 			"apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: %s}\nhandler: %s%s\n", rc.name, rc.handler, rc.overhead))

@@ -43,9 +43,9 @@ type Metadata struct {
 	Runtime  *oci.Runtime    `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
 	// OverheadApplied is the overhead the pod got and where its limits went.
-	OverheadApplied Overhead `json:"overhead_applied"`
-	Config   json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)
-	Dir      string          `json:"dir"`    // volatile directory under run_root
+	OverheadApplied Overhead        `json:"overhead_applied"`
+	Config          json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)
+	Dir             string          `json:"dir"`    // volatile directory under run_root
 	// BundleDir is the sandbox container's bundle and supervisor directory. Its base name
 	// is the sandbox ID, as shim v2 runtimes require. Records of earlier releases have
 	// none: theirs is <Dir>/infra.

@@ -112,4 +112,51 @@ cpu = "50m"
 	if !strings.Contains(d.Log(), "the RuntimeClass overhead differs from the handler's") {
 		t.Error("the mismatch of the RuntimeClass's and the handler's overhead was not logged")
 	}
+
+	// A pod cgroup kubelet made: a Burstable pod whose sidecar has no limit sends the sum
+	// of the limits there are, but its cgroup has no memory limit, and keeps none; a lower
+	// CPU share is raised by the overhead. It stays when the pod goes: it is kubelet's.
+	for _, h := range []string{"runc", "runsc"} {
+		cfg := podConfig("overhead-kubelet-cgroup-"+h, runtimeapi.NamespaceMode_CONTAINER)
+		cfg.Linux.Resources = resources()
+		cgroup := cfg.Linux.CgroupParent
+		for _, c := range []string{"memory", "cpu"} {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", c, cgroup), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", cgroup, "cpu.shares"), []byte("512"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id, err := d.RS.RunPodSandbox(ctx, cfg, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readCgroupInt(t, "memory", cgroup, "memory.limit_in_bytes"); got < 1<<50 {
+			t.Errorf("%s: kubelet's unlimited pod cgroup was given a memory limit: %d", h, got)
+		}
+		if got := readCgroupInt(t, "cpu", cgroup, "cpu.cfs_quota_us"); got != -1 {
+			t.Errorf("%s: kubelet's unlimited pod cgroup was given a CPU quota: %d", h, got)
+		}
+		if want := shares + overheads[h].milli*1024/1000; readCgroupInt(t, "cpu", cgroup, "cpu.shares") != want {
+			t.Errorf("%s: kubelet's pod cgroup cpu shares %d, want raised to %d", h, readCgroupInt(t, "cpu", cgroup, "cpu.shares"), want)
+		}
+		if h == "runsc" {
+			// Nor does the sandbox container get the limit the pod cgroup does not have.
+			st, err := d.RS.PodSandboxStatus(ctx, id, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sbCg := decodeInfo(t, st.Info).Metadata.CgroupsPath
+			if got := readCgroupInt(t, "memory", sbCg, "memory.limit_in_bytes"); got < 1<<50 {
+				t.Errorf("runsc sandbox container under kubelet's unlimited pod cgroup has a memory limit: %d", got)
+			}
+		}
+		if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", cgroup)); err != nil {
+			t.Errorf("%s: the pod cgroup kubelet made was removed with the pod: %v", h, err)
+		}
+	}
 }

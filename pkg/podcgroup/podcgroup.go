@@ -1,8 +1,8 @@
 // Package podcgroup sets the limits of a pod's cgroup (the PodSandboxConfig's
 // cgroup_parent, which holds every container of the pod whatever the runtime): the pod's
 // limits plus its handler's overhead. kubelet makes that cgroup and sets the same values
-// when its RuntimeClass declares the overhead; rtshimd sets them too, so that a handler's
-// overhead counts where kubelet does not know it and for clients that are not kubelet.
+// when its RuntimeClass declares the overhead; rtshimd raises them by a handler's overhead
+// kubelet does not know, and sets them for clients that are not kubelet.
 // Only the cgroupfs driver: under systemd the pod's slice belongs to systemd.
 package podcgroup
 
@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -33,23 +35,140 @@ func Exists(path string) bool {
 }
 
 // Apply sets res on the cgroup at path, creating it where it is absent; created says
-// whether it did (then Remove deletes it with the pod).
-func Apply(path string, res *specs.LinuxResources) (created bool, err error) {
+// whether it did (then Remove deletes it with the pod). On a cgroup that exists (kubelet's
+// pod cgroup) limits are only ever raised: kubelet knows things the CRI does not say —
+// a Burstable pod whose sidecar has no limit sends the sum of the limits there are, yet its
+// pod cgroup must stay unlimited — so a limit tighter than the one set, or one where there
+// is none, is left out. set is what was written (nil: nothing); effective is res as the
+// cgroup now bounds it (a limit the cgroup does not have left out), for a cgroup beneath
+// that should carry the pod's limits too (gVisor's sandbox).
+func Apply(path string, res *specs.LinuxResources) (set, effective *specs.LinuxResources, created bool, err error) {
 	created = !Exists(path)
+	set, effective = res, res
+	if !created {
+		cur, err := current(path)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("pod cgroup %s: %w", path, err)
+		}
+		if set, effective = raiseOnly(cur, res); set == nil {
+			return nil, effective, false, nil
+		}
+	}
 	if cgroups.Mode() == cgroups.Unified {
-		_, err = cgroup2.NewManager(Root, path, cgroup2.ToResources(res))
+		_, err = cgroup2.NewManager(Root, path, cgroup2.ToResources(set))
 	} else if created {
-		_, err = cgroup1.New(cgroup1.StaticPath(path), res)
+		_, err = cgroup1.New(cgroup1.StaticPath(path), set)
 	} else {
 		var cg cgroup1.Cgroup
 		if cg, err = cgroup1.Load(cgroup1.StaticPath(path)); err == nil {
-			err = cg.Update(res)
+			err = cg.Update(set)
 		}
 	}
 	if err != nil {
-		return created, fmt.Errorf("pod cgroup %s: %w", path, err)
+		return nil, nil, created, fmt.Errorf("pod cgroup %s: %w", path, err)
 	}
-	return created, nil
+	return set, effective, created, nil
+}
+
+// limits are a cgroup's memory limit, CPU quota (-1: none) and CPU weight in shares.
+type limits struct {
+	memory, quota int64
+	shares        uint64
+}
+
+// raiseOnly splits res against cur: set holds the limits that raise cur's (nil: none),
+// effective those of res that cur has at all (nil: none).
+func raiseOnly(cur limits, res *specs.LinuxResources) (set, effective *specs.LinuxResources) {
+	set, effective = &specs.LinuxResources{}, &specs.LinuxResources{}
+	setCPU, effCPU := &specs.LinuxCPU{}, &specs.LinuxCPU{}
+	if m := res.Memory; m != nil && m.Limit != nil && cur.memory >= 0 {
+		effective.Memory = &specs.LinuxMemory{Limit: m.Limit}
+		if *m.Limit > cur.memory {
+			set.Memory = effective.Memory
+		}
+	}
+	if c := res.CPU; c != nil {
+		if c.Quota != nil && cur.quota >= 0 {
+			effCPU.Quota, effCPU.Period = c.Quota, c.Period
+			if *c.Quota > cur.quota {
+				setCPU.Quota, setCPU.Period = c.Quota, c.Period
+			}
+		}
+		if c.Shares != nil {
+			effCPU.Shares = c.Shares
+			if *c.Shares > cur.shares {
+				setCPU.Shares = c.Shares
+			}
+		}
+	}
+	nonEmpty := func(r *specs.LinuxResources, cpu *specs.LinuxCPU) *specs.LinuxResources {
+		if cpu.Quota != nil || cpu.Shares != nil {
+			r.CPU = cpu
+		}
+		if r.Memory == nil && r.CPU == nil {
+			return nil
+		}
+		return r
+	}
+	return nonEmpty(set, setCPU), nonEmpty(effective, effCPU)
+}
+
+// current reads the limits set on the cgroup at path.
+func current(path string) (limits, error) {
+	read := func(parts ...string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(append([]string{Root}, parts...)...))
+		return strings.TrimSpace(string(b)), err
+	}
+	num := func(s string) int64 {
+		if s == "max" {
+			return -1
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v >= 1<<62 { // v1 writes "no limit" as a page-rounded huge number
+			return -1
+		}
+		return v
+	}
+	var l limits
+	if cgroups.Mode() == cgroups.Unified {
+		mem, err := read(path, "memory.max")
+		if err != nil {
+			return l, err
+		}
+		cpuMax, err := read(path, "cpu.max")
+		if err != nil {
+			return l, err
+		}
+		weight, err := read(path, "cpu.weight")
+		if err != nil {
+			return l, err
+		}
+		l.memory = num(mem)
+		quota, _, _ := strings.Cut(cpuMax, " ")
+		l.quota = num(quota)
+		// cpu.weight back to shares (the inverse of the runtimes' conversion).
+		if w := num(weight); w > 0 {
+			l.shares = uint64(2 + (w-1)*262142/9999)
+		}
+		return l, nil
+	}
+	mem, err := read("memory", path, "memory.limit_in_bytes")
+	if err != nil {
+		return l, err
+	}
+	quota, err := read("cpu", path, "cpu.cfs_quota_us")
+	if err != nil {
+		return l, err
+	}
+	shares, err := read("cpu", path, "cpu.shares")
+	if err != nil {
+		return l, err
+	}
+	l.memory, l.quota = num(mem), num(quota)
+	if v := num(shares); v > 0 {
+		l.shares = uint64(v)
+	}
+	return l, nil
 }
 
 // Remove deletes the cgroup at path (Apply created it); one already gone is no error.

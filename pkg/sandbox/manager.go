@@ -295,10 +295,13 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
 		return err
 	}
-	if o := sb.OverheadApplied; o.PodCgroup != "" {
-		if _, err := podcgroup.Apply(o.PodCgroup, o.Limits); err != nil {
+	if o := &sb.OverheadApplied; o.PodCgroup != "" {
+		set, effective, _, err := podcgroup.Apply(o.PodCgroup, o.Limits)
+		if err != nil {
 			return err
 		}
+		// The sandbox container carries what the pod cgroup bounds, no more.
+		o.PodCgroupSet, o.Limits = set, effective
 	}
 	if cniNet != nil {
 		ips, err := m.opts.Network.Setup(ctx, cniNet, m.cniPod(sb))
@@ -442,13 +445,17 @@ type Overhead struct {
 	MemoryBytes int64  `json:"memory_bytes"`
 	CPUQuota    int64  `json:"cpu_quota"` // per cpu_period of the pod's limits
 	CPUShares   uint64 `json:"cpu_shares"`
-	// Limits are the pod's limits plus the overhead, as set (nil: the pod has none).
+	// Limits are the pod's limits plus the overhead (nil: the pod has none), less those
+	// kubelet's pod cgroup does not have (see pkg/podcgroup): what bounds the pod.
 	Limits *specs.LinuxResources `json:"limits,omitempty"`
 	// PodCgroup is the pod's cgroup (cgroup_parent) given Limits; PodCgroupCreated says
 	// rtshimd made it (and removes it with the pod). PodCgroupNote says why it was not.
 	PodCgroup        string `json:"pod_cgroup,omitempty"`
 	PodCgroupCreated bool   `json:"pod_cgroup_created,omitempty"`
 	PodCgroupNote    string `json:"pod_cgroup_note,omitempty"`
+	// PodCgroupSet is what was written there: on a cgroup that existed (kubelet's), only
+	// the limits that raise its own.
+	PodCgroupSet *specs.LinuxResources `json:"pod_cgroup_set,omitempty"`
 	// SandboxContainer says the sandbox container got Limits too: its cgroup holds the
 	// whole pod (gVisor's sandbox, a VM).
 	SandboxContainer bool `json:"sandbox_container,omitempty"`

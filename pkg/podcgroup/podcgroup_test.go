@@ -1,0 +1,37 @@
+package podcgroup
+
+import (
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestRaiseOnly(t *testing.T) {
+	i64 := func(v int64) *int64 { return &v }
+	u64 := func(v uint64) *uint64 { return &v }
+	res := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: i64(192 << 20)},
+		CPU:    &specs.LinuxCPU{Quota: i64(60000), Period: u64(100000), Shares: u64(614)},
+	}
+	// kubelet's Burstable pod cgroup: no memory or CPU limit. Nothing is tightened; the
+	// shares, lower there, are raised.
+	out, eff := raiseOnly(limits{memory: -1, quota: -1, shares: 512}, res)
+	if out == nil || out.Memory != nil || out.CPU.Quota != nil || *out.CPU.Shares != 614 {
+		t.Errorf("unlimited cgroup: %+v", out)
+	}
+	if eff == nil || eff.Memory != nil || eff.CPU.Quota != nil || *eff.CPU.Shares != 614 {
+		t.Errorf("unlimited cgroup, effective: %+v", eff)
+	}
+	// Limits below ours are raised; the same values are not written again.
+	out, eff = raiseOnly(limits{memory: 128 << 20, quota: 60000, shares: 614}, res)
+	if out == nil || *out.Memory.Limit != 192<<20 || out.CPU != nil {
+		t.Errorf("lower memory limit: %+v", out)
+	}
+	if eff == nil || *eff.Memory.Limit != 192<<20 || *eff.CPU.Quota != 60000 || *eff.CPU.Shares != 614 {
+		t.Errorf("lower memory limit, effective: %+v", eff)
+	}
+	// Everything already as high: nothing to do.
+	if out, _ := raiseOnly(limits{memory: 256 << 20, quota: 80000, shares: 1024}, res); out != nil {
+		t.Errorf("higher limits: %+v", out)
+	}
+}

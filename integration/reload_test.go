@@ -164,7 +164,7 @@ func TestReloadHandlerTable(t *testing.T) {
 		return slices.Equal(got, []string{"", "runc", "runsc"}), strings.Join(got, ",")
 	})
 	runscPod, runscCfg := e.pod("on-runsc", "runsc")
-	runscCtr := e.run(runscPod, runscCfg, e.ctrConfig("sleeper", "sleep", "1000"))
+	runscCtr := e.run(runscPod, runscCfg, e.ctrConfig("sleeper", "sh", "-c", "echo from-runsc; exec sleep 1000"))
 	if out, _ := e.exec(runscCtr, "echo", "in gvisor"); out != "in gvisor" {
 		t.Errorf("exec in the runsc pod: %q", out)
 	}
@@ -269,6 +269,15 @@ func TestReloadHandlerTable(t *testing.T) {
 	if out, _ := e.exec(runscCtr, "echo", "after kill -9"); out != "after kill -9" {
 		t.Errorf("exec in the runsc pod after its handler was removed and a kill -9: %q", out)
 	}
+	if st, err := d.RS.ContainerStats(ctx, runscCtr); err != nil || st.GetCpu() == nil {
+		t.Errorf("stats of the runsc container after its handler was removed: %v %v", st, err)
+	}
+	if err := d.RS.ReopenContainerLog(ctx, runscCtr); err != nil {
+		t.Errorf("reopen the runsc container's log after its handler was removed: %v", err)
+	}
+	if lines := readCRILog(t, filepath.Join(runscCfg.LogDirectory, "sleeper.log")); len(lines) == 0 || lines[0][2] != "from-runsc" {
+		t.Errorf("the runsc container's log: %q", lines)
+	}
 	if err := d.RS.StopPodSandbox(ctx, runscPod); err != nil {
 		t.Fatalf("stop the runsc pod: %v", err)
 	}
@@ -293,4 +302,41 @@ func hashValue(sum []byte) float64 {
 		v = v<<8 | uint64(b)
 	}
 	return float64(v)
+}
+
+// Registries are reloaded too: a registry the daemon may not reach over plain HTTP
+// becomes pullable once the file lists it as insecure, without a restart; a broken
+// registry entry refuses the whole reload and the registries in force stay.
+func TestReloadRegistries(t *testing.T) {
+	reg := startRegistry(t, nil)
+	reg.Push(t, "test/busybox", "1", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
+	d := newDaemonWith(t, "")
+	ctx := ctxT(t)
+	ref := reg.Ref("test/busybox", "1")
+	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err == nil {
+		t.Fatal("pulled over plain HTTP from a registry not marked insecure")
+	}
+	base := readConfigFile(t, d)
+	writeConfigFile(t, d, base+insecureRegistries(reg.Addr))
+	if out, err := rtshimdReload(t, d); err != nil {
+		t.Fatalf("rtshimd reload: %v\n%s", err, out)
+	}
+	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+		t.Fatalf("pull after the registry was made insecure by a reload: %v", err)
+	}
+	// A registries.conf that does not exist: refused, and the registries in force stay.
+	writeConfigFile(t, d, strings.Replace(base+insecureRegistries(reg.Addr), "\n[image]\n", "\n[image]\nregistries_conf = \"/nonexistent/registries.conf\"\n", 1))
+	out, err := rtshimdReload(t, d)
+	if err == nil || !strings.Contains(out, "registries") {
+		t.Errorf("rtshimd reload with a missing registries_conf: %v\n%s", err, out)
+	}
+	if err := d.IS.RemoveImage(ctx, imgSpec(ref)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+		t.Errorf("pull after a refused reload: %v", err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(d.RunRoot, "registries.conf.d*")); len(leftovers) != 1 {
+		t.Errorf("registry drop-in dirs: %v, want the one in force", leftovers)
+	}
 }

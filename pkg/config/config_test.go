@@ -206,3 +206,21 @@ func TestParseFixesFromReview(t *testing.T) {
 		t.Errorf("ParseCPU(0.25) = %d, %v", v, err)
 	}
 }
+
+func TestRestartNeededAndHash(t *testing.T) {
+	row := "[handlers.runc]\nruntime_path = \"/usr/sbin/runc\"\n"
+	a, err := Parse("a.toml", []byte("default_handler = \"runc\"\nlog_level = \"info\"\n"+row))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("a.toml", []byte("default_handler = \"runc\"\nlog_level = \"debug\"\nsocket = \"/run/other.sock\"\n"+row+"[handlers.crun]\nruntime_path = \"/usr/bin/crun\"\n[metrics]\naddr = \"127.0.0.1:9\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RestartNeeded(a, b); strings.Join(got, ",") != "socket,metrics" {
+		t.Errorf("RestartNeeded = %q, want socket and metrics (handlers and log_level are reloaded)", got)
+	}
+	if a.Hash == b.Hash || len(a.Hash) != 64 {
+		t.Errorf("hashes %q %q", a.Hash, b.Hash)
+	}
+}

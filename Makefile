@@ -31,11 +31,15 @@ define apt_install
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 endef
 
+# Besides Debian's packages: a current runsc, pinned in hack/tools.sh, built from the Go
+# module proxy and installed at /usr/local/bin/runsc (the default config's runsc row).
 deps-run:
 	$(call apt_install,$(RUN_PKGS))
+	hack/tools.sh install-runsc >/dev/null
 
 deps-test:
 	$(call apt_install,$(TEST_PKGS))
+	hack/tools.sh install-runsc >/dev/null
 
 run: deps-run build
 	@mkdir -p /etc/rtshimd

@@ -4,6 +4,7 @@
 #   kubelet, kube-apiserver   k8s.io/kubernetes (static, version-stamped)
 #   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
 #   crictl, critest           sigs.k8s.io/cri-tools
+#   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -16,6 +17,9 @@ set -euo pipefail
 KUBE_VERSION=v1.37.2          # kubelet, kube-apiserver (staging modules: v0.37.2)
 ETCD_VERSION=v3.6.16          # the etcd line kube-apiserver 1.37 is tested with
 CRI_TOOLS_VERSION=v1.36.0     # newest cri-tools on the proxy; cri-api v0.36 (daemon: v0.37)
+# gVisor: the proxy's latest pseudo-version of gVisor's Go branch. The one place its version
+# is kept (the default config names the installed path, /usr/local/bin/runsc).
+GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
 
 TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
 BIN=$TOOLS/bin
@@ -107,13 +111,42 @@ build_critest() {
 	have critest "$CRI_TOOLS_VERSION"
 }
 
-[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd
+# runsc reports the version stamped here (a bare `go install` says VERSION_MISSING): the
+# gVisor release naming, from the pseudo-version's date, and the commit.
+build_runsc() {
+	have runsc "$GVISOR_VERSION" && return
+	local stamp date commit
+	date=$(sed -E 's/^v0\.0\.0-([0-9]{8}).*/\1/' <<<"$GVISOR_VERSION")
+	commit=${GVISOR_VERSION##*-}
+	stamp="release-$date.0-$commit"
+	log "building runsc $GVISOR_VERSION ($stamp; a minute or two)"
+	GOBIN=$TOOLS/src/runsc-$GVISOR_VERSION go install -trimpath \
+		-ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$stamp" "gvisor.dev/gvisor/runsc@$GVISOR_VERSION" >&2
+	mv "$TOOLS/src/runsc-$GVISOR_VERSION/runsc" "$BIN/runsc-$GVISOR_VERSION"
+	have runsc "$GVISOR_VERSION"
+}
+
+# install-runsc: the pinned runsc at /usr/local/bin/runsc, where the default config's runsc
+# row points (Debian's stays at /usr/bin/runsc). Replaced only when it differs: running
+# sandboxes keep the binary they started with either way.
+install_runsc() {
+	build_runsc
+	if ! cmp -s "$BIN/runsc-$GVISOR_VERSION" /usr/local/bin/runsc; then
+		install -m 0755 "$BIN/runsc-$GVISOR_VERSION" /usr/local/bin/runsc.new
+		mv /usr/local/bin/runsc.new /usr/local/bin/runsc
+		log "installed runsc $GVISOR_VERSION at /usr/local/bin/runsc"
+	fi
+}
+
+[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc
 for t in "$@"; do
 	case $t in
 	kubelet | kube-apiserver) build_kube "$t" ;;
 	etcd) build_etcd ;;
 	crictl) build_crictl ;;
 	critest) build_critest ;;
+	runsc) build_runsc ;;
+	install-runsc) install_runsc ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac
 done

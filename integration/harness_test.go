@@ -78,9 +78,9 @@ type Daemon struct {
 // kind: runc (oci), runsc (oci-sandbox) and containerd's runc shim (shim-v2).
 var suiteHandlers = []string{"runc", "runsc", "runc-shim"}
 
-// handlerTable is the table the tests run with: Debian's runc and runsc, containerd's
-// runc shim v2 (Debian's containerd package; its daemon is not used), plus a handler
-// whose binary is missing.
+// handlerTable is the table the tests run with: Debian's runc, the pinned current runsc
+// (hack/tools.sh) and Debian's 2022 runsc, containerd's runc shim v2 (Debian's containerd
+// package; its daemon is not used), plus a handler whose binary is missing.
 func handlerTable(run string) string {
 	return fmt.Sprintf(`
 default_handler = "runc"
@@ -98,13 +98,17 @@ host_ipc = true
 recursive_read_only_mounts = true
 
 [handlers.runsc]
-runtime_path = "/usr/bin/runsc"
+runtime_path = "/usr/local/bin/runsc"
 runtime_root = "%[1]s/runsc"
-runtime_args = ["--network=host"]
 runtime_type = "oci-sandbox"
 [handlers.runsc.overhead]
 memory = "64Mi"
 cpu = "100m"
+
+[handlers.runsc-debian]
+runtime_path = "/usr/bin/runsc"
+runtime_root = "%[1]s/runsc-debian"
+runtime_type = "oci-sandbox"
 
 [handlers.ghost]
 runtime_path = "/opt/rtshimd-test/no-such-runtime"

@@ -30,7 +30,7 @@ func runcRow(run string) string {
 }
 
 func runscRow(run, path string) string {
-	return fmt.Sprintf("\n[handlers.runsc]\nruntime_type = \"oci-sandbox\"\nruntime_path = %q\nruntime_root = \"%s/runsc\"\nruntime_args = [\"--network=host\"]\n", path, run)
+	return fmt.Sprintf("\n[handlers.runsc]\nruntime_type = \"oci-sandbox\"\nruntime_path = %q\nruntime_root = \"%s/runsc\"\n", path, run)
 }
 
 // reloadState is Status verbose's "reload".
@@ -154,7 +154,7 @@ func TestReloadHandlerTable(t *testing.T) {
 
 	// 1. runsc added to the file, then `rtshimd reload`: ready without a restart.
 	pid := d.cmd.Process.Pid
-	withRunsc := base + runscRow(d.RunRoot, "/usr/bin/runsc")
+	withRunsc := base + runscRow(d.RunRoot, "/usr/local/bin/runsc")
 	writeConfigFile(t, d, withRunsc)
 	if out, err := rtshimdReload(t, d); err != nil {
 		t.Fatalf("rtshimd reload: %v\n%s", err, out)

@@ -69,8 +69,8 @@ func TestMissingRuntimeBinary(t *testing.T) {
 	for _, h := range st.RuntimeHandlers {
 		names = append(names, h.Name)
 	}
-	if strings.Join(names, ",") != ",runc,runc-shim,runsc" {
-		t.Errorf("runtime_handlers = %q, want \",runc,runc-shim,runsc\"", names)
+	if strings.Join(names, ",") != ",runc,runc-shim,runsc,runsc-debian" {
+		t.Errorf("runtime_handlers = %q, want \",runc,runc-shim,runsc,runsc-debian\"", names)
 	}
 	// The verbose info has the whole table, the not-ready handler with its reason.
 	var table []struct {
@@ -196,7 +196,7 @@ func TestHandlerRefusesUnsupportedFeatures(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// runsc runs host-network pods (its sandbox uses the node's stack with --network=host).
+	// runsc runs host-network pods: the kind gives the sandbox --network=host (the node's stack).
 	t.Run("host-network-on-runsc", func(t *testing.T) {
 		cfg := podConfig("hostnet-runsc", runtimeapi.NamespaceMode_CONTAINER)
 		cfg.Linux.SecurityContext.NamespaceOptions.Network = runtimeapi.NamespaceMode_NODE
@@ -227,9 +227,14 @@ func TestRtshimdHandlersCommand(t *testing.T) {
 		t.Fatalf("rtshimd handlers: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
-		t.Fatalf("want a header with the kind and 4 rows, got:\n%s", out)
+	if len(lines) != 7 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
+		t.Fatalf("want a header with the kind, 5 rows and one discovery note, got:\n%s", out)
 	}
+	// Debian's 2022 runsc: host networking found by discovery, and said.
+	if note := lines[6]; !strings.HasPrefix(note, "runsc-debian: runs with --network=host:") || !strings.Contains(note, "root network namespace") {
+		t.Errorf("runsc-debian's discovery note: %q", note)
+	}
+	lines = lines[:6]
 	rows := map[string]string{}
 	for _, l := range lines[1:] {
 		rows[strings.Fields(l)[0]] = l

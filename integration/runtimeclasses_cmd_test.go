@@ -63,7 +63,7 @@ func TestRuntimeClassesCommand(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if strings.Join(names, ",") != "runc,runc-shim,runsc" {
-		t.Errorf("RuntimeClasses for %v, want the ready handlers runc,runc-shim,runsc", names)
+	if strings.Join(names, ",") != "runc,runc-shim,runsc,runsc-debian" {
+		t.Errorf("RuntimeClasses for %v, want the ready handlers runc,runc-shim,runsc,runsc-debian", names)
 	}
 }

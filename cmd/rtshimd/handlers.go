@@ -57,7 +57,21 @@ func handlersCmd(args []string) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, h.Type(), h.Runtime.Path, version, featureList(h), state)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// What discovery added to a row, and why.
+	for _, h := range table.List() {
+		if len(h.Args) == 0 {
+			continue
+		}
+		for _, n := range h.Notes {
+			if strings.HasPrefix(n, "network:") {
+				fmt.Printf("%s: runs with %s: %s\n", h.Name, strings.Join(h.Args, " "), strings.TrimPrefix(n, "network: "))
+			}
+		}
+	}
+	return nil
 }
 
 func featureList(h *handlers.Handler) string {

@@ -73,7 +73,7 @@ func TestDefault(t *testing.T) {
 	if c.DefaultHandler != "runc" {
 		t.Errorf("DefaultHandler = %q, want runc", c.DefaultHandler)
 	}
-	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runc-shim", "runsc"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runc-shim", "runsc", "runsc-debian"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("HandlerNames = %v, want %v", got, want)
 	}
 	if c.CgroupDriver != CgroupfsDriver || c.LogLevel != "info" || c.RunRoot != "/run/rtshimd" {
@@ -87,8 +87,11 @@ func TestDefault(t *testing.T) {
 	if runsc.RuntimeType != "oci-sandbox" {
 		t.Errorf("runsc runtime_type = %q, want oci-sandbox", runsc.RuntimeType)
 	}
-	if !reflect.DeepEqual(runsc.RuntimeArgs, []string{"--network=host"}) {
-		t.Errorf("runsc runtime_args = %q", runsc.RuntimeArgs)
+	if runsc.RuntimePath != "/usr/local/bin/runsc" || len(runsc.RuntimeArgs) != 0 {
+		t.Errorf("runsc = %q %q, want the pinned runsc with gVisor's netstack (no runtime_args)", runsc.RuntimePath, runsc.RuntimeArgs)
+	}
+	if deb := c.Handlers["runsc-debian"]; deb == nil || deb.RuntimePath != "/usr/bin/runsc" || len(deb.RuntimeArgs) != 0 {
+		t.Errorf("runsc-debian = %+v, want Debian's runsc with host networking left to discovery", deb)
 	}
 	want := Overhead{Memory: "64Mi", CPU: "100m", MemoryBytes: 64 << 20, MilliCPU: 100}
 	if runsc.Overhead != want {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 )
@@ -34,7 +35,7 @@ type Probe struct {
 
 // discoverAll discovers every row of t at once and returns the table with what each
 // found; t itself is not written.
-func discoverAll(ctx context.Context, t *Table, p Probe) *Table {
+func discoverAll(ctx context.Context, t *Table, p Probe, rts *Runtimes) *Table {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	out := t
@@ -42,7 +43,7 @@ func discoverAll(ctx context.Context, t *Table, p Probe) *Table {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d := discover(ctx, h, p)
+			d := discover(ctx, h, p, rts)
 			mu.Lock()
 			out = out.with(h.withDiscovery(d))
 			mu.Unlock()
@@ -56,6 +57,9 @@ func discoverAll(ctx context.Context, t *Table, p Probe) *Table {
 func (h *Handler) withDiscovery(d Discovery) *Handler {
 	n := *h
 	n.Discovery = d
+	if d.runtime != nil {
+		n.Runtime, n.Kind = d.runtime, d.kind
+	}
 	log := logrus.WithFields(logrus.Fields{"handler": h.Name, "version": d.Version, "ready": d.Ready})
 	if d.Ready {
 		log.WithField("features", fmt.Sprintf("%+v", d.Features)).Info("handler ready")
@@ -67,7 +71,7 @@ func (h *Handler) withDiscovery(d Discovery) *Handler {
 
 // discover finds out a handler's version, its features and whether it can run a
 // container on this node at all (by running the pause program once).
-func discover(ctx context.Context, h *Handler, p Probe) (d Discovery) {
+func discover(ctx context.Context, h *Handler, p Probe, rts *Runtimes) (d Discovery) {
 	fi, err := os.Stat(h.Runtime.Path)
 	if err != nil {
 		d.Reason = fmt.Sprintf("runtime_path %s: not installed (%v)", h.Runtime.Path, unwrapPathErr(err))
@@ -105,11 +109,25 @@ func discover(ctx context.Context, h *Handler, p Probe) (d Discovery) {
 	}
 
 	start := time.Now()
-	if err := h.probe(ctx, p); err != nil {
+	res, err := h.probe(ctx, p)
+	if err != nil {
 		d.Reason = "probe container failed: " + err.Error()
 		return d
 	}
 	d.Notes = append(d.Notes, fmt.Sprintf("probe: ran a container in %v", time.Since(start).Round(time.Millisecond)))
+	if len(res.Args) > 0 {
+		// The runtime needs flags the row does not give: the handler's pods run with them
+		// (and keep them in their records).
+		row := *h.Runtime
+		row.Args = append(slices.Clone(h.Runtime.Args), res.Args...)
+		k, err := rts.For(h.Type(), &row)
+		if err != nil {
+			d.Reason = err.Error()
+			return d
+		}
+		d.runtime, d.kind, d.Args = &row, k, res.Args
+		d.Notes = append(d.Notes, res.Note)
+	}
 	d.Ready = true
 	return d
 }
@@ -131,7 +149,7 @@ func applyDeclared(f *Features, d config.Declared, notes *[]string) {
 // probe runs the pause program once (it exits at once) as a pod's sandbox container:
 // the one check that catches every reason a runtime cannot work on this node (crun on
 // hybrid cgroups, a VM runtime without /dev/kvm, a runtime built for another kernel).
-func (h *Handler) probe(ctx context.Context, p Probe) error {
+func (h *Handler) probe(ctx context.Context, p Probe) (kind.ProbeResult, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := "rtshimd-probe-" + h.Name + "-" + hex.EncodeToString(b[:])
@@ -154,7 +172,7 @@ func (h *Handler) probe(ctx context.Context, p Probe) error {
 		},
 	})
 	if err := oci.WriteBundle(bundle, spec); err != nil {
-		return err
+		return kind.ProbeResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()

@@ -33,6 +33,11 @@ type Discovery struct {
 	Reason   string   `json:"reason,omitempty"` // why not ready
 	// Notes say where each feature came from (discovered, declared, probe timing).
 	Notes []string `json:"notes,omitempty"`
+	// Args are global flags the probe found the runtime needs here (an old runsc's
+	// --network=host), added to the row's; runtime and kind are the row's with them.
+	Args    []string `json:"discovered_args,omitempty"`
+	runtime *oci.Runtime
+	kind    kind.Runtime
 }
 
 // Handler is one row of a table: the row as configured, the runtime it makes, and what

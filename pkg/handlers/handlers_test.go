@@ -104,7 +104,7 @@ func TestLookup(t *testing.T) {
 	_, err := tb.Lookup("gvisor")
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Lookup(unknown) = %v, want ErrNotFound", err)
-	} else if !strings.Contains(err.Error(), `"gvisor"`) || !strings.Contains(err.Error(), "crun, kata, runc, runc-shim, runsc") {
+	} else if !strings.Contains(err.Error(), `"gvisor"`) || !strings.Contains(err.Error(), "crun, kata, runc, runc-shim, runsc, runsc-debian") {
 		t.Errorf("Lookup(unknown) = %q, want it to name the handler and the configured ones", err)
 	}
 
@@ -133,12 +133,12 @@ func TestNew(t *testing.T) {
 			t.Errorf("%s: runtime %+v", h.Name, h.Runtime)
 		}
 	}
-	if got := strings.Join(names, ","); got != "crun,kata,runc,runc-shim,runsc" {
-		t.Errorf("List = %s, want sorted crun,kata,runc,runc-shim,runsc", got)
+	if got := strings.Join(names, ","); got != "crun,kata,runc,runc-shim,runsc,runsc-debian" {
+		t.Errorf("List = %s, want sorted crun,kata,runc,runc-shim,runsc,runsc-debian", got)
 	}
 	h := tb.byName["runsc"]
-	if h.Type() != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
-		len(h.Runtime.Args) != 1 || h.Runtime.Args[0] != "--network=host" || h.Config.Overhead.MilliCPU != 100 {
+	if h.Type() != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/local/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
+		len(h.Runtime.Args) != 0 || h.Config.Overhead.MilliCPU != 100 {
 		t.Errorf("runsc = %+v runtime %+v", h, h.Runtime)
 	}
 	// Before discovery even the default handler cannot run pods.

@@ -33,7 +33,7 @@ func Discover(ctx context.Context, cfg *config.Config, rts *Runtimes, p Probe) (
 	if err != nil {
 		return nil, err
 	}
-	return discoverAll(ctx, t, p), nil
+	return discoverAll(ctx, t, p, rts), nil
 }
 
 // NewLive serves t (already discovered); rows a later reload adds or changes are probed
@@ -86,7 +86,7 @@ func (l *Live) Prepare(cfg *config.Config) (*Next, error) {
 		switch {
 		case !ok:
 			n.change.Added = append(n.change.Added, name)
-		case !reflect.DeepEqual(prev.Config, h.Config) || !reflect.DeepEqual(prev.Runtime, h.Runtime):
+		case !reflect.DeepEqual(prev.Config, h.Config):
 			n.change.Changed = append(n.change.Changed, name)
 		case prev.Ready:
 			fresh.byName[name] = prev
@@ -118,7 +118,7 @@ func (l *Live) Publish(n *Next) {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			d := discover(l.ctx, h, l.probe)
+			d := discover(l.ctx, h, l.probe, l.rts)
 			if l.ctx.Err() != nil {
 				return
 			}

@@ -11,6 +11,7 @@ package kind
 import (
 	"context"
 	"io"
+	"net"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
@@ -79,6 +80,8 @@ type Task struct {
 	// Stdin keeps a stdin for attach clients; StdinOnce closes it after the first
 	// client's stdin ends; Terminal gives the task a terminal.
 	Stdin, StdinOnce, Terminal bool
+	// HostNetwork: the pod uses the node's network namespace (hostNetwork).
+	HostNetwork bool
 }
 
 // Created is a created task's processes.
@@ -170,6 +173,24 @@ type Runtime interface {
 	// Features is what the runtime says it supports (an error if it cannot say).
 	Features(ctx context.Context) (*features.Features, error)
 	// Probe runs the sandbox container whose bundle is in dir once, to the end, and
-	// removes it: the check that the runtime can run anything on this node.
-	Probe(ctx context.Context, id, dir string) error
+	// removes it: the check that the runtime can run anything on this node, and what it
+	// needs to (ProbeResult).
+	Probe(ctx context.Context, id, dir string) (ProbeResult, error)
+}
+
+// PortDialer is a kind whose pods can have a network stack of their own, out of the
+// host kernel's reach (gVisor's netstack): it connects to a port on the pod's localhost
+// itself. ok is false where the pod uses the host kernel's stack in its namespace, which
+// the caller dials.
+type PortDialer interface {
+	DialPort(ctx context.Context, t Task, port int32) (c net.Conn, ok bool, err error)
+}
+
+// ProbeResult is what a probe found beyond "it runs".
+type ProbeResult struct {
+	// Args are global flags the runtime needs on this node, added to the row's: the
+	// handler's pods run with them.
+	Args []string
+	// Note says why, for `rtshimd handlers` and Status.
+	Note string
 }

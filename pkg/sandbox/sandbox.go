@@ -119,7 +119,7 @@ func (s *Sandbox) KindRuntime() kind.Runtime { return s.rt }
 
 // Task is the sandbox container as its runtime knows it.
 func (s *Sandbox) Task() kind.Task {
-	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.InfraDir(), PodDir: s.InfraDir()}
+	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.InfraDir(), PodDir: s.InfraDir(), HostNetwork: s.NetNS == ""}
 }
 
 func (s *Sandbox) infraExited(e kind.Exit) {

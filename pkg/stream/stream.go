@@ -23,6 +23,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -149,8 +150,9 @@ func (r *runtimeAdapter) Attach(ctx context.Context, id string, in io.Reader, ou
 	return r.ctrs.Attach(ctx, id, in, o, e, sizes(ctx, resize))
 }
 
-// PortForward connects the stream to port on the pod's localhost, from inside the pod's
-// network namespace (runsc pods share it through --network=host).
+// PortForward connects the stream to port on the pod's localhost: through the kind where
+// the pod has a network stack of its own (gVisor's netstack), else from inside the pod's
+// network namespace.
 func (r *runtimeAdapter) PortForward(ctx context.Context, podID string, port int32, stream io.ReadWriteCloser) error {
 	defer stream.Close()
 	sb, err := r.sandboxes.Get(podID)
@@ -160,7 +162,14 @@ func (r *runtimeAdapter) PortForward(ctx context.Context, podID string, port int
 	if port <= 0 || port > 65535 {
 		return fmt.Errorf("port %d is not a TCP port: %w", port, errdefs.ErrInvalidArgument)
 	}
-	conn, err := dialIn(sb.NetNS, fmt.Sprintf("127.0.0.1:%d", port))
+	var conn net.Conn
+	ok := false
+	if d, is := sb.KindRuntime().(kind.PortDialer); is {
+		conn, ok, err = d.DialPort(ctx, sb.Task(), port)
+	}
+	if !ok && err == nil {
+		conn, err = dialIn(sb.NetNS, fmt.Sprintf("127.0.0.1:%d", port))
+	}
 	if err != nil {
 		return fmt.Errorf("port-forward to pod %s port %d: %w", sb.ID, port, err)
 	}
@@ -169,7 +178,9 @@ func (r *runtimeAdapter) PortForward(ctx context.Context, podID string, port int
 	replied := make(chan struct{})
 	go func() { _, _ = io.Copy(stream, conn); close(replied) }()
 	_, _ = io.Copy(conn, stream)
-	_ = conn.(*net.TCPConn).CloseWrite()
+	if hc, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	}
 	select {
 	case <-replied:
 	case <-ctx.Done():

@@ -8,14 +8,17 @@
 package ocicli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,8 +110,14 @@ func (r *Runtime) AdjustSpec(spec *specs.Spec) {
 
 // Create runs the runtime's create under a new monitor.
 func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error) {
+	args := r.rt.GlobalArgs()
+	if r.sandboxed && t.Sandbox && t.HostNetwork && !hasNetworkArg(r.rt.Args) {
+		// A hostNetwork pod's sandbox uses the node's stack: runsc's own netstack would
+		// start in a namespace of its own, not the node's.
+		args = append(args, hostNetworkArg)
+	}
 	p, err := monitor.Start(ctx, r.opts.MonitorPath, monitor.Config{
-		ID: t.ID, Dir: t.Dir, Runtime: r.rt.Path, RuntimeArgs: r.rt.GlobalArgs(), Bundle: t.Dir,
+		ID: t.ID, Dir: t.Dir, Runtime: r.rt.Path, RuntimeArgs: args, Bundle: t.Dir,
 		LogPath: t.LogPath,
 		// A sandbox runtime's containers are not host processes the monitor can wait for.
 		WaitWithRuntime: r.sandboxed && !t.Sandbox,
@@ -180,6 +189,9 @@ func (r *Runtime) Delete(ctx context.Context, t kind.Task) error {
 	if err := r.rt.Delete(ctx, t.ID, true); err != nil {
 		return err
 	}
+	if r.sandboxed && t.Sandbox {
+		r.releaseNullNetNS()
+	}
 	if monitor.Alive(t.Dir) {
 		_ = monitor.Command(ctx, t.Dir, monitor.CmdExit)
 		wctx, cancel := context.WithTimeout(ctx, killWait)
@@ -233,13 +245,75 @@ func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
 	return r.rt.Features(ctx)
 }
 
-// Probe runs the bundle with the runtime's run (create, start, wait) and deletes it.
-func (r *Runtime) Probe(ctx context.Context, id, dir string) error {
-	err := r.rt.Run(ctx, id, dir)
+// rootNetNSRefusal is what runsc builds from before 2023 say of every network namespace on
+// kernels that show net.core.dev_weight in all of them (5.x and later): they take it for
+// the root one and refuse to run their own netstack there.
+const rootNetNSRefusal = "cannot run with network enabled in root network namespace"
+
+// hostNetworkArg runs a sandbox runtime's pods on the host kernel's network stack, inside
+// the pod's network namespace.
+const hostNetworkArg = "--network=host"
+
+// Probe runs the bundle with the runtime's run (create, start, wait) and deletes it. A
+// sandbox runtime that refuses its own netstack in the probe's network namespace (an old
+// runsc) is tried again with host networking; if that runs, the handler gets it.
+func (r *Runtime) Probe(ctx context.Context, id, dir string) (kind.ProbeResult, error) {
+	err := probeWith(ctx, r.rt, id, dir)
+	if err == nil || !r.sandboxed || !strings.Contains(err.Error(), rootNetNSRefusal) || hasNetworkArg(r.rt.Args) {
+		return kind.ProbeResult{}, err
+	}
+	host := *r.rt
+	host.Args = append(slices.Clone(r.rt.Args), hostNetworkArg)
+	if herr := probeWith(ctx, &host, id, dir); herr != nil {
+		return kind.ProbeResult{}, err
+	}
+	return kind.ProbeResult{
+		Args: []string{hostNetworkArg},
+		Note: "network: this runsc build takes the pod's network namespace for the root one (\"" + rootNetNSRefusal +
+			"\"; an old build on a new kernel), so its pods run with " + hostNetworkArg +
+			": the host kernel's network stack inside the pod's namespace, not gVisor's netstack",
+	}, nil
+}
+
+func hasNetworkArg(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--network") })
+}
+
+func probeWith(ctx context.Context, rt *oci.Runtime, id, dir string) error {
+	err := rt.Run(ctx, id, dir)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
 	defer cancel()
-	_ = r.rt.Delete(dctx, id, true)
+	_ = rt.Delete(dctx, id, true)
+	releaseNullNetNS(rt.Root)
 	return err
+}
+
+// nullNetNS is the file under its root where runsc (2024 and later) pins an empty network
+// namespace for its gofers to share, a bind mount it never removes.
+const nullNetNS = "null-netns"
+
+// releaseNullNetNS unmounts runsc's shared null network namespace once the last sandbox
+// of the root is gone, so that nothing of the handler stays mounted. A sandbox starting
+// meanwhile either holds the namespace open already or makes and pins a new one.
+func (r *Runtime) releaseNullNetNS() { releaseNullNetNS(r.rt.Root) }
+
+func releaseNullNetNS(root string) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Name() != nullNetNS {
+			return // another sandbox's state: it may still start gofers
+		}
+	}
+	path := filepath.Join(root, nullNetNS)
+	// Concurrent cold starts may have stacked several mounts there.
+	for unix.Unmount(path, unix.MNT_DETACH) == nil {
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		logrus.WithError(err).WithField("path", path).Warn("remove runsc's null network namespace")
+	}
 }
 
 // Exec runs the runtime's exec in the foreground: with a terminal, on a pseudo-terminal of
@@ -408,4 +482,63 @@ func openPTY() (master, slave *os.File, err error) {
 		return nil, nil, err
 	}
 	return master, slave, nil
+}
+
+var _ kind.PortDialer = (*Runtime)(nil)
+
+// DialPort connects to port on the localhost of a sandbox runtime's pod that runs its own
+// network stack (runsc without --network=host): the host kernel cannot reach it, so the
+// runtime hands the sandbox one end of a Unix socket connection (`runsc port-forward
+// --stream`) and the sandbox connects it to the port.
+func (r *Runtime) DialPort(ctx context.Context, t kind.Task, port int32) (net.Conn, bool, error) {
+	if !r.sandboxed || t.HostNetwork || hasNetworkArg(r.rt.Args) {
+		return nil, false, nil
+	}
+	// A short path: Unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "rtshimd-pf-")
+	if err != nil {
+		return nil, true, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "s")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, true, err
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	args := append(r.rt.GlobalArgs(), "port-forward", "--stream", path, t.ID, strconv.Itoa(int(port)))
+	cmd := exec.CommandContext(ctx, r.rt.Path, args...)
+	cmd.WaitDelay = time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, true, fmt.Errorf("handler %q: port-forward: %w", r.rt.Handler, err)
+	}
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- accepted{c, err}
+	}()
+	// The runtime connects to the socket, hands its end to the sandbox and exits; the
+	// sandbox then connects it to the port.
+	werr := cmd.Wait()
+	if werr != nil {
+		l.Close()
+		if a := <-ch; a.c != nil {
+			a.c.Close()
+		}
+		return nil, true, fmt.Errorf("handler %q: port-forward to %s port %d: %w: %s", r.rt.Handler, t.ID, port, werr, strings.TrimSpace(out.String()))
+	}
+	select {
+	case a := <-ch:
+		return a.c, true, a.err
+	case <-ctx.Done():
+		return nil, true, fmt.Errorf("handler %q: port-forward to %s port %d: %w", r.rt.Handler, t.ID, port, ctx.Err())
+	}
 }

@@ -476,7 +476,7 @@ func (r *Runtime) Features(context.Context) (*features.Features, error) {
 
 // Probe runs the bundle as a pod's sandbox container under a shim of its own, to the
 // end, and leaves nothing of it.
-func (r *Runtime) Probe(ctx context.Context, id, dir string) error {
+func (r *Runtime) Probe(ctx context.Context, id, dir string) (kind.ProbeResult, error) {
 	t := kind.Task{ID: id, PodID: id, Sandbox: true, Dir: dir, PodDir: dir}
 	err := func() error {
 		if _, err := r.Create(ctx, t); err != nil {
@@ -501,7 +501,7 @@ func (r *Runtime) Probe(ctx context.Context, id, dir string) error {
 	if derr := r.Delete(dctx, t); derr != nil && err == nil {
 		err = derr
 	}
-	return err
+	return kind.ProbeResult{}, err
 }
 
 // shimLogTail is the end of the shim's own log, for error messages.

@@ -100,6 +100,7 @@ recursive_read_only_mounts = true
 [handlers.runsc]
 runtime_path = "/usr/local/bin/runsc"
 runtime_root = "%[1]s/runsc"
+runtime_args = ["--oci-seccomp"]
 runtime_type = "oci-sandbox"
 [handlers.runsc.overhead]
 memory = "64Mi"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,11 +118,25 @@ func TestPodNetwork(t *testing.T) {
 	if !strings.HasPrefix(ip, strings.TrimSuffix(n.subnet, "0/24")) {
 		t.Fatalf("pod IP %q not from the CNI subnet %s", ip, n.subnet)
 	}
-	for _, handler := range suiteHandlers {
+	var clientIPs []string
+	for _, handler := range append(slices.Clone(suiteHandlers), "runsc-debian") {
 		clientPod, clientCfg := e.pod("net-client-"+handler, handler)
 		client := e.run(clientPod, clientCfg, e.ctrConfig("client", "sleep", "1000"))
-		if cip := podIP(t, e.d, clientPod); cip == "" || cip == ip {
+		cip := podIP(t, e.d, clientPod)
+		if cip == "" || cip == ip {
 			t.Errorf("%s client pod IP %q", handler, cip)
+		}
+		clientIPs = append(clientIPs, cip)
+		// Whose network stack answers for the pod's address: gVisor's own (the current
+		// runsc takes the address off the host kernel's interface), or the host kernel's
+		// in the pod's namespace (runc, and Debian's runsc run with --network=host).
+		st, err := e.d.RS.PodSandboxStatus(ctxT(t), clientPod, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, _ := exec.Command("nsenter", "--net="+decodeInfo(t, st.Info).Metadata.NetNS, "ip", "-o", "addr", "show", "eth0").Output()
+		if hostStack := strings.Contains(string(addrs), "inet "+cip+"/"); hostStack == (handler == "runsc") {
+			t.Errorf("%s: the host kernel's eth0 in the pod's namespace has the pod address: %v, want %v (%s)", handler, hostStack, handler != "runsc", addrs)
 		}
 		var out string
 		waitFor(t, 20*time.Second, handler+" pod to reach the server pod by IP", func() (bool, string) {
@@ -141,6 +156,13 @@ func TestPodNetwork(t *testing.T) {
 	}
 	if got := n.allocations(); len(got) != 1 || got[0] != ip {
 		t.Errorf("IP allocations after the clients left: %v, want only the server's %s", got, ip)
+	}
+	// CNI DEL undid everything, the bridge's masquerade rules of gVisor's pods included.
+	rules, _ := exec.Command("iptables-save", "-t", "nat").Output()
+	for _, cip := range clientIPs {
+		if strings.Contains(string(rules), cip+"/") {
+			t.Errorf("iptables rules of the removed pod %s left", cip)
+		}
 	}
 
 	// hostPort: a pod's port reachable on the node through portmap.

@@ -32,7 +32,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 OUT=${CONFORMANCE_OUT:-/tmp/rtshimd-conformance}
-HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc runc-shim}
+HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc runsc-debian runc-shim}
 # Specs run in this many ginkgo processes (Serial specs, the image ones, run alone at the
 # end). Measured on 2 cores: see conformance/expected/README.md.
 PARALLEL=${CONFORMANCE_PARALLEL:-4}
@@ -54,6 +54,8 @@ die() { log "ERROR: $*"; exit 1; }
 
 # --- 0. Debian packages --------------------------------------------------------------------
 pkgs="docker-registry runc runsc containerd containernetworking-plugins iptables iproute2 jq"
+# The current runsc the runsc row names (pinned in hack/tools.sh).
+hack/tools.sh install-runsc >/dev/null || die "building the pinned runsc failed"
 missing=""
 for p in $pkgs; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -140,10 +142,11 @@ cleanup() {
 		kill -KILL $pids 2>/dev/null
 		sleep 0.5
 	fi
-	for h in runc runsc; do
+	for h in runc runsc runsc-debian; do
 		[ -d "$W/run/$h" ] || continue
 		bin=/usr/sbin/runc
-		[ $h = runsc ] && bin="/usr/bin/runsc --network=host"
+		[ $h = runsc ] && bin=/usr/local/bin/runsc
+		[ $h = runsc-debian ] && bin="/usr/bin/runsc --network=host"
 		ids=$($bin --root "$W/run/$h" list -q 2>/dev/null)
 		if [ -n "$ids" ]; then
 			leak "$h still knows containers: $(echo $ids)"
@@ -275,8 +278,12 @@ default_handler = "runc"
 runtime_path = "/usr/sbin/runc"
 
 [handlers.runsc]
+runtime_path = "/usr/local/bin/runsc"
+runtime_args = ["--oci-seccomp"]
+runtime_type = "oci-sandbox"
+
+[handlers.runsc-debian]
 runtime_path = "/usr/bin/runsc"
-runtime_args = ["--network=host"]
 runtime_type = "oci-sandbox"
 
 [handlers.runc-shim]

@@ -6,6 +6,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,8 +15,11 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 )
@@ -300,8 +304,54 @@ func (m *Manager) Teardown(ctx context.Context, dir, name string, p Pod) error {
 		}
 		list = n.List
 	}
+	if rt.NetNS != "" {
+		if res, err := m.cni.GetNetworkListCachedResult(list, rt); err == nil && res != nil {
+			if err := restoreAddresses(rt.NetNS, res); err != nil {
+				logrus.WithError(err).WithField("sandbox", p.SandboxID).Warn("restore the pod's addresses before CNI DEL")
+			}
+		}
+	}
 	if err := m.cni.DelNetworkList(ctx, list, rt); err != nil {
 		return fmt.Errorf("CNI network %q: DEL: %w", list.Name, err)
+	}
+	return nil
+}
+
+// restoreAddresses puts back, in the pod's namespace, the addresses ADD gave its
+// interfaces. A runtime with a network stack of its own takes them off the host kernel's
+// interface (gVisor's netstack answers for them instead), and plugins undo some of their
+// work from the addresses they find: the bridge plugin's masquerade rules would stay.
+func restoreAddresses(netnsPath string, result types.Result) error {
+	r, err := current.NewResultFromResult(result)
+	if err != nil {
+		return err
+	}
+	ns, err := netns.GetFromPath(netnsPath)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for _, ipc := range r.IPs {
+		if ipc.Interface == nil || *ipc.Interface < 0 || *ipc.Interface >= len(r.Interfaces) {
+			continue
+		}
+		iface := r.Interfaces[*ipc.Interface]
+		if iface.Sandbox == "" {
+			continue // the host side of a veth
+		}
+		link, err := h.LinkByName(iface.Name)
+		if err != nil {
+			continue // gone with the namespace's interfaces: nothing to restore
+		}
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ipc.Address.IP, Mask: ipc.Address.Mask}}
+		if err := h.AddrReplace(link, addr); err != nil {
+			return fmt.Errorf("%s %s: %w", iface.Name, addr.IPNet, err)
+		}
 	}
 	return nil
 }

@@ -153,6 +153,44 @@ func (r *Runtime) State(ctx context.Context, id string) (*specs.State, error) {
 	return &st, nil
 }
 
+// EventStats is one reading of `<runtime> events --stats` (runc's and runsc's format; the
+// fields rtshimd reads).
+type EventStats struct {
+	CPU struct {
+		Usage struct {
+			Total uint64 `json:"total"` // ns
+		} `json:"usage"`
+	} `json:"cpu"`
+	Memory struct {
+		Usage struct {
+			Limit uint64 `json:"limit"`
+			Usage uint64 `json:"usage"`
+		} `json:"usage"`
+		Cache uint64            `json:"cache"`
+		Raw   map[string]uint64 `json:"raw"`
+	} `json:"memory"`
+	Pids struct {
+		Current uint64 `json:"current"`
+	} `json:"pids"`
+}
+
+// Stats runs `<runtime> events --stats` for one reading of the container's usage: the
+// only source for a sandbox runtime's containers, whose processes live in its sandbox.
+func (r *Runtime) Stats(ctx context.Context, id string) (*EventStats, error) {
+	out, err := r.run(ctx, "events", id, "events", "--stats", id)
+	if err != nil {
+		return nil, err
+	}
+	var ev struct {
+		Type string     `json:"type"`
+		Data EventStats `json:"data"`
+	}
+	if err := json.Unmarshal(out, &ev); err != nil || ev.Type != "stats" {
+		return nil, &Error{Handler: r.Handler, Op: "events", ID: id, Text: fmt.Sprintf("unreadable stats %q: %v", out, err)}
+	}
+	return &ev.Data, nil
+}
+
 // WaitStopped polls the runtime until the container no longer runs (or ctx ends): for
 // containers whose monitor is gone, so nothing else reports their end.
 func (r *Runtime) WaitStopped(ctx context.Context, id string) {

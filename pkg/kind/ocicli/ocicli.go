@@ -228,8 +228,33 @@ func (r *Runtime) Update(ctx context.Context, t kind.Task, res *specs.LinuxResou
 	return r.rt.Update(ctx, t.ID, f)
 }
 
-// Stats reads the task's cgroup directly, without forking.
-func (r *Runtime) Stats(_ context.Context, t kind.Task, cgroupsPath string) (cgstats.Stats, error) {
+// sandboxStatsTimeout bounds one `runsc events --stats`: it is on kubelet's stats path.
+const sandboxStatsTimeout = 2 * time.Second
+
+// Stats reads the task's cgroup directly, without forking. A sandbox runtime's container
+// has no host processes (they live in the sandbox, whose cgroup holds the whole pod):
+// the runtime reports its usage (`runsc events --stats`).
+func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (cgstats.Stats, error) {
+	if r.sandboxed && !t.Sandbox {
+		ctx, cancel := context.WithTimeout(ctx, sandboxStatsTimeout)
+		defer cancel()
+		ev, err := r.rt.Stats(ctx, t.ID)
+		if err != nil {
+			return cgstats.Stats{}, err
+		}
+		ws := ev.Memory.Usage.Usage
+		if inactive := ev.Memory.Raw["total_inactive_file"]; inactive < ws {
+			ws -= inactive
+		}
+		return cgstats.Stats{
+			CPUUsageNanos: ev.CPU.Usage.Total,
+			MemoryUsage:   ev.Memory.Usage.Usage,
+			MemoryLimit:   ev.Memory.Usage.Limit,
+			WorkingSet:    ws,
+			RSS:           ev.Memory.Raw["total_rss"],
+			Processes:     ev.Pids.Current,
+		}, nil
+	}
 	if !r.opts.Cgroupfs {
 		return cgstats.Stats{}, fmt.Errorf("stats of %s: cgroup paths of the systemd driver are not read yet", t.ID)
 	}

@@ -363,6 +363,24 @@ func TestExecSync(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "5") {
 				t.Errorf("exit code 5 not reported: %v", err)
 			}
+			// Output byte for byte: a short one, a file, a pipeline that ends early (on
+			// gVisor these once came back empty, or with "Segmentation fault").
+			for _, c := range []struct {
+				cmd  []string
+				want string
+			}{
+				{[]string{"echo", "hello"}, "hello\n"},
+				{[]string{"sh", "-c", "seq 1 100000 | head -n 3"}, "1\n2\n3\n"},
+				{[]string{"sh", "-c", "printf 'a\\0b\\r\\n\\tc'"}, "a\x00b\r\n\tc"},
+			} {
+				stdout, stderr, err := e.d.RS.ExecSync(ctx, id, c.cmd, 20*time.Second)
+				if err != nil || string(stdout) != c.want || len(stderr) != 0 {
+					t.Errorf("exec %q: stdout %q stderr %q err %v, want %q", c.cmd, stdout, stderr, err, c.want)
+				}
+			}
+			if stdout, _, err := e.d.RS.ExecSync(ctx, id, []string{"cat", "/proc/version"}, 20*time.Second); err != nil || !strings.HasPrefix(string(stdout), "Linux version") {
+				t.Errorf("exec cat /proc/version: %q %v", stdout, err)
+			}
 			// A big output comes back whole (below kubelet's 16 MiB cap).
 			stdout, _, err = e.d.RS.ExecSync(ctx, id, []string{"sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x"}, 30*time.Second)
 			if err != nil || len(stdout) != 3000000 {

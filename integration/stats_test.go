@@ -133,8 +133,8 @@ func TestRunscContainerStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := is.GetCpu().GetUsageCoreNanoSeconds().GetValue(); got == 0 || got > uint64(time.Second)/2 {
-		t.Errorf("runsc idle container CPU usage %v, want its own (a little), not the pod's", time.Duration(got))
+	if got, hog := is.GetCpu().GetUsageCoreNanoSeconds().GetValue(), hs.GetCpu().GetUsageCoreNanoSeconds().GetValue(); got > hog/4 {
+		t.Errorf("runsc idle container CPU usage %v next to the hog's %v, want its own (little or none), not the pod's", time.Duration(got), time.Duration(hog))
 	}
 	if ws := is.GetMemory().GetWorkingSetBytes().GetValue(); ws == 0 {
 		t.Errorf("runsc idle container working set %d bytes, want gVisor's reading", ws)

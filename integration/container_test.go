@@ -669,3 +669,30 @@ func TestPodServesPrivilegedPort(t *testing.T) {
 		})
 	}
 }
+
+// Masked and read-only paths outside /proc and /sys hold on every handler: gVisor ignores
+// linux.maskedPaths and linux.readonlyPaths, so for runsc the kind turns them into mounts.
+func TestMaskedAndReadonlyPaths(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			ctx := ctxT(t)
+			podID, pod := e.pod("paths-"+handler, handler)
+			cfg := e.ctrConfig("paths", "sleep", "1000")
+			cfg.Linux.SecurityContext.ReadonlyPaths = []string{"/tmp"}
+			cfg.Linux.SecurityContext.MaskedPaths = []string{"/etc/passwd"}
+			id := e.run(podID, pod, cfg)
+			_, stderr, err := e.d.RS.ExecSync(ctx, id, []string{"touch", "/tmp/x"}, 20*time.Second)
+			if err == nil || !strings.Contains(string(stderr), "Read-only file system") {
+				t.Errorf("touch in a read-only path: %v %q", err, stderr)
+			}
+			if out, stderr, err := e.d.RS.ExecSync(ctx, id, []string{"cat", "/etc/passwd"}, 20*time.Second); err != nil || len(out) != 0 {
+				t.Errorf("a masked file reads %q (%q, %v), want nothing", out, stderr, err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -27,6 +27,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -106,6 +107,50 @@ func (r *Runtime) AdjustSpec(spec *specs.Spec) {
 		ns = append(ns, n)
 	}
 	spec.Linux.Namespaces = ns
+	spec.Mounts = append(spec.Mounts, pathMounts(spec)...)
+}
+
+// pathMounts turns the container's masked and read-only paths into mounts, for gVisor,
+// which ignores linux.maskedPaths and linux.readonlyPaths: a read-only path is its own
+// directory bound read-only, a masked directory an empty read-only tmpfs, a masked file
+// /dev/null bound read-only (as runc masks it). Paths under /proc and /sys are left to
+// gVisor: its procfs and sysfs are its own and show no host state. Paths are resolved
+// inside the rootfs (a symlink cannot lead out of it); one that is not there is skipped.
+func pathMounts(spec *specs.Spec) []specs.Mount {
+	if spec.Root == nil || !filepath.IsAbs(spec.Root.Path) {
+		return nil
+	}
+	rootfs := spec.Root.Path
+	own := func(p string) bool {
+		p = filepath.Clean("/" + p)
+		return !(p == "/proc" || p == "/sys" || strings.HasPrefix(p, "/proc/") || strings.HasPrefix(p, "/sys/"))
+	}
+	var out []specs.Mount
+	for _, p := range spec.Linux.ReadonlyPaths {
+		if !own(p) {
+			continue
+		}
+		host, err := securejoin.SecureJoin(rootfs, p)
+		if fi, serr := os.Stat(host); err != nil || serr != nil || !fi.IsDir() {
+			continue
+		}
+		out = append(out, specs.Mount{Destination: p, Type: "bind", Source: host, Options: []string{"rbind", "ro"}})
+	}
+	for _, p := range spec.Linux.MaskedPaths {
+		if !own(p) {
+			continue
+		}
+		host, err := securejoin.SecureJoin(rootfs, p)
+		fi, serr := os.Stat(host)
+		switch {
+		case err != nil || serr != nil:
+		case fi.IsDir():
+			out = append(out, specs.Mount{Destination: p, Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "nosuid", "nodev", "noexec"}})
+		default:
+			out = append(out, specs.Mount{Destination: p, Type: "bind", Source: "/dev/null", Options: []string{"bind", "ro"}})
+		}
+	}
+	return out
 }
 
 // Create runs the runtime's create under a new monitor.

@@ -49,6 +49,8 @@ run: deps-run build
 	./$(BIN)/rtshimd --config /etc/rtshimd/config.toml
 
 vet:
+	@unformatted=$$(gofmt -l cmd pkg integration hack configs 2>/dev/null); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration,$(BUILDTAGS) ./integration/...
 

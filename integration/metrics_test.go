@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -29,45 +30,14 @@ func TestMetricsEndpoint(t *testing.T) {
 	e.run(podID, pod, e.ctrConfig("sleeper", "sleep", "1000"))
 	_, _ = d.RS.RunPodSandbox(ctx, podConfig("nohandler", runtimeapi.NamespaceMode_CONTAINER), "no-such-handler")
 
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	families := scrapeMetrics(t, addr)
 	value := func(name string, labels map[string]string) float64 {
-		f := families[name]
-		if f == nil {
+		v, ok := metricOf(families, name, labels)
+		if !ok {
 			t.Errorf("metric %s missing", name)
 			return -1
 		}
-	next:
-		for _, m := range f.Metric {
-			for k, v := range labels {
-				found := false
-				for _, lp := range m.Label {
-					if lp.GetName() == k && lp.GetValue() == v {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-		return 0
+		return v
 	}
 	checks := []struct {
 		name   string
@@ -93,4 +63,53 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("running runc pods = %v, want exactly 1", v)
 	}
 	_ = d.RS.RemovePodSandbox(ctx, podID)
+}
+
+// scrapeMetrics reads /metrics at addr and parses it as Prometheus would.
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return families
+}
+
+// metricOf is the value of the first series of name whose labels include labels (a
+// histogram's sample count); ok is false when there is no such metric at all, and a
+// metric with no matching series reads 0.
+func metricOf(families map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	f := families[name]
+	if f == nil {
+		return 0, false
+	}
+next:
+	for _, m := range f.Metric {
+		for k, v := range labels {
+			found := false
+			for _, lp := range m.Label {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, true
 }

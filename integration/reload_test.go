@@ -3,19 +3,15 @@
 package integration
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,33 +99,6 @@ func rtshimdReload(t *testing.T, d *Daemon) (string, error) {
 	return string(out), err
 }
 
-func metricValue(t *testing.T, addr, name string) (float64, bool) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // The handler table changes while the daemon runs: a handler added to the file and a
 // SIGHUP (through `rtshimd reload`) runs pods without a restart; a runtime installed
 // after start becomes ready on a SIGHUP alone; an edit with no signal is picked up by
@@ -138,7 +107,7 @@ func freeAddr(t *testing.T) string {
 // kill -9 of the daemon. Status lists exactly the ready handlers of the live table
 // throughout, and the metrics count the reloads and show the served file's hash.
 func TestReloadHandlerTable(t *testing.T) {
-	metricsAddr := freeAddr(t)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
 	e := newContainerEnvTable(t, func(run string) string {
 		return "default_handler = \"runc\"\n" + runcRow(run)
 	}, fmt.Sprintf("\n[metrics]\naddr = %q\n", metricsAddr))
@@ -218,7 +187,7 @@ func TestReloadHandlerTable(t *testing.T) {
 	if rs := reloadStatus(t, d); rs.Hash != hex.EncodeToString(sum[:]) {
 		t.Errorf("Status reload hash = %s, want the file's sha256", rs.Hash)
 	}
-	if v, ok := metricValue(t, metricsAddr, "rtshimd_config_hash"); !ok || v != hashValue(sum[:]) {
+	if v, ok := metricOf(scrapeMetrics(t, metricsAddr), "rtshimd_config_hash", nil); !ok || v != hashValue(sum[:]) {
 		t.Errorf("rtshimd_config_hash = %v (%v), want %v", v, ok, hashValue(sum[:]))
 	}
 
@@ -240,10 +209,10 @@ func TestReloadHandlerTable(t *testing.T) {
 	if got := statusHandlers(t, d); !slices.Equal(got, []string{"", "late", "runc", "runsc"}) {
 		t.Errorf("Status handlers after a refused reload = %q", got)
 	}
-	if v, ok := metricValue(t, metricsAddr, `rtshimd_config_reloads_total{result="failure"}`); !ok || v < 1 {
+	if v, ok := metricOf(scrapeMetrics(t, metricsAddr), "rtshimd_config_reloads_total", map[string]string{"result": "failure"}); !ok || v < 1 {
 		t.Errorf("failed reloads counter = %v (%v)", v, ok)
 	}
-	if v, ok := metricValue(t, metricsAddr, `rtshimd_config_reloads_total{result="success"}`); !ok || v < 3 {
+	if v, ok := metricOf(scrapeMetrics(t, metricsAddr), "rtshimd_config_reloads_total", map[string]string{"result": "success"}); !ok || v < 3 {
 		t.Errorf("successful reloads counter = %v (%v), want at least 3", v, ok)
 	}
 	runcPod, runcCfg := e.pod("on-runc", "runc")

@@ -16,11 +16,7 @@ import (
 func TestContainerAndPodStats(t *testing.T) {
 	e := newContainerEnv(t)
 	ctx := ctxT(t)
-	podID, pod := e.pod("stats", "runc")
-	// ~40 MB held in the shell's memory, then a busy loop.
-	hog := e.run(podID, pod, e.ctrConfig("hog", "sh", "-c", "x=$(head -c 40000000 /dev/zero | tr '\\0' a); while true; do :; done"))
-	idle := e.run(podID, pod, e.ctrConfig("idle", "sleep", "1000"))
-	time.Sleep(3 * time.Second)
+	podID, hog, idle := hogAndIdle(e, "stats", "runc")
 
 	st, err := e.d.RS.ContainerStats(ctx, hog)
 	if err != nil {
@@ -112,10 +108,7 @@ func TestContainerAndPodStats(t *testing.T) {
 func TestRunscContainerStats(t *testing.T) {
 	e := newContainerEnv(t)
 	ctx := ctxT(t)
-	podID, pod := e.pod("stats-runsc", "runsc")
-	hog := e.run(podID, pod, e.ctrConfig("hog", "sh", "-c", "x=$(head -c 40000000 /dev/zero | tr '\\0' a); while true; do :; done"))
-	idle := e.run(podID, pod, e.ctrConfig("idle", "sleep", "1000"))
-	time.Sleep(3 * time.Second)
+	_, hog, idle := hogAndIdle(e, "stats-runsc", "runsc")
 	hs, err := e.d.RS.ContainerStats(ctx, hog)
 	if err != nil {
 		t.Fatal(err)
@@ -139,4 +132,14 @@ func TestRunscContainerStats(t *testing.T) {
 	if ws := is.GetMemory().GetWorkingSetBytes().GetValue(); ws == 0 {
 		t.Errorf("runsc idle container working set %d bytes, want gVisor's reading", ws)
 	}
+}
+
+// hogAndIdle runs a pod with two containers and lets them run 3 s: "hog" holds ~40 MB in
+// its shell's memory and then spins; "idle" sleeps.
+func hogAndIdle(e *containerEnv, name, handler string) (podID, hog, idle string) {
+	podID, pod := e.pod(name, handler)
+	hog = e.run(podID, pod, e.ctrConfig("hog", "sh", "-c", "x=$(head -c 40000000 /dev/zero | tr '\\0' a); while true; do :; done"))
+	idle = e.run(podID, pod, e.ctrConfig("idle", "sleep", "1000"))
+	time.Sleep(3 * time.Second)
+	return podID, hog, idle
 }

@@ -62,13 +62,8 @@ func handlersCmd(args []string) error {
 	}
 	// What discovery added to a row, and why.
 	for _, h := range table.List() {
-		if len(h.Args) == 0 {
-			continue
-		}
-		for _, n := range h.Notes {
-			if strings.HasPrefix(n, "network:") {
-				fmt.Printf("%s: runs with %s: %s\n", h.Name, strings.Join(h.Args, " "), strings.TrimPrefix(n, "network: "))
-			}
+		if len(h.Args) > 0 {
+			fmt.Printf("%s: runs with %s: %s\n", h.Name, strings.Join(h.Args, " "), h.ArgsReason)
 		}
 	}
 	return nil

@@ -125,8 +125,8 @@ func discover(ctx context.Context, h *Handler, p Probe, rts *Runtimes) (d Discov
 			d.Reason = err.Error()
 			return d
 		}
-		d.runtime, d.kind, d.Args = &row, k, res.Args
-		d.Notes = append(d.Notes, res.Note)
+		d.runtime, d.kind, d.Args, d.ArgsReason = &row, k, res.Args, res.Note
+		d.Notes = append(d.Notes, "runtime_args: discovered "+strings.Join(res.Args, " ")+": "+res.Note)
 	}
 	d.Ready = true
 	return d

@@ -35,9 +35,11 @@ type Discovery struct {
 	Notes []string `json:"notes,omitempty"`
 	// Args are global flags the probe found the runtime needs here (an old runsc's
 	// --network=host), added to the row's; runtime and kind are the row's with them.
-	Args    []string `json:"discovered_args,omitempty"`
-	runtime *oci.Runtime
-	kind    kind.Runtime
+	Args []string `json:"discovered_args,omitempty"`
+	// ArgsReason says why the runtime needs Args.
+	ArgsReason string `json:"discovered_args_reason,omitempty"`
+	runtime    *oci.Runtime
+	kind       kind.Runtime
 }
 
 // Handler is one row of a table: the row as configured, the runtime it makes, and what

@@ -298,7 +298,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if o := &sb.OverheadApplied; o.PodCgroup != "" {
 		set, effective, _, err := podcgroup.Apply(o.PodCgroup, o.Limits)
 		if err != nil {
-			return err
+			src := o.Source
+			if src == "" {
+				src = "no"
+			}
+			return fmt.Errorf("config.linux.cgroup_parent %q: setting the pod's limits plus %s overhead: %w", sb.config.GetLinux().GetCgroupParent(), src, err)
 		}
 		// The sandbox container carries what the pod cgroup bounds, no more.
 		o.PodCgroupSet, o.Limits = set, effective

@@ -72,31 +72,46 @@ type State struct {
 	ExitedAt   time.Time
 }
 
+// CallError is a failed call to a shim; it names the shim, the call and the process.
+type CallError struct {
+	Shim, Op, ID string
+	Err          error
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("shim %s: %s %s: %v", e.Shim, e.Op, e.ID, e.Err)
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
 // wrap gives a call's error context and an errdefs kind: the shim's gRPC status codes
 // map to errdefs, a closed connection to ErrShimDied. The shim's message is kept.
 func (c *Client) wrap(op, id string, err error) error {
 	if err == nil {
 		return nil
 	}
-	prefix := fmt.Sprintf("shim %s: %s %s", c.cfg.ID, op, id)
+	e := &CallError{Shim: c.cfg.ID, Op: op, ID: id, Err: err}
 	switch {
 	case errors.Is(err, ttrpc.ErrClosed):
 		if c.closed.Load() {
-			return fmt.Errorf("%s: client closed: %w", prefix, err)
+			e.Err = fmt.Errorf("client closed: %w", err)
+		} else {
+			e.Err = ErrShimDied
 		}
-		return fmt.Errorf("%s: %w", prefix, ErrShimDied)
+		return e
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: %w", prefix, err)
+		return e
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("%s: %w", prefix, err)
+		return e
 	}
-	kind, ok := codeKinds[st.Code()]
-	if !ok {
-		return fmt.Errorf("%s: %s", prefix, st.Message())
+	if kind, ok := codeKinds[st.Code()]; ok {
+		e.Err = fmt.Errorf("%s: %w", st.Message(), kind)
+	} else {
+		e.Err = errors.New(st.Message())
 	}
-	return fmt.Errorf("%s: %s: %w", prefix, st.Message(), kind)
+	return e
 }
 
 // codeKinds are the shim's gRPC status codes that callers tell apart.
@@ -118,12 +133,18 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (uint32, error) {
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
 	// Before the call: if the daemon dies during it, Cleanup still deletes the task.
-	if err := os.WriteFile(filepath.Join(o.Bundle, TaskFile), nil, 0o600); err != nil {
-		return 0, fmt.Errorf("shim %s: create %s: %w", c.cfg.ID, o.ID, err)
+	taskFile := filepath.Join(o.Bundle, TaskFile)
+	if err := os.WriteFile(taskFile, nil, 0o600); err != nil {
+		return 0, &CallError{Shim: c.cfg.ID, Op: "create", ID: o.ID, Err: err}
 	}
 	resp, err := c.task.Create(ctx, req)
 	if err != nil {
-		return 0, c.wrap("create", o.ID, err)
+		err = c.wrap("create", o.ID, err)
+		if !errors.Is(err, ErrShimDied) && ctx.Err() == nil {
+			// The shim answered: there is no task for a later cleanup to delete.
+			_ = os.Remove(taskFile)
+		}
+		return 0, err
 	}
 	c.bundles.Store(o.ID, o.Bundle)
 	return resp.Pid, nil
@@ -161,7 +182,11 @@ func (c *Client) Delete(ctx context.Context, id, execID string) (Exit, error) {
 	}
 	resp, err := c.task.Delete(ctx, &taskapi.DeleteRequest{ID: id, ExecID: execID})
 	if err != nil {
-		return Exit{}, c.wrap("delete", procName(id, execID), err)
+		err = c.wrap("delete", procName(id, execID), err)
+		if bundle != "" && errors.Is(err, errdefs.ErrNotFound) {
+			_ = os.Remove(filepath.Join(bundle, TaskFile)) // the shim has no such task
+		}
+		return Exit{}, err
 	}
 	if bundle != "" {
 		_ = os.Remove(filepath.Join(bundle, TaskFile))

@@ -25,9 +25,9 @@ import (
 	"syscall"
 	"time"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -339,7 +339,7 @@ func (r *Runtime) Probe(ctx context.Context, id, dir string) (kind.ProbeResult, 
 	}
 	return kind.ProbeResult{
 		Args: []string{hostNetworkArg},
-		Note: "network: this runsc build takes the pod's network namespace for the root one (\"" + rootNetNSRefusal +
+		Note: "this runsc build takes the pod's network namespace for the root one (\"" + rootNetNSRefusal +
 			"\"; an old build on a new kernel), so its pods run with " + hostNetworkArg +
 			": the host kernel's network stack inside the pod's namespace, not gVisor's netstack",
 	}, nil
@@ -609,6 +609,13 @@ func (r *Runtime) DialPort(ctx context.Context, t kind.Task, port int32) (net.Co
 	case a := <-ch:
 		return a.c, true, a.err
 	case <-ctx.Done():
-		return nil, true, fmt.Errorf("handler %q: port-forward to %s port %d: %w", r.rt.Handler, t.ID, port, ctx.Err())
+		// A connection that comes after all is closed, not left open.
+		l.Close()
+		go func() {
+			if a := <-ch; a.c != nil {
+				a.c.Close()
+			}
+		}()
+		return nil, true, fmt.Errorf("handler %q: port-forward to %s port %d: the sandbox did not connect: %w", r.rt.Handler, t.ID, port, ctx.Err())
 	}
 }

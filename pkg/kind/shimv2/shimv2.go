@@ -3,9 +3,9 @@
 // gVisor's containerd-shim-runsc-v1) driven over ttrpc with the Task API (pkg/shim),
 // without containerd's daemon. One shim serves a pod: it is started for the sandbox
 // container and the pod's containers are created through it (containerd's grouping by
-// sandbox id). Container output goes to rtshim-monitor in logger mode, started by the
-// shim through a binary:// log URI, so CRI logs keep flowing and attach keeps working
-// while the daemon is down; exec output comes back over FIFOs.
+// sandbox id). Container output goes over FIFOs to rtshim-monitor in logger mode, which
+// the daemon starts (see startLogger), so CRI logs keep flowing and attach keeps working
+// while the daemon is down; exec output comes back over FIFOs too.
 package shimv2
 
 import (
@@ -151,7 +151,13 @@ func gone(err error) bool {
 	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, shim.ErrShimDied)
 }
 
+// errorf names the handler, and the operation and task unless the shim client's error
+// names them already.
 func (r *Runtime) errorf(op, id string, err error) error {
+	var ce *shim.CallError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("handler %q: %w", r.row.Handler, err)
+	}
 	return fmt.Errorf("handler %q: %s %s: %w", r.row.Handler, op, id, err)
 }
 
@@ -529,7 +535,10 @@ func (r *Runtime) Exec(ctx context.Context, t kind.Task, x kind.ExecSpec) (kind.
 	opts := shim.ExecOptions{ID: t.ID, ExecID: p.execID, Process: x.Process, Terminal: x.Terminal}
 	fifo := func(name string) (string, error) {
 		path := filepath.Join(x.Dir, name)
-		return path, unix.Mkfifo(path, 0o600)
+		if err := unix.Mkfifo(path, 0o600); err != nil {
+			return "", r.errorf("exec in", t.ID, fmt.Errorf("%s fifo %s: %w", name, path, err))
+		}
+		return path, nil
 	}
 	if x.Stdin != nil {
 		if opts.Stdin, err = fifo("stdin"); err != nil {

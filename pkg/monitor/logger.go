@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 
@@ -47,32 +45,22 @@ func StartLogger(ctx context.Context, binary, dir string, cfg LoggerConfig) erro
 	if err := WriteLoggerConfig(dir, cfg); err != nil {
 		return err
 	}
-	r, w, err := os.Pipe()
+	p, r, err := spawn(binary, []string{LoggerMode, dir}, dir, nil, "CONTAINER_ID="+filepath.Base(dir))
 	if err != nil {
-		return err
-	}
-	defer r.Close()
-	cmd := exec.Command(binary, LoggerMode, dir)
-	cmd.Dir = dir
-	cmd.ExtraFiles = []*os.File{w} // fd 3: closed when ready
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50", "CONTAINER_ID=" + filepath.Base(dir)}
-	if err := cmd.Start(); err != nil {
-		w.Close()
 		return fmt.Errorf("start logger %s: %w", binary, err)
 	}
-	w.Close()
-	go func() { _ = cmd.Wait() }() // the daemon reaps what it starts
+	defer r.Close()
 	ready := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(io.Discard, r)
+		_, _ = io.Copy(io.Discard, r) // fd 3 closes when the logger is ready
 		close(ready)
 	}()
 	select {
 	case <-ready:
 		return nil
 	case <-ctx.Done():
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		<-p.done
 		return fmt.Errorf("waiting for the logger: %w", ctx.Err())
 	}
 }

@@ -103,30 +103,11 @@ func Start(ctx context.Context, binary string, cfg Config) (*Process, error) {
 		return nil, fmt.Errorf("open monitor log: %w", err)
 	}
 	defer logf.Close()
-	r, w, err := os.Pipe()
+	p, r, err := spawn(binary, []string{filepath.Join(cfg.Dir, ConfigFile)}, cfg.Dir, logf)
 	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	cmd := exec.Command(binary, filepath.Join(cfg.Dir, ConfigFile))
-	cmd.Dir = cfg.Dir
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.ExtraFiles = []*os.File{w}
-	// Own session: a signal to the daemon's process group never reaches containers.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50"}
-	if err := cmd.Start(); err != nil {
-		w.Close()
 		return nil, fmt.Errorf("start monitor %s: %w", binary, err)
 	}
-	w.Close()
-	p := &Process{Pid: cmd.Process.Pid, Dir: cfg.Dir, done: make(chan struct{})}
-	// The daemon reaps every process it starts; the monitor outlives this call.
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
+	defer r.Close()
 
 	type reply struct {
 		res Result
@@ -155,6 +136,37 @@ func Start(ctx context.Context, binary string, cfg Config) (*Process, error) {
 		<-p.done
 		return nil, fmt.Errorf("waiting for runtime create: %w", ctx.Err())
 	}
+}
+
+// spawn starts binary with args in dir, in a session of its own (a signal to the
+// daemon's process group never reaches containers, and it outlives the daemon), its
+// output to out (nil: none), and a pipe on fd 3 through which it reports: the read end
+// is returned. The daemon reaps it: Process.done closes when it exits.
+func spawn(binary string, args []string, dir string, out *os.File, env ...string) (*Process, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	}
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50"}, env...)
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	p := &Process{Pid: cmd.Process.Pid, Dir: dir, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	return p, r, nil
 }
 
 func tail(path string) string {

@@ -132,6 +132,13 @@ func newDaemonWith(t testing.TB, extra string) *Daemon {
 func newDaemonTable(t testing.TB, table func(run string) string, extra string) *Daemon {
 	t.Helper()
 	dir := t.TempDir()
+	// Searchable, as the daemon's roots are: a user-namespaced pod's root reaches its
+	// rootfs through them (t.TempDir makes both levels 0700).
+	for _, p := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := &Daemon{
 		t: t, Dir: dir, Config: filepath.Join(dir, "config.toml"),
 		RunRoot: filepath.Join(dir, "run"), State: filepath.Join(dir, "state"),

@@ -66,7 +66,7 @@ func TestRootfsFromImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rootfs, imageID, err := svc.CreateRootfs("ctr-1", ref)
+	rootfs, imageID, err := svc.CreateRootfs("ctr-1", ref, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestRootfsFromImage(t *testing.T) {
 	if read("opt/keep") != "kept" {
 		t.Error("removing the image took the files of a container that uses it")
 	}
-	if _, _, err := svc.CreateRootfs("ctr-2", ref); err == nil {
+	if _, _, err := svc.CreateRootfs("ctr-2", ref, nil, nil); err == nil {
 		t.Error("a new container could use a removed image")
 	}
 	if err := svc.RemoveRootfs("ctr-1"); err != nil {

@@ -122,9 +122,11 @@ func TestStatusAndRuntimeConfig(t *testing.T) {
 	if features[""] == nil || features["runc"] == nil || features[""].String() != features["runc"].String() {
 		t.Errorf("default handler \"\" should carry runc's features: %v", features)
 	}
-	for name, f := range features {
-		if f.UserNamespaces {
-			t.Errorf("handler %q claims user namespaces, which rtshimd does not set up yet", name)
+	// Pod user namespaces where rtshimd makes the pod's namespaces and runc can join them;
+	// gVisor makes its own (TestUserNamespaces runs them).
+	for name, want := range map[string]bool{"runc": true, "runsc": false, "runsc-debian": false} {
+		if f := features[name]; f == nil || f.UserNamespaces != want {
+			t.Errorf("handler %q: user_namespaces = %v, want %v", name, f.GetUserNamespaces(), want)
 		}
 	}
 	rc, err := d.RS.RuntimeConfig(ctx)
@@ -151,8 +153,8 @@ func TestHandlerRefusesUnsupportedFeatures(t *testing.T) {
 	}{
 		{"host-pid-on-runsc", "runsc", "host_pid", func(o *runtimeapi.NamespaceOption) { o.Pid = runtimeapi.NamespaceMode_NODE }},
 		{"host-ipc-on-runsc", "runsc", "host_ipc", func(o *runtimeapi.NamespaceOption) { o.Ipc = runtimeapi.NamespaceMode_NODE }},
-		{"userns-on-runc", "runc", "user_namespaces", func(o *runtimeapi.NamespaceOption) {
-			o.UsernsOptions = &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}
+		{"userns-on-runsc", "runsc", "user_namespaces", func(o *runtimeapi.NamespaceOption) {
+			o.UsernsOptions = usernsOptions(300000)
 		}},
 	}
 	for _, tc := range cases {

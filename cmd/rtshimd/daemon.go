@@ -94,6 +94,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
+		// As containerd's roots: searchable by others, because the root of a pod in a user
+		// namespace is another user on the node and runc reaches the rootfs as that user.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, fmt.Errorf("chmod %s: %w", dir, err)
+		}
 	}
 	first, rts, probe, err := discover(ctx, cfg, cfg.RunRoot, filepath.Join(cfg.StateRoot, "pause"), filepath.Join(cfg.RunRoot, "probe"))
 	if err != nil {

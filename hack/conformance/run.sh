@@ -293,6 +293,7 @@ runtime_path = "/usr/bin/containerd-shim-runc-v2"
 host_pid = true
 host_ipc = true
 recursive_read_only_mounts = true
+user_namespaces = true
 
 [network]
 cni_conf_dir = "$W/cni/net.d"

@@ -177,13 +177,22 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		return err
 	}
 	t0 := time.Now()
-	rootfs, imageID, err := m.opts.Images.CreateRootfs(c.ID, c.ImageRef)
+	var uids, gids []image.IDMap
+	if idm := sb.IDMappings; idm != nil {
+		uids, gids = imageIDMaps(idm.UIDs), imageIDMaps(idm.GIDs)
+	}
+	rootfs, imageID, err := m.opts.Images.CreateRootfs(c.ID, c.ImageRef, uids, gids)
 	tRootfs := time.Now()
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("config.image.image %q is not pulled on this node (pull it first): %w", c.ImageRef, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return err
+	}
+	if sb.IDMappings != nil {
+		if rootfs, err = bindUsernsRootfs(c.Dir, rootfs); err != nil {
+			return err
+		}
 	}
 	c.Rootfs, c.ImageID = rootfs, imageID
 	imgCfg, err := m.imageConfig(imageID)
@@ -200,6 +209,11 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	spec, err := oci.ContainerSpec(opts)
 	if err != nil {
 		return err
+	}
+	if sb.UserNS != "" {
+		if err := idmapMounts(c.Dir, sb.UserNS, cfg, spec); err != nil {
+			return err
+		}
 	}
 	c.rt.AdjustSpec(spec)
 	c.TerminationLog = terminationLog(cfg)
@@ -268,6 +282,14 @@ func (m *Manager) imageConfig(imageID string) (ocispec.ImageConfig, error) {
 	return img.Config, nil
 }
 
+func imageIDMaps(ms []specs.LinuxIDMapping) []image.IDMap {
+	out := make([]image.IDMap, len(ms))
+	for i, m := range ms {
+		out[i] = image.IDMap{Container: int(m.ContainerID), Host: int(m.HostID), Size: int(m.Size)}
+	}
+	return out
+}
+
 // specOptions gathers what the spec builder needs from the pod and the container config.
 func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.ImageConfig) (oci.ContainerOptions, error) {
 	cfg := c.config
@@ -287,6 +309,13 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		CgroupsPath:    c.CgroupsPath,
 		OOMScoreAdjMin: m.opts.OOMScoreAdjMin,
 		Capabilities:   m.opts.Capabilities,
+		UserNS:         sb.UserNS,
+		IDMappings:     sb.IDMappings,
+	}
+	// A container is in its pod's user namespace: kubelet sends the pod's options again.
+	if u := ns.GetUsernsOptions(); u != nil && (u.GetMode() == runtimeapi.NamespaceMode_POD) != (sb.UserNS != "") {
+		return o, fmt.Errorf("config.linux.security_context.namespace_options.userns_options.mode %s differs from pod sandbox %s's (%s): a container shares its pod's user namespace: %w",
+			u.GetMode(), sb.ID, podNS.GetUsernsOptions().GetMode(), errdefs.ErrInvalidArgument)
 	}
 	if o.HostIPC {
 		o.ShmPath = "/dev/shm"
@@ -584,7 +613,9 @@ func (m *Manager) cleanup(c *Container) error {
 	}
 	if len(errs) == 0 {
 		// Never pull the filesystem from under a process the runtime failed to remove.
-		if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
+		if err := unmountUsernsMounts(c.Dir); err != nil {
+			errs = append(errs, err)
+		} else if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -92,20 +92,33 @@ func discover(ctx context.Context, h *Handler, p Probe, rts *Runtimes) (d Discov
 	// VM) cannot share the node's PID or IPC namespace with it.
 	host := h.Kind.Plan().HostNamespaces
 	d.Features = Features{HostNetwork: true, HostPID: host, HostIPC: host}
+	// Pod user namespaces are made by the daemon with the pod's other namespaces, so only
+	// kinds whose namespaces it pins can have them, and the runtime must join a user
+	// namespace by path (runc's features list "user").
+	pins := h.Kind.Plan().PinIPCUTS
+	noUserNS := "" // why this handler's pods cannot have user namespaces here
+	switch {
+	case !pins:
+		noUserNS = "runtime_type " + h.Type() + " makes the pod's namespaces itself, and rtshimd makes pod user namespaces only where it makes the others"
+	case !kernelHasUserNS():
+		noUserNS = "the kernel has no user namespaces"
+	default:
+		if dir := closedAncestor(p.Rootfs); dir != "" {
+			noUserNS = dir + " is not searchable by other users (o+x), and the runtime reaches a container's root filesystem as the pod's root, another user"
+		}
+	}
 	if f, err := h.Kind.Features(vctx); err == nil {
 		rro := slices.Contains(f.MountOptions, "rro") && kernelAtLeast(5, 12)
 		d.Features.RecursiveReadOnlyMounts = rro
+		d.Features.UserNamespaces = f.Linux != nil && slices.Contains(f.Linux.Namespaces, "user")
 		d.Notes = append(d.Notes, "features: from `"+filepath.Base(h.Runtime.Path)+" features`")
 	} else {
 		d.Notes = append(d.Notes, "features: the runtime does not say; defaults for runtime_type "+h.Type())
 	}
-	// rtshimd does not set up pod user namespaces (idmapped mounts) yet, whatever the runtime can do.
-	d.Features.UserNamespaces = false
-	declared := h.Config.Features
-	applyDeclared(&d.Features, declared, &d.Notes)
-	if declared.UserNamespaces != nil && *declared.UserNamespaces {
+	applyDeclared(&d.Features, h.Config.Features, &d.Notes)
+	if d.Features.UserNamespaces && noUserNS != "" {
 		d.Features.UserNamespaces = false
-		d.Notes = append(d.Notes, "user_namespaces: declared, but rtshimd does not support pod user namespaces yet")
+		d.Notes = append(d.Notes, "user_namespaces: not possible: "+noUserNS)
 	}
 
 	start := time.Now()
@@ -130,6 +143,25 @@ func discover(ctx context.Context, h *Handler, p Probe, rts *Runtimes) (d Discov
 	}
 	d.Ready = true
 	return d
+}
+
+// closedAncestor returns the first directory above path that other users cannot search
+// ("" if none): a user-namespaced container's root cannot reach its rootfs past it.
+func closedAncestor(path string) string {
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return dir
+		}
+		if dir == "/" || dir == "." {
+			return ""
+		}
+	}
+}
+
+// kernelHasUserNS: the kernel was built with user namespaces.
+func kernelHasUserNS() bool {
+	_, err := os.Stat("/proc/self/ns/user")
+	return err == nil
 }
 
 func applyDeclared(f *Features, d config.Declared, notes *[]string) {

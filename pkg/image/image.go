@@ -64,6 +64,16 @@ func New(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open image store %s (driver %s): %w", storeOpts.GraphRoot, storeOpts.GraphDriverName, err)
 	}
+	// The store and its driver's home are made 0700; a container in a pod user namespace
+	// is mounted by runc as the pod's root, another user, who must pass through them to
+	// its own layer (which containers/storage gives that user). Searchable, no more:
+	// every layer's directory stays 0700.
+	for _, dir := range []string{storeOpts.GraphRoot, filepath.Join(storeOpts.GraphRoot, store.GraphDriverName())} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			store.Shutdown(true)
+			return nil, fmt.Errorf("open image store: %w", err)
+		}
+	}
 	tmp := filepath.Join(opts.StateRoot, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, err

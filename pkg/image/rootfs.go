@@ -10,14 +10,22 @@ import (
 	"time"
 
 	"github.com/containers/storage"
+	"github.com/containers/storage/pkg/idtools"
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 )
 
+// IDMap is one ID mapping of a user namespace: container IDs from Container on are host
+// IDs from Host on, for Size IDs.
+type IDMap struct{ Container, Host, Size int }
+
 // CreateRootfs makes a writable layer for container id on top of image ref and mounts it,
-// returning the mount point and the image's ID. RemoveRootfs undoes it.
-func (s *Service) CreateRootfs(id, ref string) (rootfs, imageID string, err error) {
+// returning the mount point and the image's ID. RemoveRootfs undoes it. With mappings (a
+// container in a pod user namespace), files the image owns by container ID x appear owned
+// by the mapped host ID: containers/storage mounts the layers idmapped where the kernel
+// can, and otherwise keeps a shifted copy of the image's layers.
+func (s *Service) CreateRootfs(id, ref string, uids, gids []IDMap) (rootfs, imageID string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
@@ -28,7 +36,11 @@ func (s *Service) CreateRootfs(id, ref string) (rootfs, imageID string, err erro
 	if removed(img) {
 		return "", "", fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
-	if _, err := s.store.CreateContainer(id, nil, img.ID, "", "", nil); err != nil {
+	var opts *storage.ContainerOptions
+	if len(uids) > 0 || len(gids) > 0 {
+		opts = &storage.ContainerOptions{IDMappingOptions: storage.IDMappingOptions{UIDMap: idtoolsMaps(uids), GIDMap: idtoolsMaps(gids)}}
+	}
+	if _, err := s.store.CreateContainer(id, nil, img.ID, "", "", opts); err != nil {
 		return "", "", fmt.Errorf("create rootfs layer for %s from image %s: %w", id, img.ID, err)
 	}
 	path, err := s.store.Mount(id, "")
@@ -37,6 +49,14 @@ func (s *Service) CreateRootfs(id, ref string) (rootfs, imageID string, err erro
 		return "", "", fmt.Errorf("mount rootfs of %s: %w", id, err)
 	}
 	return path, "sha256:" + img.ID, nil
+}
+
+func idtoolsMaps(ms []IDMap) []idtools.IDMap {
+	out := make([]idtools.IDMap, len(ms))
+	for i, m := range ms {
+		out[i] = idtools.IDMap{ContainerID: m.Container, HostID: m.Host, Size: m.Size}
+	}
+	return out
 }
 
 // RemoveRootfs unmounts and deletes container id's writable layer; a missing one is not

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,9 +18,10 @@ import (
 type Kind string
 
 const (
-	Net Kind = "net"
-	IPC Kind = "ipc"
-	UTS Kind = "uts"
+	Net  Kind = "net"
+	IPC  Kind = "ipc"
+	UTS  Kind = "uts"
+	User Kind = "user"
 )
 
 var cloneFlags = map[Kind]uintptr{Net: unix.CLONE_NEWNET, IPC: unix.CLONE_NEWIPC, UTS: unix.CLONE_NEWUTS}
@@ -47,6 +50,106 @@ func Pin(dir string, kinds []Kind, hostname string) (map[Kind]string, error) {
 	}()
 	r := <-ch
 	return r.paths, r.err
+}
+
+// UserNS is a user namespace for PinInUserNS: its ID mappings and a program that waits
+// until it is killed (the pause program), which creates the namespaces for us.
+type UserNS struct {
+	UIDs, GIDs []syscall.SysProcIDMap
+	Holder     string
+}
+
+// PinInUserNS is Pin for a pod in a user namespace: a new user namespace with the given
+// mappings, and namespaces of kinds owned by it (so that the pod's root may mount sysfs
+// and mqueue and set sysctls there), all bind-mounted to dir/<kind> ("user" among them).
+// A process of the daemon cannot enter a new user namespace (the kernel refuses
+// multi-threaded callers), so a holder process is started in all of them at once and
+// killed once they are pinned. On error nothing is left mounted.
+func PinInUserNS(dir string, kinds []Kind, hostname string, u UserNS) (paths map[Kind]string, err error) {
+	flags := uintptr(unix.CLONE_NEWUSER)
+	for _, k := range kinds {
+		f, ok := cloneFlags[k]
+		if !ok {
+			return nil, fmt.Errorf("pin namespaces: unsupported kind %q", k)
+		}
+		flags |= f
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("pin namespaces: %w", err)
+	}
+	cmd := exec.Command(u.Holder)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  flags,
+		UidMappings: u.UIDs,
+		GidMappings: u.GIDs,
+		// Written by the daemon (root in the parent namespace), so setgroups stays allowed,
+		// as for a runc-made user namespace.
+		GidMappingsEnableSetgroups: true,
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("pin namespaces: start %s in a new user namespace: %w", u.Holder, err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	proc := fmt.Sprintf("/proc/%d/ns/", cmd.Process.Pid)
+
+	ch := make(chan error, 1)
+	go func() {
+		// Left locked on purpose, as in Pin: the thread ends up in the pod's namespaces.
+		runtime.LockOSThread()
+		ch <- setUpJoined(proc, kinds, hostname)
+	}()
+	if err := <-ch; err != nil {
+		return nil, fmt.Errorf("pin namespaces: %w", err)
+	}
+	paths = map[Kind]string{}
+	for _, k := range append([]Kind{User}, kinds...) {
+		target := filepath.Join(dir, string(k))
+		if err := bind(proc+string(k), target); err != nil {
+			for _, p := range paths {
+				_ = Unpin(p)
+			}
+			return nil, fmt.Errorf("pin %s namespace at %s: %w", k, target, err)
+		}
+		paths[k] = target
+	}
+	return paths, nil
+}
+
+// setUpJoined joins the calling thread to the network and UTS namespaces under proc and
+// does there what Pin does in namespaces it made (root of the parent user namespace
+// holds every capability in the child's).
+func setUpJoined(proc string, kinds []Kind, hostname string) error {
+	for _, k := range kinds {
+		if k != Net && (k != UTS || hostname == "") {
+			continue
+		}
+		f, err := os.Open(proc + string(k))
+		if err != nil {
+			return err
+		}
+		err = unix.Setns(int(f.Fd()), int(cloneFlags[k]))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("join the new %s namespace: %w", k, err)
+		}
+		switch k {
+		case UTS:
+			if err := unix.Sethostname([]byte(hostname)); err != nil {
+				return fmt.Errorf("set hostname %q: %w", hostname, err)
+			}
+		case Net:
+			if err := loopbackUp(); err != nil {
+				return fmt.Errorf("bring up lo: %w", err)
+			}
+			if err := podNetSysctls(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func pinOnThread(dir string, kinds []Kind, hostname string) (map[Kind]string, error) {

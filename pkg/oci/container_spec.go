@@ -36,6 +36,9 @@ type ContainerOptions struct {
 	NetNS, IPCNS, UTSNS           string
 	PIDNS                         string // pid namespace to join (pod's infra, or a TARGET container's); "" = new unless HostPID
 	HostNetwork, HostIPC, HostPID bool
+	// UserNS is the pod's user namespace to join ("" = the node's), IDMappings its mappings.
+	UserNS     string
+	IDMappings *IDMappings
 	// Pod files bind-mounted into the container (all host paths; "" = skip).
 	HostnamePath, HostsPath, ResolvPath, ShmPath string
 	CgroupsPath                                  string
@@ -108,6 +111,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 			Namespaces:  containerNamespaces(o, privileged),
 		},
 	}
+	o.IDMappings.apply(spec.Linux)
 	if !o.HostNetwork {
 		spec.Hostname = o.SandboxConfig.GetHostname()
 	}
@@ -115,6 +119,9 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	// Mounts.
 	cri, err := criMounts(config)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkMountMappings(config, o.IDMappings); err != nil {
 		return nil, err
 	}
 	spec.Mounts, spec.Linux.RootfsPropagation = buildMounts(
@@ -303,10 +310,49 @@ func containerNamespaces(o ContainerOptions, privileged bool) []specs.LinuxNames
 		ns = append(ns, specs.LinuxNamespace{Type: specs.UTSNamespace, Path: uts})
 	}
 	ns = append(ns, specs.LinuxNamespace{Type: specs.MountNamespace})
+	if o.UserNS != "" {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.UserNamespace, Path: o.UserNS})
+	}
 	if !privileged && cgroup2() {
 		ns = append(ns, specs.LinuxNamespace{Type: specs.CgroupNamespace})
 	}
 	return ns
+}
+
+// checkMountMappings: a mount may ask for ID mappings (an idmapped mount) only in a pod
+// user namespace, and only for the pod's own mappings, which is what kubelet sends; the
+// container manager makes those mounts through the pod's namespace.
+func checkMountMappings(config *runtimeapi.ContainerConfig, pod *IDMappings) error {
+	for i, m := range config.GetMounts() {
+		for _, f := range []struct {
+			name string
+			got  []*runtimeapi.IDMapping
+			pod  func() []specs.LinuxIDMapping
+		}{
+			{"uidMappings", m.GetUidMappings(), func() []specs.LinuxIDMapping { return pod.UIDs }},
+			{"gidMappings", m.GetGidMappings(), func() []specs.LinuxIDMapping { return pod.GIDs }},
+		} {
+			if len(f.got) == 0 {
+				continue
+			}
+			if pod == nil {
+				return invalidf("config.mounts[%d].%s: an idmapped mount needs a pod user namespace (userns_options mode POD)", i, f.name)
+			}
+			want := f.pod()
+			same := len(f.got) == len(want)
+			for j := 0; same && j < len(want); j++ {
+				g := f.got[j]
+				same = g.GetContainerId() == want[j].ContainerID && g.GetHostId() == want[j].HostID && g.GetLength() == want[j].Size
+			}
+			if !same {
+				return invalidf("config.mounts[%d].%s %v differ from the pod user namespace's %v: volumes are idmapped through the pod's namespace only", i, f.name, f.got, want)
+			}
+		}
+		if (len(m.GetUidMappings()) == 0) != (len(m.GetGidMappings()) == 0) {
+			return invalidf("config.mounts[%d]: uidMappings and gidMappings go together", i)
+		}
+	}
+	return nil
 }
 
 var pageSizeRE = regexp.MustCompile(`^[1-9][0-9]*[KMGTP]?B$`)

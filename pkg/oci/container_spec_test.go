@@ -878,3 +878,36 @@ func TestContainerSpecUserErrors(t *testing.T) {
 	_, err = ContainerSpec(o)
 	wantInvalid(t, err, "config is required")
 }
+
+// A pod user namespace reaches the spec (joined by path, with its mappings), and a
+// mount's ID mappings are taken only as the pod's.
+func TestUserNamespaceSpec(t *testing.T) {
+	pod := &IDMappings{UIDs: []specs.LinuxIDMapping{{HostID: 200000, Size: 65536}}, GIDs: []specs.LinuxIDMapping{{HostID: 300000, Size: 65536}}}
+	o := testOptions(t)
+	o.UserNS, o.IDMappings = "/run/pod/ns/user", pod
+	spec := mustSpec(t, o)
+	if !slices.Contains(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: "/run/pod/ns/user"}) {
+		t.Errorf("namespaces %v lack the pod's user namespace", spec.Linux.Namespaces)
+	}
+	if !slices.Equal(spec.Linux.UIDMappings, pod.UIDs) || !slices.Equal(spec.Linux.GIDMappings, pod.GIDs) {
+		t.Errorf("mappings %v %v", spec.Linux.UIDMappings, spec.Linux.GIDMappings)
+	}
+
+	uids := []*runtimeapi.IDMapping{{HostId: 200000, Length: 65536}}
+	gids := []*runtimeapi.IDMapping{{HostId: 300000, Length: 65536}}
+	mount := func(u, g []*runtimeapi.IDMapping) []*runtimeapi.Mount {
+		return []*runtimeapi.Mount{{ContainerPath: "/vol", HostPath: t.TempDir(), UidMappings: u, GidMappings: g}}
+	}
+	o.Config.Mounts = mount(uids, gids)
+	mustSpec(t, o)
+	o.Config.Mounts = mount(gids, gids)
+	_, err := ContainerSpec(o)
+	wantInvalid(t, err, "config.mounts[0].uidMappings")
+	o.Config.Mounts = mount(uids, nil)
+	_, err = ContainerSpec(o)
+	wantInvalid(t, err, "uidMappings and gidMappings go together")
+	o.UserNS, o.IDMappings = "", nil
+	o.Config.Mounts = mount(uids, gids)
+	_, err = ContainerSpec(o)
+	wantInvalid(t, err, "needs a pod user namespace")
+}

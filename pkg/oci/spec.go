@@ -61,6 +61,16 @@ type InfraOptions struct {
 	ShmPath string
 	// Resources bound the infra container's cgroup (for sandboxing runtimes, the whole pod).
 	Resources *specs.LinuxResources
+	// IDMappings are the mappings of the user namespace among Namespaces (nil: none).
+	IDMappings *IDMappings
+}
+
+// IDMappings are a pod user namespace's ID mappings. The runtime joins the namespace by
+// path; the spec carries its mappings too, which runc needs to own /dev and the mounts
+// for the container's root.
+type IDMappings struct {
+	UIDs []specs.LinuxIDMapping `json:"uids"`
+	GIDs []specs.LinuxIDMapping `json:"gids"`
 }
 
 // InfraSpec builds the spec of an infra container: the pause program on a read-only
@@ -72,7 +82,7 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 		shm = specs.Mount{Destination: "/dev/shm", Type: "bind", Source: o.ShmPath,
 			Options: []string{"rbind", "nosuid", "noexec", "nodev"}}
 	}
-	return &specs.Spec{
+	spec := &specs.Spec{
 		Version:  SpecVersion,
 		Hostname: o.Hostname,
 		Root:     &specs.Root{Path: o.Rootfs, Readonly: true},
@@ -102,6 +112,14 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 			MaskedPaths:   slices.Clone(DefaultMaskedPaths),
 			ReadonlyPaths: slices.Clone(DefaultReadonlyPaths),
 		},
+	}
+	o.IDMappings.apply(spec.Linux)
+	return spec
+}
+
+func (m *IDMappings) apply(l *specs.Linux) {
+	if m != nil {
+		l.UIDMappings, l.GIDMappings = slices.Clone(m.UIDs), slices.Clone(m.GIDs)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -124,10 +125,66 @@ func validate(cfg *runtimeapi.PodSandboxConfig) error {
 	if h := cfg.Hostname; h != "" && (len(h) > 64 || !hostnameRE.MatchString(h)) {
 		return invalid("config.hostname %q is not a valid hostname (lower-case letters, digits, '-' and '.', at most 64 characters)", h)
 	}
-	if p := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid(); p == runtimeapi.NamespaceMode_TARGET {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	if ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
 		return invalid("config.linux.security_context.namespace_options.pid TARGET is only valid for containers, not sandboxes")
 	}
-	return nil
+	_, err := userNS(ns)
+	return err
+}
+
+// userNS checks namespace_options.userns_options and returns the pod's mappings (nil for
+// the node's user namespace). As containerd and CRI-O: one mapping for UIDs and one for
+// GIDs, each mapping container ID 0, and no node namespace beside a pod user namespace
+// (kubelet allows hostUsers: false only without hostNetwork, hostPID and hostIPC).
+func userNS(ns *runtimeapi.NamespaceOption) (*oci.IDMappings, error) {
+	const f = "config.linux.security_context.namespace_options.userns_options"
+	u := ns.GetUsernsOptions()
+	switch u.GetMode() {
+	case runtimeapi.NamespaceMode_NODE:
+		if len(u.GetUids()) > 0 || len(u.GetGids()) > 0 {
+			return nil, invalid("%s: mode NODE takes no uids or gids (the node's user namespace has its own)", f)
+		}
+		return nil, nil
+	case runtimeapi.NamespaceMode_POD:
+		if u == nil { // absent: the node's user namespace
+			return nil, nil
+		}
+	default:
+		return nil, invalid("%s.mode %s is not supported: a pod's user namespace is NODE or POD", f, u.GetMode())
+	}
+	for _, o := range []struct {
+		name string
+		mode runtimeapi.NamespaceMode
+	}{{"network", ns.GetNetwork()}, {"pid", ns.GetPid()}, {"ipc", ns.GetIpc()}} {
+		if o.mode == runtimeapi.NamespaceMode_NODE {
+			return nil, invalid("%s.mode POD with namespace_options.%s NODE: a pod in a user namespace cannot share the node's %s namespace", f, o.name, o.name)
+		}
+	}
+	conv := func(field string, ms []*runtimeapi.IDMapping) ([]specs.LinuxIDMapping, error) {
+		if len(ms) != 1 {
+			return nil, invalid("%s.%s has %d mappings: a pod user namespace takes exactly one", f, field, len(ms))
+		}
+		m := ms[0]
+		switch {
+		case m.GetContainerId() != 0:
+			return nil, invalid("%s.%s[0] maps container ID %d: it must map container ID 0 (root)", f, field, m.GetContainerId())
+		case m.GetLength() == 0:
+			return nil, invalid("%s.%s[0].length is 0", f, field)
+		case uint64(m.GetHostId())+uint64(m.GetLength()) > 1<<32-1:
+			return nil, invalid("%s.%s[0] host IDs %d+%d run past 4294967294", f, field, m.GetHostId(), m.GetLength())
+		}
+		return []specs.LinuxIDMapping{{ContainerID: 0, HostID: m.GetHostId(), Size: m.GetLength()}}, nil
+	}
+	uids, err := conv("uids", u.GetUids())
+	if err != nil {
+		return nil, err
+	}
+	gids, err := conv("gids", u.GetGids())
+	if err != nil {
+		return nil, err
+	}
+	return &oci.IDMappings{UIDs: uids, GIDs: gids}, nil
 }
 
 func newID() string {
@@ -175,9 +232,11 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		m.releaseName(name, id)
 		return "", err
 	}
+	idm, _ := userNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()) // checked by validate
 	sb := &Sandbox{
 		Metadata: Metadata{
-			ID: id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type(),
+			IDMappings: idm,
+			ID:         id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type(),
 			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Config.Overhead,
 			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 			BundleDir: filepath.Join(m.opts.RunDir, id, id),
@@ -288,11 +347,21 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			sb.UTSNS = p
 		}
 	}
+	if sb.IDMappings != nil {
+		sb.UserNS = filepath.Join(nsDir, string(nsfile.User))
+	}
 	if err := m.persist(sb, true); err != nil {
 		return err
 	}
 
-	if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
+	if sb.IDMappings == nil {
+		if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
+			return err
+		}
+	} else if _, err := nsfile.PinInUserNS(nsDir, kinds, hostname, nsfile.UserNS{
+		UIDs: sysProcIDMaps(sb.IDMappings.UIDs), GIDs: sysProcIDMaps(sb.IDMappings.GIDs),
+		Holder: filepath.Join(m.opts.PauseRootfs, pause.Binary),
+	}); err != nil {
 		return err
 	}
 	if o := &sb.OverheadApplied; o.PodCgroup != "" {
@@ -337,6 +406,14 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	return m.persist(sb, false)
 }
 
+func sysProcIDMaps(ms []specs.LinuxIDMapping) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, len(ms))
+	for i, m := range ms {
+		out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
+	}
+	return out
+}
+
 func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) error {
 	cfg := sb.config
 	var ns []specs.LinuxNamespace
@@ -350,6 +427,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	add(specs.UTSNamespace, sb.UTSNS, hostNet)
 	add(specs.PIDNamespace, "", hostPID)
 	add(specs.MountNamespace, "", false)
+	add(specs.UserNamespace, sb.UserNS, sb.UserNS == "")
 
 	sc := cfg.GetLinux().GetSecurityContext()
 	user := specs.User{}
@@ -377,6 +455,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		User:        user,
 		ShmPath:     sb.Shm,
 		Resources:   sandboxLimits(sb),
+		IDMappings:  sb.IDMappings,
 		Annotations: map[string]string{
 			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
 			oci.AnnotationSandboxID:     sb.ID,
@@ -739,7 +818,7 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	if err := m.teardownNetwork(ctx, sb); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS} {
+	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
 		if p != "" {
 			if err := nsfile.Unpin(p); err != nil {
 				errs = append(errs, err)

@@ -105,7 +105,7 @@ func (m *Manager) reconcile(sb *Sandbox) {
 		sb.mu.Unlock()
 		_ = m.persist(sb, false)
 	}
-	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS} {
+	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
 		if p != "" && !nsfile.IsPinned(p) {
 			notReady("pinned namespace " + p + " is gone")
 			if sb.Infra {

@@ -51,12 +51,16 @@ type Metadata struct {
 	// none: theirs is <Dir>/infra.
 	BundleDir string `json:"bundle_dir,omitempty"`
 	// Namespace files the daemon pinned ("" where the pod uses the node's, or the infra's own).
-	NetNS       string `json:"netns,omitempty"`
-	IPCNS       string `json:"ipcns,omitempty"`
-	UTSNS       string `json:"utsns,omitempty"`
-	Shm         string `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
-	Infra       bool   `json:"infra"`         // a sandbox (infra) container runs through the handler
-	CgroupsPath string `json:"cgroups_path,omitempty"`
+	NetNS string `json:"netns,omitempty"`
+	IPCNS string `json:"ipcns,omitempty"`
+	UTSNS string `json:"utsns,omitempty"`
+	// UserNS is the pod's user namespace (userns_options mode POD), with the mappings it
+	// was made with; "" for a pod in the node's.
+	UserNS      string          `json:"userns,omitempty"`
+	IDMappings  *oci.IDMappings `json:"id_mappings,omitempty"`
+	Shm         string          `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
+	Infra       bool            `json:"infra"`         // a sandbox (infra) container runs through the handler
+	CgroupsPath string          `json:"cgroups_path,omitempty"`
 	// Network and NetworkDir name the CNI network the pod was attached to ("" = none).
 	Network    string `json:"network,omitempty"`
 	NetworkDir string `json:"network_dir,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -122,6 +123,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	netw.Watch(ctx, 2*time.Second)
 	bus := events.NewBus()
 	mgr, err := sandbox.NewManager(sandbox.Options{
+		LSM:            lsm.Detect(),
 		Handlers:       table,
 		Store:          st,
 		RunDir:         filepath.Join(cfg.RunRoot, "sandboxes"),
@@ -148,6 +150,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, err
 	}
 	ctrs, err := container.NewManager(container.Options{
+		LSM:            lsm.Detect(),
 		Store:          cstore,
 		RunDir:         filepath.Join(cfg.RunRoot, "containers"),
 		Runtimes:       rts,

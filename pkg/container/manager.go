@@ -27,6 +27,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -39,6 +40,7 @@ type Options struct {
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes       *handlers.Runtimes
 	Images         *image.Service
+	LSM            lsm.Host // what the node's AppArmor and SELinux can do
 	Sandboxes      *sandbox.Manager
 	CgroupDriver   string
 	OOMScoreAdjMin int
@@ -309,6 +311,7 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		CgroupsPath:    c.CgroupsPath,
 		OOMScoreAdjMin: m.opts.OOMScoreAdjMin,
 		Capabilities:   m.opts.Capabilities,
+		LSM:            m.opts.LSM,
 		UserNS:         sb.UserNS,
 		IDMappings:     sb.IDMappings,
 	}

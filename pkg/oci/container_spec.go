@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
+	"github.com/rtshimd/rtshimd/pkg/lsm"
 )
 
 // Annotations containerd sets on application containers, besides the sandbox ones.
@@ -36,6 +37,8 @@ type ContainerOptions struct {
 	NetNS, IPCNS, UTSNS           string
 	PIDNS                         string // pid namespace to join (pod's infra, or a TARGET container's); "" = new unless HostPID
 	HostNetwork, HostIPC, HostPID bool
+	// LSM is what the node's AppArmor and SELinux can do.
+	LSM lsm.Host
 	// UserNS is the pod's user namespace to join ("" = the node's), IDMappings its mappings.
 	UserNS     string
 	IDMappings *IDMappings
@@ -112,6 +115,13 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 		},
 	}
 	o.IDMappings.apply(spec.Linux)
+	const scField = "config.linux.security_context"
+	if spec.Process.ApparmorProfile, err = o.LSM.AppArmorProfile(scField, sc.GetApparmor(), sc.GetApparmorProfile(), privileged); err != nil {
+		return nil, err
+	}
+	if spec.Process.SelinuxLabel, spec.Linux.MountLabel, err = o.LSM.SELinuxLabels(scField, sc.GetSelinuxOptions(), privileged); err != nil {
+		return nil, err
+	}
 	if !o.HostNetwork {
 		spec.Hostname = o.SandboxConfig.GetHostname()
 	}

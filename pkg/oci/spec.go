@@ -63,6 +63,8 @@ type InfraOptions struct {
 	Resources *specs.LinuxResources
 	// IDMappings are the mappings of the user namespace among Namespaces (nil: none).
 	IDMappings *IDMappings
+	// Security modules' labels for the pod ("" = none).
+	ApparmorProfile, SelinuxLabel, MountLabel string
 }
 
 // IDMappings are a pod user namespace's ID mappings. The runtime joins the namespace by
@@ -114,6 +116,7 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 		},
 	}
 	o.IDMappings.apply(spec.Linux)
+	spec.Process.ApparmorProfile, spec.Process.SelinuxLabel, spec.Linux.MountLabel = o.ApparmorProfile, o.SelinuxLabel, o.MountLabel
 	return spec
 }
 

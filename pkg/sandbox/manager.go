@@ -26,6 +26,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -41,6 +42,8 @@ const StopTimeout = 10 * time.Second
 type Options struct {
 	// Handlers resolves a pod's handler, once, at RunPodSandbox (the live table).
 	Handlers Handlers
+	// LSM is what the node's AppArmor and SELinux can do.
+	LSM lsm.Host
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes     *handlers.Runtimes
 	Store        *store.Store
@@ -216,6 +219,10 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	if _, err := resolvConf(cfg.GetDnsConfig()); err != nil {
 		return "", invalid("config.%v", err)
 	}
+	labels, err := m.podLabels(cfg)
+	if err != nil {
+		return "", err
+	}
 
 	name := MakeName(cfg.Metadata)
 	id := newID()
@@ -242,6 +249,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			BundleDir: filepath.Join(m.opts.RunDir, id, id),
 		},
 		config: cfg,
+		labels: labels,
 		rt:     h.Kind,
 		status: Status{State: StateCreating},
 		exited: make(chan struct{}),
@@ -406,6 +414,23 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	return m.persist(sb, false)
 }
 
+// lsmLabels are the security modules' labels of a pod's sandbox container.
+type lsmLabels struct{ apparmor, process, mount string }
+
+// podLabels checks the pod's AppArmor and SELinux requests against the node before
+// anything is made, and returns the sandbox container's labels.
+func (m *Manager) podLabels(cfg *runtimeapi.PodSandboxConfig) (lsmLabels, error) {
+	const f = "config.linux.security_context"
+	sc := cfg.GetLinux().GetSecurityContext()
+	var l lsmLabels
+	var err error
+	if l.apparmor, err = m.opts.LSM.AppArmorProfile(f, sc.GetApparmor(), "", sc.GetPrivileged()); err != nil {
+		return l, err
+	}
+	l.process, l.mount, err = m.opts.LSM.SELinuxLabels(f, sc.GetSelinuxOptions(), sc.GetPrivileged())
+	return l, err
+}
+
 func sysProcIDMaps(ms []specs.LinuxIDMapping) []syscall.SysProcIDMap {
 	out := make([]syscall.SysProcIDMap, len(ms))
 	for i, m := range ms {
@@ -444,18 +469,19 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		hostname = "" // the node's UTS namespace: runtimes refuse to set a hostname there
 	}
 	spec := oci.InfraSpec(oci.InfraOptions{
-		ID:          sb.ID,
-		Rootfs:      m.opts.PauseRootfs,
-		Args:        []string{pause.Binary},
-		Hostname:    hostname,
-		Namespaces:  ns,
-		CgroupsPath: sb.CgroupsPath,
-		OOMScoreAdj: &oom,
-		Sysctls:     cfg.GetLinux().GetSysctls(),
-		User:        user,
-		ShmPath:     sb.Shm,
-		Resources:   sandboxLimits(sb),
-		IDMappings:  sb.IDMappings,
+		ID:              sb.ID,
+		Rootfs:          m.opts.PauseRootfs,
+		Args:            []string{pause.Binary},
+		Hostname:        hostname,
+		Namespaces:      ns,
+		CgroupsPath:     sb.CgroupsPath,
+		OOMScoreAdj:     &oom,
+		Sysctls:         cfg.GetLinux().GetSysctls(),
+		User:            user,
+		ShmPath:         sb.Shm,
+		Resources:       sandboxLimits(sb),
+		IDMappings:      sb.IDMappings,
+		ApparmorProfile: sb.labels.apparmor, SelinuxLabel: sb.labels.process, MountLabel: sb.labels.mount,
 		Annotations: map[string]string{
 			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
 			oci.AnnotationSandboxID:     sb.ID,

@@ -83,6 +83,7 @@ type Status struct {
 type Sandbox struct {
 	Metadata
 	config *runtimeapi.PodSandboxConfig
+	labels lsmLabels // the sandbox container's AppArmor and SELinux labels (RunPodSandbox only)
 	// rt is the kind of runtime that runs the pod (from Kind and Runtime).
 	rt kind.Runtime
 

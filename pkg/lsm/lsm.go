@@ -1,0 +1,172 @@
+// Package lsm turns a pod's or container's AppArmor and SELinux requests into the runtime
+// spec's fields, for what the node's Linux security modules can do: a request the node
+// cannot honour is refused by name, never dropped.
+package lsm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/moby/profiles/apparmor"
+	"github.com/opencontainers/selinux/go-selinux"
+	"github.com/opencontainers/selinux/go-selinux/label"
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+)
+
+// DefaultAppArmorProfile is the profile RuntimeDefault gets where AppArmor is enabled:
+// the template moby and containerd load, under rtshimd's name.
+const DefaultAppArmorProfile = "rtshimd-default"
+
+// Host is what the node's security modules can do. The zero value has neither.
+type Host struct {
+	// AppArmor: the module is enabled and apparmor_parser is there to load profiles.
+	AppArmor bool
+	// SELinux: the module is enabled (a policy is loaded).
+	SELinux bool
+}
+
+var (
+	detectOnce sync.Once
+	detected   Host
+)
+
+// Detect reads what this node has (once) and says at start what it means for pods.
+func Detect() Host {
+	detectOnce.Do(func() {
+		b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled")
+		_, parserErr := exec.LookPath("apparmor_parser")
+		detected.AppArmor = strings.TrimSpace(string(b)) == "Y" && parserErr == nil
+		detected.SELinux = selinux.GetEnabled()
+		log := logrus.WithFields(logrus.Fields{"apparmor": detected.AppArmor, "selinux": detected.SELinux})
+		if !detected.AppArmor {
+			log.Info("AppArmor is not enabled on this node: RuntimeDefault runs unconfined, Localhost profiles are refused")
+		}
+		if !detected.SELinux {
+			log.Info("SELinux is not enabled on this node: requests for SELinux labels are refused")
+		}
+	})
+	return detected
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+}
+
+// AppArmorProfile returns the AppArmor profile for a request ("" = none): field names it
+// in errors (config.linux.security_context), sp is its apparmor field and deprecated its
+// apparmor_profile string. Nothing asked means RuntimeDefault, as in containerd and
+// CRI-O; a privileged container is not confined (the CRI says so).
+func (h Host) AppArmorProfile(field string, sp *runtimeapi.SecurityProfile, deprecated string, privileged bool) (string, error) {
+	kind, name, f, err := appArmorRequest(field, sp, deprecated)
+	if err != nil {
+		return "", err
+	}
+	if privileged || kind == runtimeapi.SecurityProfile_Unconfined {
+		return "", nil
+	}
+	if !h.AppArmor {
+		if kind == runtimeapi.SecurityProfile_Localhost {
+			return "", invalidf("%s %q: AppArmor is not enabled on this node (/sys/module/apparmor/parameters/enabled), so the profile cannot be applied; run the pod on a node with AppArmor or drop the profile", f, name)
+		}
+		logrus.WithField("field", f).Debug("RuntimeDefault AppArmor profile: AppArmor is not enabled on this node; running unconfined")
+		return "", nil
+	}
+	if kind == runtimeapi.SecurityProfile_Localhost {
+		loaded, err := apparmor.IsLoaded(name)
+		if err != nil {
+			return "", fmt.Errorf("%s %q: read the loaded AppArmor profiles: %w", f, name, err)
+		}
+		if !loaded {
+			return "", invalidf("%s %q: no AppArmor profile of that name is loaded on this node", f, name)
+		}
+		return name, nil
+	}
+	if err := installDefault(); err != nil {
+		return "", fmt.Errorf("%s RuntimeDefault: load AppArmor profile %s: %w", f, DefaultAppArmorProfile, err)
+	}
+	return DefaultAppArmorProfile, nil
+}
+
+var defaultMu sync.Mutex
+
+// installDefault loads the default profile unless it is loaded (a restart keeps it).
+func installDefault() error {
+	defaultMu.Lock()
+	defer defaultMu.Unlock()
+	if ok, err := apparmor.IsLoaded(DefaultAppArmorProfile); err == nil && ok {
+		return nil
+	}
+	return apparmor.InstallDefault(DefaultAppArmorProfile)
+}
+
+// appArmorRequest reads the apparmor field, or the deprecated string when the field is
+// absent, and returns the kind, the profile name and the field it came from.
+func appArmorRequest(field string, sp *runtimeapi.SecurityProfile, deprecated string) (runtimeapi.SecurityProfile_ProfileType, string, string, error) {
+	if sp != nil {
+		f := field + ".apparmor"
+		switch sp.GetProfileType() {
+		case runtimeapi.SecurityProfile_RuntimeDefault, runtimeapi.SecurityProfile_Unconfined:
+			return sp.GetProfileType(), "", f, nil
+		case runtimeapi.SecurityProfile_Localhost:
+			name := sp.GetLocalhostRef()
+			if name == "" {
+				return 0, "", f, invalidf("%s.localhost_ref is empty with profile_type Localhost", f)
+			}
+			return runtimeapi.SecurityProfile_Localhost, strings.TrimPrefix(name, "localhost/"), f + ".localhost_ref", nil
+		default:
+			return 0, "", f, invalidf("%s.profile_type %d is not RuntimeDefault, Unconfined or Localhost", f, sp.GetProfileType())
+		}
+	}
+	f := field + ".apparmor_profile"
+	switch {
+	case deprecated == "" || deprecated == "runtime/default":
+		return runtimeapi.SecurityProfile_RuntimeDefault, "", f, nil
+	case deprecated == "unconfined":
+		return runtimeapi.SecurityProfile_Unconfined, "", f, nil
+	case strings.HasPrefix(deprecated, "localhost/") && len(deprecated) > len("localhost/"):
+		return runtimeapi.SecurityProfile_Localhost, strings.TrimPrefix(deprecated, "localhost/"), f, nil
+	}
+	return 0, "", f, invalidf("%s %q is not runtime/default, unconfined or localhost/<profile>", f, deprecated)
+}
+
+// SELinuxLabels returns the process and mount labels for a request's selinux_options
+// (field names it). Where SELinux is enabled every container gets labels (a fresh MCS
+// level unless the request sets one), as containerd's and CRI-O's; where it is not, a
+// request that sets any part of a label is refused, and none gets no labels.
+func (h Host) SELinuxLabels(field string, o *runtimeapi.SELinuxOption, privileged bool) (process, mount string, err error) {
+	f := field + ".selinux_options"
+	var opts []string
+	for _, p := range []struct{ key, val string }{{"user", o.GetUser()}, {"role", o.GetRole()}, {"type", o.GetType()}, {"level", o.GetLevel()}} {
+		if p.val != "" {
+			opts = append(opts, p.key+":"+p.val)
+		}
+	}
+	if !h.SELinux {
+		if len(opts) > 0 {
+			return "", "", invalidf("%s %q: SELinux is not enabled on this node, so the label cannot be applied; run the pod on an SELinux node or drop selinuxOptions", f, strings.Join(opts, ","))
+		}
+		return "", "", nil
+	}
+	if privileged {
+		opts = append(opts, "disable")
+	}
+	process, mount, err = label.InitLabels(opts)
+	if err != nil {
+		return "", "", invalidf("%s %q: %s", f, strings.Join(opts, ","), errText(err))
+	}
+	return process, mount, nil
+}
+
+func errText(err error) string {
+	for u := errors.Unwrap(err); u != nil; u = errors.Unwrap(err) {
+		err = u
+	}
+	return err.Error()
+}

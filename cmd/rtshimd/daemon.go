@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rtshimd/rtshimd/pkg/cdidevices"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/cri"
@@ -160,6 +161,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
 		Capabilities:   oci.GrantableCapabilities(),
 		Events:         bus,
+		CDI:            cdidevices.New(cfg.CDI.SpecDirs),
 	})
 	if err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ func full() *specs.LinuxResources {
 	return &specs.LinuxResources{
 		CPU:            &specs.LinuxCPU{Shares: u64(2), Quota: i64(1000), Period: u64(100000), Cpus: "0"},
 		Memory:         &specs.LinuxMemory{Limit: i64(1 << 20)},
-		Pids:           &specs.LinuxPids{Limit: 10},
+		Pids:           &specs.LinuxPids{Limit: i64(10)}, // a pointer since runtime-spec 1.3
 		HugepageLimits: []specs.LinuxHugepageLimit{{Pagesize: "2MB", Limit: 0}, {Pagesize: "1GB", Limit: 0}},
 		Network:        &specs.LinuxNetwork{ClassID: func() *uint32 { v := uint32(1); return &v }()},
 		Devices:        []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},

@@ -53,6 +53,7 @@ type Config struct {
 	Network        Network             `toml:"network"`
 	Streaming      Streaming           `toml:"streaming"`
 	Metrics        Metrics             `toml:"metrics"`
+	CDI            CDI                 `toml:"cdi"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -76,6 +77,14 @@ type Handler struct {
 	// default (a conf dir of its own, and/or a network by name).
 	CNIConfDir string `toml:"cni_conf_dir" json:"cni_conf_dir,omitempty"`
 	CNINetwork string `toml:"cni_network" json:"cni_network,omitempty"`
+}
+
+// CDI configures Container Device Interface devices (config.CDI_devices and cdi.k8s.io/
+// annotations of a container).
+type CDI struct {
+	// SpecDirs hold the vendors' CDI spec files, lowest priority first; a directory that
+	// does not exist is skipped. An empty list (not an absent key) turns CDI off.
+	SpecDirs []string `toml:"spec_dirs"`
 }
 
 // Metrics configures the Prometheus endpoint.
@@ -223,6 +232,9 @@ func (c *Config) applyDefaults() {
 	if len(c.Network.BinDirs) == 0 {
 		c.Network.BinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 	}
+	if c.CDI.SpecDirs == nil {
+		c.CDI.SpecDirs = []string{"/etc/cdi", "/var/run/cdi"} // the CDI specification's
+	}
 	if c.Image.MaxParallelDownloads == 0 {
 		c.Image.MaxParallelDownloads = 3 // containerd's default
 	}
@@ -280,6 +292,11 @@ func (c *Config) validate(p positions) error {
 	for i, d := range c.Network.BinDirs {
 		if !filepath.IsAbs(d) {
 			return p.errf("network.cni_bin_dirs", "network.cni_bin_dirs[%d] must be an absolute path, got %q", i, d)
+		}
+	}
+	for i, d := range c.CDI.SpecDirs {
+		if !filepath.IsAbs(d) {
+			return p.errf("cdi.spec_dirs", "cdi.spec_dirs[%d] must be an absolute path, got %q", i, d)
 		}
 	}
 	if c.Image.RegistriesConf != "" && !filepath.IsAbs(c.Image.RegistriesConf) {
@@ -434,5 +451,6 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("network", old.Network, cfg.Network)
 	differ("streaming", old.Streaming, cfg.Streaming)
 	differ("metrics", old.Metrics, cfg.Metrics)
+	differ("cdi", old.CDI, cfg.CDI)
 	return out
 }

@@ -50,6 +50,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad cgroup_driver", base[:len(`socket = "/run/x/x.sock"`)+1] + "cgroup_driver = \"cgroupv2\"\n" + base[len(`socket = "/run/x/x.sock"`)+1:], "cfg.toml:2: cgroup_driver must be", `got "cgroupv2"`},
 		{"bad log_level", "log_level = \"loud\"\n" + base, "cfg.toml:1: log_level \"loud\" is not a level", ""},
 		{"relative state_root", "state_root = \"var/lib\"\n" + base, "cfg.toml:1: state_root must be an absolute path", ""},
+		{"relative cdi.spec_dirs", base + "[cdi]\nspec_dirs = [\"/etc/cdi\", \"cdi\"]\n", "cfg.toml:7: cdi.spec_dirs[1] must be an absolute path", `got "cdi"`},
 		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
 	}
 	for _, tt := range tests {
@@ -103,6 +104,9 @@ func TestDefault(t *testing.T) {
 	}
 	if c.Handlers["runc-shim"].RuntimeType != "shim-v2" {
 		t.Errorf("runc-shim = %+v, want shim-v2", c.Handlers["runc-shim"])
+	}
+	if want := []string{"/etc/cdi", "/var/run/cdi"}; !reflect.DeepEqual(c.CDI.SpecDirs, want) {
+		t.Errorf("cdi.spec_dirs = %q, want %q", c.CDI.SpecDirs, want)
 	}
 	if c.Handlers["crun"].Features.HostNetwork != nil {
 		t.Errorf("crun declares host_network; want nil (discover)")
@@ -225,5 +229,27 @@ func TestRestartNeededAndHash(t *testing.T) {
 	}
 	if a.Hash == b.Hash || len(a.Hash) != 64 {
 		t.Errorf("hashes %q %q", a.Hash, b.Hash)
+	}
+}
+
+// cdi.spec_dirs: absent means the CDI defaults, an empty list turns CDI off, and a change
+// takes a restart.
+func TestCDISpecDirs(t *testing.T) {
+	absent, err := Parse("cfg.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/etc/cdi", "/var/run/cdi"}; !reflect.DeepEqual(absent.CDI.SpecDirs, want) {
+		t.Errorf("absent: %q, want %q", absent.CDI.SpecDirs, want)
+	}
+	off, err := Parse("cfg.toml", []byte(base+"[cdi]\nspec_dirs = []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.CDI.SpecDirs == nil || len(off.CDI.SpecDirs) != 0 {
+		t.Errorf("spec_dirs = []: %#v, want empty (CDI off)", off.CDI.SpecDirs)
+	}
+	if got := RestartNeeded(absent, off); !reflect.DeepEqual(got, []string{"cdi"}) {
+		t.Errorf("RestartNeeded = %q, want cdi", got)
 	}
 }

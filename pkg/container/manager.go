@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/cdidevices"
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
@@ -48,6 +49,8 @@ type Options struct {
 	Capabilities []string
 	// Events receives container lifecycle events (GetContainerEvents); may be nil.
 	Events *events.Bus
+	// CDI resolves the CDI devices a container asks for; nil refuses every such request.
+	CDI *cdidevices.Registry
 }
 
 // Manager runs containers.
@@ -216,6 +219,16 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		if err := idmapMounts(c.Dir, sb.UserNS, cfg, spec); err != nil {
 			return err
 		}
+	}
+	// CDI edits come after the rest of the spec, so the vendor's device nodes, environment
+	// and mounts win (as in containerd), and before the kind's adjustments, which apply to
+	// the final spec.
+	devices, err := m.opts.CDI.Inject(spec, cfg)
+	if err != nil {
+		return fmt.Errorf("inject CDI devices: %w", err)
+	}
+	if len(devices) > 0 {
+		logrus.WithFields(logrus.Fields{"container": c.ID, "cdi_devices": devices}).Info("CDI devices injected")
 	}
 	c.rt.AdjustSpec(spec)
 	c.TerminationLog = terminationLog(cfg)

@@ -25,6 +25,12 @@ func discoverForCommand(args []string) (table *handlers.Table, done func(), err 
 	if err != nil {
 		return nil, nil, err
 	}
+	// Searchable like the daemon's roots, or discovery would find user namespaces
+	// impossible because of this scratch directory alone.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		os.RemoveAll(tmp)
+		return nil, nil, err
+	}
 	table, rts, _, err := discover(context.Background(), cfg, tmp, tmp+"/pause", tmp+"/probe")
 	if err != nil {
 		os.RemoveAll(tmp)

@@ -74,8 +74,8 @@ func TestBadSandboxRequests(t *testing.T) {
 // RPCs not built answer Unimplemented, naming themselves.
 func TestUnimplementedRPCsNameThemselves(t *testing.T) {
 	d := newDaemon(t)
-	err := d.RS.CheckpointContainer(ctxT(t), &runtimeapi.CheckpointContainerRequest{ContainerId: "x"})
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "CheckpointContainer") {
-		t.Errorf("CheckpointContainer: %v", err)
+	err := d.RS.CheckpointPod(ctxT(t), &runtimeapi.CheckpointPodRequest{PodSandboxId: "x"})
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "CheckpointPod") {
+		t.Errorf("CheckpointPod: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
+	"github.com/rtshimd/rtshimd/pkg/podcidr"
 	"github.com/rtshimd/rtshimd/pkg/reload"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/sdnotify"
@@ -41,6 +42,7 @@ type daemon struct {
 	network    *network.Manager
 	streaming  *stream.Server
 	events     *events.Bus
+	podCIDR    *podcidr.Store
 	metrics    *http.Server
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
 	logLevelFlag string
@@ -175,7 +177,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
-	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus}
+	cidr, err := podcidr.Open(filepath.Join(cfg.StateRoot, "pod-cidr.json"))
+	if err != nil {
+		logrus.WithError(err).Warn("the kept pod CIDR is unusable; none until kubelet sends it again")
+	}
+	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus, podCIDR: cidr}
 	d.reloader = reload.New(cfg, d.apply)
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
 		return nil, err
@@ -212,7 +218,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 
 func (d *daemon) serve(ctx context.Context) error {
 	go d.reloader.Run(ctx, d.hup)
-	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events}
+	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")

@@ -29,6 +29,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
+	"github.com/rtshimd/rtshimd/pkg/podcidr"
 	"github.com/rtshimd/rtshimd/pkg/reload"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
@@ -52,6 +53,8 @@ type Server struct {
 	Network    *network.Manager
 	Streaming  streaming.Server
 	Events     *events.Bus
+	// PodCIDR is what kubelet's UpdateRuntimeConfig sent.
+	PodCIDR *podcidr.Store
 
 	// stopping closes when Serve's context ends: long-lived streams end at once instead of
 	// holding the graceful stop for its whole grace period.
@@ -125,6 +128,8 @@ func toStatus(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, errdefs.ErrUnavailable):
 		code = codes.Unavailable
+	case errors.Is(err, errdefs.ErrNotImplemented):
+		code = codes.Unimplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -136,7 +141,7 @@ func toStatus(err error) error {
 // trimKind drops the trailing ": not found" style suffix an error kind adds to a message.
 func trimKind(err error) string {
 	msg := err.Error()
-	for _, k := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable} {
+	for _, k := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable, errdefs.ErrNotImplemented} {
 		suffix := ": " + k.Error()
 		if errors.Is(err, k) && strings.HasSuffix(msg, suffix) {
 			return strings.TrimSuffix(msg, suffix)

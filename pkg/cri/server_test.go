@@ -33,6 +33,7 @@ func TestInterceptorMapsErrorKinds(t *testing.T) {
 		{fmt.Errorf("config.hostname \"A\" bad: %w", errdefs.ErrInvalidArgument), codes.InvalidArgument, `config.hostname "A" bad`},
 		{fmt.Errorf("handler \"kata\" not ready: %w", errdefs.ErrFailedPrecondition), codes.FailedPrecondition, `handler "kata" not ready`},
 		{fmt.Errorf("name used: %w", errdefs.ErrAlreadyExists), codes.AlreadyExists, "name used"},
+		{fmt.Errorf("handler \"kata\" cannot checkpoint: %w", errdefs.ErrNotImplemented), codes.Unimplemented, `handler "kata" cannot checkpoint`},
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "wait: context deadline exceeded"},
 		{fmt.Errorf("runc said no"), codes.Unknown, "runc said no"},
 		{status.Error(codes.Aborted, "as is"), codes.Aborted, "as is"},

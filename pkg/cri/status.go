@@ -53,7 +53,8 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			Ready  bool   `json:"ready"`
 			Reason string `json:"reason,omitempty"`
 		}{ready, why})
-		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl)}
+		cidr, _ := json.Marshal(s.PodCIDR.Get())
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr)}
 	}
 	return resp, nil
 }

@@ -10,4 +10,6 @@ var (
 	ErrAlreadyExists      = errors.New("already exists")
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrUnavailable        = errors.New("unavailable")
+	// ErrNotImplemented: the handler's kind of runtime cannot do what was asked at all.
+	ErrNotImplemented = errors.New("not implemented")
 )

@@ -186,6 +186,16 @@ type PortDialer interface {
 	DialPort(ctx context.Context, t Task, port int32) (c net.Conn, ok bool, err error)
 }
 
+// Checkpointer is a kind that can checkpoint one running container to files (CRIU,
+// through the runtime's checkpoint) and leave it running. CheckpointContainer on a kind
+// without it is refused as not implemented.
+type Checkpointer interface {
+	// Checkpoint writes the task's checkpoint image into imageDir, with CRIU's log
+	// (dump.log) and work files in workDir; both exist. A checkpoint the runtime or CRIU
+	// refuses is errdefs.ErrFailedPrecondition, in CRIU's words where it gave some.
+	Checkpoint(ctx context.Context, t Task, imageDir, workDir string) error
+}
+
 // ProbeResult is what a probe found beyond "it runs".
 type ProbeResult struct {
 	// Args are global flags the runtime needs on this node, added to the row's: the

@@ -219,6 +219,13 @@ func (r *Runtime) Update(ctx context.Context, id, resourcesFile string) error {
 	return err
 }
 
+// Checkpoint dumps the running container's processes with CRIU into imageDir and leaves
+// them running; CRIU's log (dump.log) and work files go to workDir.
+func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir, workDir string) error {
+	_, err := r.run(ctx, "checkpoint", id, "checkpoint", "--image-path", imageDir, "--work-path", workDir, "--leave-running", id)
+	return err
+}
+
 // Version returns the first line of `<runtime> --version`.
 func (r *Runtime) Version(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, r.Path, "--version")

@@ -70,6 +70,28 @@ func Apply(path string, res *specs.LinuxResources) (set, effective *specs.LinuxR
 	return set, effective, created, nil
 }
 
+// Set writes res on the existing cgroup at path as it is, lowering limits too: for a pod
+// cgroup rtshimd made (Apply created it), whose limits are the pod's and nobody else's.
+// A limit res leaves out is left as it was.
+func Set(path string, res *specs.LinuxResources) error {
+	var err error
+	if cgroups.Mode() == cgroups.Unified {
+		var m *cgroup2.Manager
+		if m, err = cgroup2.Load(path); err == nil {
+			err = m.Update(cgroup2.ToResources(res))
+		}
+	} else {
+		var cg cgroup1.Cgroup
+		if cg, err = cgroup1.Load(cgroup1.StaticPath(path)); err == nil {
+			err = cg.Update(res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pod cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
 // limits are a cgroup's memory limit, CPU quota (-1: none) and CPU weight in shares.
 type limits struct {
 	memory, quota int64

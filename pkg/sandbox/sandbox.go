@@ -77,6 +77,8 @@ type Status struct {
 	IPs []string `json:"ips,omitempty"`
 	// NetworkDown is set once CNI DEL has run.
 	NetworkDown bool `json:"network_down,omitempty"`
+	// Resize is the last in-place resize of the pod (UpdatePodSandboxResources).
+	Resize *Resize `json:"resize,omitempty"`
 }
 
 // Sandbox is one pod sandbox in memory.

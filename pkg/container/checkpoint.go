@@ -1,0 +1,205 @@
+package container
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/kind"
+)
+
+// The archive's entries, named as CRI-O and containerd name theirs (checkpointctl's
+// metadata package), so that checkpointctl reads it.
+const (
+	checkpointDir  = "checkpoint"  // CRIU's image
+	configDumpFile = "config.dump" // checkpointConfig
+	specDumpFile   = "spec.dump"   // the container's OCI spec
+	dumpLogFile    = "dump.log"    // CRIU's log
+)
+
+// checkpointConfig is config.dump: checkpointctl's ContainerConfig (its JSON names),
+// written here rather than imported, the module bringing newer versions of dependencies
+// this one shares.
+type checkpointConfig struct {
+	ID              string    `json:"id"`
+	Name            string    `json:"name"`
+	RootfsImage     string    `json:"rootfsImage,omitempty"`
+	RootfsImageRef  string    `json:"rootfsImageRef,omitempty"`
+	RootfsImageName string    `json:"rootfsImageName,omitempty"`
+	OCIRuntime      string    `json:"runtime,omitempty"`
+	CreatedTime     time.Time `json:"createdTime"`
+	CheckpointedAt  time.Time `json:"checkpointedTime"`
+	RestoredAt      time.Time `json:"restoredTime"`
+	Restored        bool      `json:"restored"`
+}
+
+// Checkpoint writes a checkpoint archive of the running container to location, which
+// must not exist, in a directory that does: an uncompressed tar of CRIU's image
+// (checkpoint/), what the container is (config.dump), its OCI spec (spec.dump) and
+// CRIU's log (dump.log). The container keeps running. The archive holds the memory of
+// its processes, so only root may read it. On error nothing is left at location or
+// beside it. timeout 0 leaves the caller's deadline.
+func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error {
+	if id == "" {
+		return invalid("container_id is empty")
+	}
+	if location == "" {
+		return invalid("location is empty: it is the path of the checkpoint archive to write")
+	}
+	if !filepath.IsAbs(location) {
+		return invalid("location %q is not an absolute path", location)
+	}
+	c, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
+	if st := c.Status().State; st != StateRunning {
+		return fmt.Errorf("checkpoint container %s: it is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	ck, ok := c.rt.(kind.Checkpointer)
+	if !ok {
+		return fmt.Errorf("checkpoint container %s: handler %q (%s) cannot checkpoint containers: %w", c.ID, c.Handler, c.rt.Type(), errdefs.ErrNotImplemented)
+	}
+	dir := filepath.Dir(location)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return invalid("location %q: %s is not an existing directory", location, dir)
+	}
+	if _, err := os.Lstat(location); err == nil {
+		return fmt.Errorf("location %q exists; checkpoint archives are not overwritten: %w", location, errdefs.ErrAlreadyExists)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+
+	// Beside location: CRIU's image can be large (not in run_root's tmpfs), and the
+	// finished archive is renamed into place, so location never holds half of one.
+	tmp, err := os.MkdirTemp(dir, "."+filepath.Base(location)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	}
+	defer os.RemoveAll(tmp)
+	content, work := filepath.Join(tmp, "content"), filepath.Join(tmp, "work")
+	for _, d := range []string{filepath.Join(content, checkpointDir), work} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+		}
+	}
+	start := time.Now()
+	if err := ck.Checkpoint(ctx, c.task(), filepath.Join(content, checkpointDir), work); err != nil {
+		return err // the kind names the handler, the call and the container
+	}
+	if err := m.checkpointFiles(c, content, work, start); err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	}
+	archive := filepath.Join(tmp, "archive.tar")
+	if err := writeTar(archive, content); err != nil {
+		return fmt.Errorf("checkpoint container %s: archive: %w", c.ID, err)
+	}
+	if err := os.Rename(archive, location); err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	}
+	logrus.WithFields(logrus.Fields{"container": c.ID, "location": location, "duration": time.Since(start)}).Info("container checkpointed")
+	return nil
+}
+
+// checkpointFiles adds config.dump, spec.dump and CRIU's log to the archive's content.
+func (m *Manager) checkpointFiles(c *Container, content, work string, at time.Time) error {
+	cfg, err := json.Marshal(checkpointConfig{
+		ID: c.ID, Name: c.Name, RootfsImage: c.ImageRef, RootfsImageRef: c.ImageID, RootfsImageName: c.ImageRef,
+		OCIRuntime: c.Handler, CreatedTime: time.Unix(0, c.CreatedAt), CheckpointedAt: at,
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(content, configDumpFile), cfg, 0o600); err != nil {
+		return err
+	}
+	spec, err := os.ReadFile(filepath.Join(c.Dir, "config.json"))
+	if err != nil {
+		return fmt.Errorf("read the container's spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(content, specDumpFile), spec, 0o600); err != nil {
+		return err
+	}
+	log, err := os.ReadFile(filepath.Join(work, dumpLogFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // a runtime that keeps no log there
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(content, dumpLogFile), log, 0o600)
+}
+
+// writeTar writes the directories and regular files under root, by their paths relative
+// to it, as an uncompressed tar at path (mode 0600).
+func writeTar(path, root string) (err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	tw := tar.NewWriter(f)
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() && !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s: not a regular file or directory", p)
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		hdr, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return nil
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		_, err = io.Copy(tw, src)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return f.Sync()
+}

@@ -696,3 +696,62 @@ func TestMaskedAndReadonlyPaths(t *testing.T) {
 		})
 	}
 }
+
+// An image whose /etc/passwd is a FIFO (which would block a plain open for ever) or whose
+// /etc/group is a device node (which a plain open would open as root) is refused by name
+// at CreateContainer, at once, and nothing of the container is left.
+func TestSpecialFilesInImage(t *testing.T) {
+	ctx := ctxT(t)
+	reg := startRegistry(t, nil)
+	for tag, f := range map[string]File{
+		"fifo":   {Path: "/etc/passwd", Fifo: true},
+		"device": {Path: "/etc/group", CharDev: [2]int64{1, 3}},
+	} {
+		files := []File{f}
+		if tag == "device" {
+			files = append(files, File{Path: "/etc/passwd", Content: "app:x:1000:1000::/:/bin/sh\n"})
+		}
+		reg.Push(t, "test/hostile", tag, ImageSpec{
+			Layers: []Layer{busyboxLayer(t), toolsLayer(), {Files: files}},
+			Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}},
+		}, nil)
+	}
+	e := newContainerEnvTable(t, handlerTable, fmt.Sprintf("[[image.registries]]\nlocation = %q\ninsecure = true\n", reg.Addr))
+	for _, tag := range []string{"fifo", "device"} {
+		t.Run(tag, func(t *testing.T) {
+			e.t = t
+			ref := reg.Ref("test/hostile", tag)
+			if _, err := e.d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			podID, pod := e.pod("hostile-"+tag, "runc")
+			cfg := e.ctrConfig("app", "true")
+			cfg.Image = imgSpec(ref)
+			cfg.Linux.SecurityContext.RunAsUsername = "app"
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.d.RS.CreateContainer(ctx, podID, cfg, pod)
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("CreateContainer still blocked after 30 s")
+			}
+			want := map[string]string{"fifo": "read the image's /etc/passwd: is a named pipe (FIFO), not a regular file", "device": "read the image's /etc/group: is a character device, not a regular file"}[tag]
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+				t.Errorf("CreateContainer = %v, want InvalidArgument containing %q", err, want)
+			}
+			if ctrs, _ := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID}); len(ctrs) != 0 {
+				t.Errorf("containers left: %v", ctrs)
+			}
+			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

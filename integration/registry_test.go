@@ -234,9 +234,11 @@ type File struct {
 	Content  string
 	Mode     int64 // permission (and setuid/setgid/sticky) bits; 0 means 0644 for files, 0755 for dirs, 0777 for symlinks
 	Dir      bool
-	Symlink  string // target, if a symlink
-	Whiteout bool   // write an AUFS whiteout ".wh.<name>" for Path (nothing else)
-	Opaque   bool   // Path is a dir: write its dir entry, then ".wh..wh..opq" inside it
+	Symlink  string   // target, if a symlink
+	Whiteout bool     // write an AUFS whiteout ".wh.<name>" for Path (nothing else)
+	Opaque   bool     // Path is a dir: write its dir entry, then ".wh..wh..opq" inside it
+	Fifo     bool     // a named pipe
+	CharDev  [2]int64 // a character device (major, minor), if either is set
 	UID, GID int
 }
 
@@ -322,6 +324,10 @@ func layerTar(t testing.TB, l Layer) []byte {
 			if f.Opaque {
 				write(&tar.Header{Typeflag: tar.TypeReg, Name: name + "/.wh..wh..opq", Mode: 0o644, Uid: f.UID, Gid: f.GID}, "")
 			}
+		case f.Fifo:
+			write(&tar.Header{Typeflag: tar.TypeFifo, Name: name, Mode: 0o644, Uid: f.UID, Gid: f.GID}, "")
+		case f.CharDev != [2]int64{}:
+			write(&tar.Header{Typeflag: tar.TypeChar, Name: name, Mode: 0o666, Devmajor: f.CharDev[0], Devminor: f.CharDev[1]}, "")
 		case f.Symlink != "":
 			if mode == 0 {
 				mode = 0o777

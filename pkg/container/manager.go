@@ -30,6 +30,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/regfile"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
@@ -404,7 +405,7 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 	}
 	msg := lostMsg
 	if c.TerminationLog != "" && msg == "" {
-		if b, err := readLimited(c.TerminationLog, 4096); err == nil {
+		if b, err := regfile.Read(c.TerminationLog, 4096); err == nil {
 			msg = string(b)
 		}
 	}
@@ -447,17 +448,6 @@ func (m *Manager) oomKilled(c *Container) bool {
 		}
 	}
 	return false
-}
-
-func readLimited(path string, n int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, n)
-	k, _ := f.Read(buf)
-	return buf[:k], nil
 }
 
 func (m *Manager) persist(c *Container, withMeta bool) error {

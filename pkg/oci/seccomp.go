@@ -1,13 +1,14 @@
 package oci
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/regfile"
 )
 
 const fieldSeccomp = "config.linux.security_context.seccomp"
@@ -54,7 +55,7 @@ func containerSeccomp(sc *runtimeapi.LinuxContainerSecurityContext, spec *specs.
 		if !filepath.IsAbs(ref) {
 			return nil, invalidf("%s %q is not an absolute path", field, ref)
 		}
-		data, err := os.ReadFile(ref)
+		data, err := regfile.Read(ref, 16<<20)
 		if err != nil {
 			return nil, invalidf("%s %q: %s", field, ref, errText(err))
 		}

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/regfile"
 )
 
 // Field names used in ResolveUser's errors.
@@ -186,18 +185,14 @@ func readRootfsFile(rootfs, name string) ([]byte, error) {
 	if rootfs == "" {
 		return nil, nil
 	}
-	f, err := os.OpenInRoot(rootfs, name)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, invalidf("read the image's /%s: %v", name, err)
+	// Guard against a huge file: /etc/passwd of a real image is a few KiB. A FIFO or a
+	// device there is refused, never opened.
+	data, err := regfile.ReadInRoot(rootfs, name, 16<<20)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
-	defer f.Close()
-	// Guard against a huge file: /etc/passwd of a real image is a few KiB.
-	data, err := io.ReadAll(io.LimitReader(f, 16<<20))
 	if err != nil {
-		return nil, invalidf("read the image's /%s: %v", name, err)
+		return nil, invalidf("read the image's /%s: %s", name, errText(err))
 	}
 	return data, nil
 }

@@ -755,3 +755,40 @@ func TestSpecialFilesInImage(t *testing.T) {
 		})
 	}
 }
+
+// The pod files are no way to fill the node: hostname and resolv.conf are read-only, and
+// /etc/hosts lives on a small tmpfs of the pod's own, so a container writing to it runs out
+// of space there, not on the node's /run.
+func TestPodFilesBounded(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			ctx := ctxT(t)
+			podID, pod := e.pod("files-"+handler, handler)
+			id := e.run(podID, pod, e.ctrConfig("writer", "sleep", "1000"))
+			for _, f := range []string{"/etc/resolv.conf", "/etc/hostname"} {
+				if out, _ := e.exec(id, "sh", "-c", "echo x >> "+f+" && echo written || echo refused"); out != "refused" {
+					t.Errorf("append to %s: %q, want refused (read-only)", f, out)
+				}
+			}
+			out, _ := e.exec(id, "sh", "-c", "dd if=/dev/zero bs=1M count=64 >> /etc/hosts 2>/dev/null; echo $?; wc -c < /etc/hosts")
+			lines := strings.Fields(out)
+			if len(lines) != 2 || lines[0] == "0" {
+				t.Fatalf("64 MiB into /etc/hosts: %q, want a failed dd and its size", out)
+			}
+			if n, _ := strconv.Atoi(lines[1]); n > 1<<20 {
+				t.Errorf("/etc/hosts grew to %d bytes, past the pod files' 1 MiB", n)
+			}
+			if out, _ := e.exec(id, "grep", "-c", "localhost", "/etc/hosts"); out == "0" {
+				t.Errorf("/etc/hosts lost its entries: %q", out)
+			}
+			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ type sandboxInfo struct {
 		IPCNS       string `json:"ipcns"`
 		UTSNS       string `json:"utsns"`
 		Shm         string `json:"shm"`
+		Files       string `json:"files"`
 		Infra       bool   `json:"infra"`
 		CgroupsPath string `json:"cgroups_path"`
 	} `json:"metadata"`
@@ -167,7 +168,7 @@ func TestSandboxLifecycle(t *testing.T) {
 func checkPodFiles(t *testing.T, info sandboxInfo, hostname string) {
 	t.Helper()
 	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(info.Metadata.Dir, name))
+		b, err := os.ReadFile(filepath.Join(info.Metadata.Files, name))
 		if err != nil {
 			t.Errorf("pod file %s: %v", name, err)
 		}

@@ -125,13 +125,19 @@ func errText(err error) string {
 // read-only rootfs, as containerd does) and its shared /dev/shm.
 func podFileMounts(o ContainerOptions, readonlyRootfs bool) []bindMount {
 	var out []bindMount
-	for _, f := range []struct{ dst, src string }{
-		{"/etc/hostname", o.HostnamePath},
-		{"/etc/hosts", o.HostsPath},
-		{"/etc/resolv.conf", o.ResolvPath},
+	// The pod's hostname and DNS config are the pod's, not a container's to change (and a
+	// write would reach every container of the pod); /etc/hosts stays writable, as in
+	// containerd, unless the rootfs is read-only.
+	for _, f := range []struct {
+		dst, src string
+		ro       bool
+	}{
+		{"/etc/hostname", o.HostnamePath, true},
+		{"/etc/hosts", o.HostsPath, readonlyRootfs},
+		{"/etc/resolv.conf", o.ResolvPath, true},
 	} {
 		if f.src != "" {
-			out = append(out, bindMount{dst: f.dst, src: f.src, readonly: readonlyRootfs})
+			out = append(out, bindMount{dst: f.dst, src: f.src, readonly: f.ro})
 		}
 	}
 	if o.ShmPath != "" {

@@ -18,7 +18,31 @@ const (
 	HostsFile    = "hosts"
 	ShmDir       = "shm"
 	shmSize      = 64 << 20 // what containerd and CRI-O give a pod by default
+	// FilesDir holds the three pod files, on a tmpfs of the pod's own: a container that
+	// writes to its /etc/hosts fills that, not the node's /run (a few KiB are used).
+	FilesDir   = "files"
+	filesLimit = 1 << 20
 )
+
+// mountFiles mounts the tmpfs the pod files live on.
+func mountFiles(path string) error {
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return fmt.Errorf("create pod files dir: %w", err)
+	}
+	if err := unix.Mount("rtshimd-pod-files", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("mode=0755,size=%d,nr_inodes=16", filesLimit)); err != nil {
+		return fmt.Errorf("mount pod files tmpfs at %s: %w", path, err)
+	}
+	return nil
+}
+
+// PodFile is the host path of one of the pod files (HostnameFile, HostsFile, ResolvFile).
+// Pods of earlier releases have them directly in their directory.
+func (s *Sandbox) PodFile(name string) string {
+	if s.Files != "" {
+		return filepath.Join(s.Files, name)
+	}
+	return filepath.Join(s.Dir, name)
+}
 
 // writePodFiles writes hostname, resolv.conf and hosts into dir.
 func writePodFiles(dir, hostname string, cfg *runtimeapi.PodSandboxConfig, hostNetwork bool) error {

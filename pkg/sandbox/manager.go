@@ -324,6 +324,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if !hostIPC {
 		sb.Shm = filepath.Join(sb.Dir, ShmDir)
 	}
+	sb.Files = filepath.Join(sb.Dir, FilesDir)
 	var cniNet *network.Network
 	if !hostNet && m.opts.Network != nil {
 		dir, name := cniDir, cniName
@@ -393,7 +394,10 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		sb.status.IPs = ips
 		sb.mu.Unlock()
 	}
-	if err := writePodFiles(sb.Dir, hostname, cfg, hostNet); err != nil {
+	if err := mountFiles(sb.Files); err != nil {
+		return err
+	}
+	if err := writePodFiles(sb.Files, hostname, cfg, hostNet); err != nil {
 		return err
 	}
 	if sb.Shm != "" {
@@ -853,6 +857,11 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	}
 	if sb.Shm != "" {
 		if err := unmountAll(sb.Shm); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sb.Files != "" {
+		if err := unmountAll(sb.Files); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -56,11 +56,14 @@ type Metadata struct {
 	UTSNS string `json:"utsns,omitempty"`
 	// UserNS is the pod's user namespace (userns_options mode POD), with the mappings it
 	// was made with; "" for a pod in the node's.
-	UserNS      string          `json:"userns,omitempty"`
-	IDMappings  *oci.IDMappings `json:"id_mappings,omitempty"`
-	Shm         string          `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
-	Infra       bool            `json:"infra"`         // a sandbox (infra) container runs through the handler
-	CgroupsPath string          `json:"cgroups_path,omitempty"`
+	UserNS     string          `json:"userns,omitempty"`
+	IDMappings *oci.IDMappings `json:"id_mappings,omitempty"`
+	Shm        string          `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
+	// Files is the tmpfs holding hostname, hosts and resolv.conf ("": in Dir, records of
+	// earlier releases).
+	Files       string `json:"files,omitempty"`
+	Infra       bool   `json:"infra"` // a sandbox (infra) container runs through the handler
+	CgroupsPath string `json:"cgroups_path,omitempty"`
 	// Network and NetworkDir name the CNI network the pod was attached to ("" = none).
 	Network    string `json:"network,omitempty"`
 	NetworkDir string `json:"network_dir,omitempty"`

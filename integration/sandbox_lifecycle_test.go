@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -411,4 +412,42 @@ func TestHandlerOverheadOnPodCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	removeTestCgroups(t)
+}
+
+// CreateContainer and StartContainer race StopPodSandbox and RemovePodSandbox: whichever
+// way each round goes, no container outlives its pod (the pod's lifecycle lock is held
+// shared by create and start, exclusively by stop and remove).
+func TestContainerCreateRacesPodRemoval(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	for i := 0; i < 8; i++ {
+		podID, pod := e.pod(fmt.Sprintf("race-%d", i), "runc")
+		created := make(chan error, 1)
+		go func() {
+			id, err := e.d.RS.CreateContainer(ctx, podID, e.ctrConfig("app", "sleep", "1000"), pod)
+			if err == nil {
+				err = e.d.RS.StartContainer(ctx, id)
+			}
+			created <- err
+		}()
+		time.Sleep(time.Duration(i*15) * time.Millisecond)
+		if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+			t.Fatalf("round %d: StopPodSandbox: %v", i, err)
+		}
+		if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+			t.Fatalf("round %d: RemovePodSandbox: %v", i, err)
+		}
+		err := <-created
+		if c := status.Code(err); err != nil && c != codes.FailedPrecondition && c != codes.NotFound {
+			t.Errorf("round %d: create/start lost the race with %v, want FailedPrecondition or NotFound", i, err)
+		}
+		t.Logf("round %d: create/start: %v", i, err)
+		ctrs, err := e.d.RS.ListContainers(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ctrs {
+			t.Errorf("round %d: container %s (%s) outlived its removed pod %s", i, c.Id[:12], c.State, c.PodSandboxId[:12])
+		}
+	}
 }

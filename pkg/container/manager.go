@@ -110,9 +110,11 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if err != nil {
 		return "", err
 	}
-	if sb.Status().State != sandbox.StateReady {
-		return "", fmt.Errorf("pod sandbox %s is not ready (%s): %w", sb.ID, sb.Status().State, errdefs.ErrFailedPrecondition)
+	release, err := sb.Use()
+	if err != nil {
+		return "", err
 	}
+	defer release()
 	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
 	id := newID()
 	m.mu.Lock()
@@ -153,14 +155,11 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		m.releaseName(name, id)
 		return "", err
 	}
+	// Listed before the pod's lifecycle lock is released: a StopPodSandbox waiting for it
+	// sees this container.
 	m.mu.Lock()
 	m.containers[id] = c
 	m.mu.Unlock()
-	// A RemovePodSandbox that ran meanwhile could not see this container: undo it.
-	if _, err := m.opts.Sandboxes.Get(sb.ID); err != nil {
-		_ = m.Remove(context.WithoutCancel(ctx), id)
-		return "", fmt.Errorf("pod sandbox %s was removed while the container was created: %w", sb.ID, errdefs.ErrNotFound)
-	}
 	log.Info("container created")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	return id, nil
@@ -489,6 +488,15 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	sb, err := m.opts.Sandboxes.Get(c.SandboxID)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	release, err := sb.Use()
+	if err != nil {
+		return fmt.Errorf("start container %s: %w", c.ID, err)
+	}
+	defer release()
 	c.op.Lock()
 	defer c.op.Unlock()
 	if st := c.Status().State; st != StateCreated {

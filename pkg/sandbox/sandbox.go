@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
@@ -92,8 +93,10 @@ type Sandbox struct {
 	// rt is the kind of runtime that runs the pod (from Kind and Runtime).
 	rt kind.Runtime
 
-	// op serialises Stop and Remove of this sandbox.
-	op sync.Mutex
+	// op is the pod's lifecycle lock: Stop, Remove and resizes hold it exclusively;
+	// container create and start hold it shared (Use), so no container is made or started
+	// in a pod that is being stopped or removed, by construction.
+	op sync.RWMutex
 
 	mu     sync.Mutex
 	status Status
@@ -165,4 +168,16 @@ func decodeConfig(raw json.RawMessage) (*runtimeapi.PodSandboxConfig, error) {
 // MakeName is the unique name of a pod sandbox, as kubelet's metadata defines it.
 func MakeName(m *runtimeapi.PodSandboxMetadata) string {
 	return fmt.Sprintf("%s_%s_%s_%d", m.GetName(), m.GetNamespace(), m.GetUid(), m.GetAttempt())
+}
+
+// Use holds the pod's lifecycle lock shared while a container is created or started in it,
+// and checks that the pod is ready; release ends the hold. A pod that is not ready is
+// FailedPrecondition.
+func (s *Sandbox) Use() (release func(), err error) {
+	s.op.RLock()
+	if st := s.Status().State; st != StateReady {
+		s.op.RUnlock()
+		return nil, fmt.Errorf("pod sandbox %s is not ready (%s): %w", s.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	return s.op.RUnlock, nil
 }

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -152,6 +153,62 @@ func TestRestartCleansHalfCreatedSandbox(t *testing.T) {
 			}
 			d.assertNothingLeft()
 			removeTestCgroups(t)
+		})
+	}
+}
+
+// A container whose record says created although it started (the caller of StartContainer
+// went away, or the daemon died before writing the record) is found running at recovery,
+// not reported CREATED for kubelet to start a second copy; one that has exited since is
+// reported exited with its code.
+func TestCreatedRecordOfAStartedContainer(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			ctx := ctxT(t)
+			podID, pod := e.pod("started-"+handler, handler)
+			running := e.run(podID, pod, e.ctrConfig("running", "sleep", "1000"))
+			exits := e.run(podID, pod, e.ctrConfig("exits", "sh", "-c", "sleep 2; exit 3"))
+			e.d.Kill()
+			for _, id := range []string{running, exits} {
+				p := filepath.Join(e.d.State, "containers", id, "status.json")
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st map[string]any
+				if err := json.Unmarshal(b, &st); err != nil {
+					t.Fatal(err)
+				}
+				st["state"] = "created"
+				delete(st, "started_at")
+				b, _ = json.Marshal(st)
+				if err := os.WriteFile(p, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(3 * time.Second) // "exits" ends while the daemon is down
+			e.d.Start()
+			resp, err := e.d.RS.ContainerStatus(ctx, running, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := resp.Status; s.State != runtimeapi.ContainerState_CONTAINER_RUNNING || s.StartedAt == 0 {
+				t.Errorf("started container recorded as created: state %s, started_at %d after recovery", s.State, s.StartedAt)
+			}
+			if out, _ := e.exec(running, "echo", "alive"); out != "alive" {
+				t.Errorf("exec after recovery: %q", out)
+			}
+			if st := e.waitExit(exits); st.ExitCode != 3 {
+				t.Errorf("container that ran and exited while the daemon was down: exit %d (%s), want 3", st.ExitCode, st.Reason)
+			}
+			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

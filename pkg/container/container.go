@@ -24,6 +24,9 @@ const (
 	StateCreated  = "created"
 	StateRunning  = "running"
 	StateExited   = "exited"
+	// StateUnknown: recovery found a created record and the runtime could not say whether
+	// the container started since; stop treats it as running.
+	StateUnknown = "unknown"
 )
 
 // Metadata is written once, when the container is created.

@@ -539,7 +539,7 @@ func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
 }
 
 func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
-	if c.Status().State != StateRunning {
+	if st := c.Status().State; st != StateRunning && st != StateUnknown {
 		return nil
 	}
 	log := logrus.WithField("container", c.ID)

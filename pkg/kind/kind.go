@@ -148,6 +148,9 @@ type Runtime interface {
 	// by an earlier daemon. ok is false when its end was not observed (the supervisor
 	// went away, or the task never started and was deleted); err only when ctx ended.
 	Wait(ctx context.Context, t Task) (e Exit, ok bool, err error)
+	// Status asks the runtime what the task is now: TaskCreated, TaskRunning or
+	// TaskStopped (a task it does not know is stopped). An error means it could not say.
+	Status(ctx context.Context, t Task) (string, error)
 	// KillLost ends a task whose supervision was lost (Wait returned !ok for a started
 	// task) and returns the exit to record once nothing of it runs.
 	KillLost(ctx context.Context, t Task) Exit
@@ -177,6 +180,13 @@ type Runtime interface {
 	// needs to (ProbeResult).
 	Probe(ctx context.Context, id, dir string) (ProbeResult, error)
 }
+
+// What Runtime.Status reports.
+const (
+	TaskCreated = "created"
+	TaskRunning = "running"
+	TaskStopped = "stopped"
+)
 
 // PortDialer is a kind whose pods can have a network stack of their own, out of the
 // host kernel's reach (gVisor's netstack): it connects to a port on the pod's localhost

@@ -216,6 +216,24 @@ func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error
 	return kind.Exit{Status: 255, ExitedAt: time.Now()}, true, nil
 }
 
+// Status is the runtime's `state` of the task.
+func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
+	st, err := r.rt.State(ctx, t.ID)
+	if oci.IsNotExist(err) {
+		return kind.TaskStopped, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("handler %q: state of %s: %w", r.rt.Handler, t.ID, err)
+	}
+	switch st.Status {
+	case specs.StateCreating, specs.StateCreated:
+		return kind.TaskCreated, nil
+	case specs.StateRunning:
+		return kind.TaskRunning, nil
+	}
+	return kind.TaskStopped, nil
+}
+
 // KillLost kills a task nobody supervises and waits, through the runtime, until it no
 // longer runs.
 func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {

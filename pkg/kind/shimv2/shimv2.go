@@ -251,6 +251,28 @@ func (r *Runtime) Start(ctx context.Context, t kind.Task) error {
 	return nil
 }
 
+// Status is the shim's State of the task; a shim or task that is gone is stopped.
+func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
+	c, err := r.client(ctx, t)
+	var st shim.State
+	if err == nil {
+		st, err = c.State(ctx, t.ID, "")
+	}
+	if err != nil {
+		if gone(err) {
+			return kind.TaskStopped, nil
+		}
+		return "", r.errorf("state", t.ID, err)
+	}
+	switch st.Status {
+	case "created":
+		return kind.TaskCreated, nil
+	case "running", "paused", "pausing":
+		return kind.TaskRunning, nil
+	}
+	return kind.TaskStopped, nil
+}
+
 // Kill signals the task's init, or all its processes. A task or shim that is gone is
 // not an error: Delete cleans up after it.
 func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) error {

@@ -32,6 +32,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		if err != nil {
 			log.WithError(err).Warn("unreadable container record; removing what it may hold")
+			_ = m.opts.Images.RemoveVolumes(r.ID)
 			_ = m.opts.Images.RemoveRootfs(r.ID)
 			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, r.ID))
 			_ = m.opts.Store.Delete(r.ID)
@@ -61,8 +62,22 @@ func (m *Manager) Recover(ctx context.Context) error {
 	entries, _ := os.ReadDir(m.opts.RunDir)
 	for _, e := range entries {
 		if e.IsDir() && !known[e.Name()] {
+			_ = m.opts.Images.RemoveVolumes(e.Name())
 			_ = m.opts.Images.RemoveRootfs(e.Name())
 			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, e.Name()))
+		}
+	}
+	// Image volumes whose container left neither record nor directory.
+	owners, err := m.opts.Images.VolumeOwners()
+	if err != nil {
+		logrus.WithError(err).Warn("list image volumes")
+	}
+	for _, o := range owners {
+		if !known[o] {
+			logrus.WithField("container", o).Info("image volumes of an unknown container; removing them")
+			if err := m.opts.Images.RemoveVolumes(o); err != nil {
+				logrus.WithError(err).WithField("container", o).Error("remove image volumes of an unknown container")
+			}
 		}
 	}
 	return nil

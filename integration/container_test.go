@@ -36,6 +36,7 @@ func toolsLayer() Layer {
 type containerEnv struct {
 	t     *testing.T
 	d     *Daemon
+	reg   *Registry // the daemon pulls from it (insecure)
 	image string
 	logs  string // log_directory of pods
 }
@@ -65,7 +66,7 @@ func newContainerEnvTable(t *testing.T, table func(run string) string, extra str
 			t.Fatal(err)
 		}
 	}
-	return &containerEnv{t: t, d: d, image: reg.Ref("test/busybox", "1"), logs: t.TempDir()}
+	return &containerEnv{t: t, d: d, reg: reg, image: reg.Ref("test/busybox", "1"), logs: t.TempDir()}
 }
 
 func (e *containerEnv) pod(name, handler string) (string, *runtimeapi.PodSandboxConfig) {

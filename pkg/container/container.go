@@ -57,6 +57,17 @@ type Metadata struct {
 	// User is who the container's process runs as (for ContainerStatus, without
 	// reading the spec).
 	User *specs.User `json:"user,omitempty"`
+	// ImageVolumes are the images mounted for config.mounts that name one; their storage
+	// is undone with the container (pkg/image finds it by owner, recorded here or not).
+	ImageVolumes []ImageVolume `json:"image_volumes,omitempty"`
+}
+
+// ImageVolume is one image mounted for a config mount (KEP-4639).
+type ImageVolume struct {
+	Mount     int    `json:"mount"`      // index into config.mounts
+	ImageID   string `json:"image_id"`   // "sha256:<config digest>", the mount's image_ref
+	StorageID string `json:"storage_id"` // the containers/storage container holding it
+	Source    string `json:"source"`     // the host path the container binds (the sub path within)
 }
 
 // Status changes over the container's life.

@@ -211,6 +211,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	if err != nil {
 		return err
 	}
+	if opts.ImageVolumes, err = m.mountImageVolumes(c, sb.IDMappings); err != nil {
+		return err
+	}
 	spec, err := oci.ContainerSpec(opts)
 	if err != nil {
 		return err
@@ -629,8 +632,13 @@ func (m *Manager) cleanup(c *Container) error {
 		// Never pull the filesystem from under a process the runtime failed to remove.
 		if err := unmountUsernsMounts(c.Dir); err != nil {
 			errs = append(errs, err)
-		} else if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
-			errs = append(errs, err)
+		} else {
+			if err := m.opts.Images.RemoveVolumes(c.ID); err != nil {
+				errs = append(errs, err)
+			}
+			if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if len(errs) > 0 {

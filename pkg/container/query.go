@@ -91,7 +91,7 @@ func criStatus(c *Container) *runtimeapi.ContainerStatus {
 		Message:     st.Message,
 		Labels:      cfg.Labels,
 		Annotations: cfg.Annotations,
-		Mounts:      cfg.Mounts,
+		Mounts:      statusMounts(c),
 		LogPath:     c.LogPath,
 	}
 	if len(st.Resources) > 0 {

@@ -10,6 +10,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
 // Recover loads every stored container and reconciles it: running ones are watched again
@@ -32,6 +34,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		if err != nil {
 			log.WithError(err).Warn("unreadable container record; removing what it may hold")
+			_ = m.opts.Images.RemoveVolumes(r.ID)
 			_ = m.opts.Images.RemoveRootfs(r.ID)
 			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, r.ID))
 			_ = m.opts.Store.Delete(r.ID)
@@ -61,8 +64,22 @@ func (m *Manager) Recover(ctx context.Context) error {
 	entries, _ := os.ReadDir(m.opts.RunDir)
 	for _, e := range entries {
 		if e.IsDir() && !known[e.Name()] {
+			_ = m.opts.Images.RemoveVolumes(e.Name())
 			_ = m.opts.Images.RemoveRootfs(e.Name())
 			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, e.Name()))
+		}
+	}
+	// Image volumes whose container left neither record nor directory.
+	owners, err := m.opts.Images.VolumeOwners()
+	if err != nil {
+		logrus.WithError(err).Warn("list image volumes")
+	}
+	for _, o := range owners {
+		if !known[o] {
+			logrus.WithField("container", o).Info("image volumes of an unknown container; removing them")
+			if err := m.opts.Images.RemoveVolumes(o); err != nil {
+				logrus.WithError(err).WithField("container", o).Error("remove image volumes of an unknown container")
+			}
 		}
 	}
 	return nil
@@ -100,9 +117,44 @@ func (m *Manager) decodeRecord(meta, status []byte) (*Container, error) {
 // happened while the daemon was down is recorded with its real code and time, a live one
 // is watched, and one whose supervisor died is ended and recorded so.
 func (m *Manager) reconcile(c *Container) {
-	if c.Status().State == StateExited {
+	switch c.Status().State {
+	case StateExited:
 		c.markExited()
 		return
+	case StateCreated:
+		m.reconcileCreated(c)
 	}
 	m.watch(c, true)
+}
+
+// reconcileCreated asks the runtime about a container recorded as created: the start may
+// have gone through while its caller went away or the daemon died before the record was
+// written. Reporting such a container CREATED would make kubelet run a second copy; one
+// that ran is recorded running (its exit, if any, is then read from its supervisor), and
+// one the runtime cannot tell about is UNKNOWN, which kubelet stops and replaces.
+func (m *Manager) reconcileCreated(c *Container) {
+	ctx, cancel := context.WithTimeout(m.ctx, oci.DefaultTimeout)
+	defer cancel()
+	st, err := c.rt.Status(ctx, c.task())
+	log := logrus.WithField("container", c.ID)
+	switch {
+	case err != nil:
+		log.WithError(err).Warn("container recorded as created: the runtime cannot say whether it started; state unknown")
+		c.setState(func(s *Status) {
+			s.State, s.Reason, s.Message = StateUnknown, "Unknown", "recorded as created; after a restart the runtime could not say whether it started: "+err.Error()
+		})
+	case st == kind.TaskRunning || st == kind.TaskStopped:
+		log.WithField("runtime_state", st).Warn("container recorded as created had started; recorded as running")
+		c.setState(func(s *Status) {
+			s.State = StateRunning
+			if s.StartedAt == 0 {
+				s.StartedAt = c.CreatedAt // the start's own time was not recorded; it came after this
+			}
+		})
+	default:
+		return
+	}
+	if err := m.persist(c, false); err != nil {
+		log.WithError(err).Warn("persist reconciled state")
+	}
 }

@@ -11,6 +11,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
 // Where, in its directory, a container of a pod user namespace gets its rootfs and its
@@ -48,7 +50,8 @@ func bindUsernsRootfs(dir, merged string) (string, error) {
 // binds it. The mappings were checked against the pod's by the spec builder.
 func idmapMounts(dir, userns string, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) error {
 	for i, m := range cfg.GetMounts() {
-		if len(m.GetUidMappings()) == 0 && len(m.GetGidMappings()) == 0 {
+		// An image volume is mapped by the image store (mountImageVolumes).
+		if (len(m.GetUidMappings()) == 0 && len(m.GetGidMappings()) == 0) || oci.IsImageMount(m) {
 			continue
 		}
 		dst := filepath.Clean(m.GetContainerPath())

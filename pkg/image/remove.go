@@ -46,7 +46,8 @@ func trimSHA(s string) string {
 	return s
 }
 
-// deleteImage deletes img and its unshared layers, or hides it while containers use it.
+// deleteImage deletes img and its unshared layers, or hides it while containers use it
+// (as rootfs or image volumes).
 // Callers hold s.mu.
 func (s *Service) deleteImage(img *storage.Image) error {
 	_, err := s.store.DeleteImage(img.ID, true)
@@ -54,7 +55,8 @@ func (s *Service) deleteImage(img *storage.Image) error {
 		if err := s.store.SetNames(img.ID, nil); err != nil {
 			return fmt.Errorf("remove image %s: %w", img.ID, err)
 		}
-		logrus.WithField("image", img.ID).Info("image removed; its layers stay until its containers are removed")
+		// The users are named so an operator can tell why the layers stay.
+		logrus.WithFields(logrus.Fields{"image": img.ID, "containers": s.users(img.ID)}).Info("image removed; its layers stay until its containers are removed")
 		return nil
 	}
 	if errors.Is(err, storage.ErrImageUnknown) {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/containers/storage"
 	"github.com/containers/storage/pkg/idtools"
-	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 )
@@ -81,11 +80,7 @@ func (s *Service) RemoveRootfs(id string) error {
 	if err := s.store.DeleteContainer(id); err != nil && !errors.Is(err, storage.ErrContainerUnknown) {
 		return fmt.Errorf("delete rootfs of %s: %w", id, err)
 	}
-	if img, err := s.store.Image(c.ImageID); err == nil && removed(img) {
-		if err := s.deleteImage(img); err != nil {
-			logrus.WithError(err).WithField("image", img.ID).Warn("delete removed image after its last container")
-		}
-	}
+	s.deleteIfRemoved(c.ImageID)
 	return nil
 }
 

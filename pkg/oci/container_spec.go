@@ -47,6 +47,9 @@ type ContainerOptions struct {
 	CgroupsPath                                  string
 	OOMScoreAdjMin                               int      // lowest oom_score_adj allowed: clamp requests up to it
 	Capabilities                                 []string // the caps this node can grant at all ("CAP_CHOWN", ...): privileged gets these, never more
+	// ImageVolumes are the host paths that config.mounts naming an image bind, by index
+	// into config.mounts: the image's read-only root filesystem or its sub path.
+	ImageVolumes map[int]string
 }
 
 // ContainerSpec builds the runtime spec of an application container the way containerd's CRI
@@ -127,7 +130,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	}
 
 	// Mounts.
-	cri, err := criMounts(config)
+	cri, err := criMounts(config, o.ImageVolumes)
 	if err != nil {
 		return nil, err
 	}

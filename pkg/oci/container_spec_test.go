@@ -345,9 +345,9 @@ func TestMounts(t *testing.T) {
 		"/sys":             {Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		"/sys/fs/cgroup":   {Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		"/dev/shm":         {Destination: "/dev/shm", Type: "bind", Source: o.ShmPath, Options: []string{"rbind", "rprivate", "rw", "nosuid", "noexec", "nodev"}},
-		"/etc/hosts":       {Destination: "/etc/hosts", Type: "bind", Source: o.HostsPath, Options: []string{"rbind", "rprivate", "rw"}},
-		"/etc/hostname":    {Destination: "/etc/hostname", Type: "bind", Source: o.HostnamePath, Options: []string{"rbind", "rprivate", "ro"}},
-		"/etc/resolv.conf": {Destination: "/etc/resolv.conf", Type: "bind", Source: o.ResolvPath, Options: []string{"rbind", "rprivate", "ro"}},
+		"/etc/hosts":       {Destination: "/etc/hosts", Type: "bind", Source: o.HostsPath, Options: []string{"rbind", "rprivate", "rw", "nosuid", "nodev", "noexec"}},
+		"/etc/hostname":    {Destination: "/etc/hostname", Type: "bind", Source: o.HostnamePath, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec"}},
+		"/etc/resolv.conf": {Destination: "/etc/resolv.conf", Type: "bind", Source: o.ResolvPath, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec"}},
 		"/data":            {Destination: "/data", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro"}},
 		"/data/deep/er":    {Destination: "/data/deep/er", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rw"}},
 		"/slave":           {Destination: "/slave", Type: "bind", Source: vol, Options: []string{"rbind", "rslave", "rw"}},
@@ -489,7 +489,11 @@ func TestMountErrors(t *testing.T) {
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: filepath.Join(vol, "never"), Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "rel", HostPath: vol}, `config.mounts[1].container_path "rel" is not an absolute path`},
 		{&runtimeapi.Mount{ContainerPath: "/m"}, `config.mounts[1].host_path is empty`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}}, `config.mounts[1].image.image "busybox": image volumes are not supported`},
+		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Image: &runtimeapi.ImageSpec{Image: "busybox"}},
+			`config.mounts[1].host_path "` + vol + `" and config.mounts[1].image.image "busybox" are both set`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{}}, `config.mounts[1].image.image is empty`},
+		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, ImageSubPath: "data"}, `config.mounts[1].image_sub_path "data" is set but config.mounts[1].image.image is not`},
+		{&runtimeapi.Mount{ContainerPath: "/", Image: &runtimeapi.ImageSpec{Image: "busybox"}}, `config.mounts[1].container_path "/": cannot mount over the root filesystem`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, RecursiveReadOnly: true}, `config.mounts[1].recursive_read_only is set but readonly is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Readonly: true, RecursiveReadOnly: true,
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
@@ -505,6 +509,34 @@ func TestMountErrors(t *testing.T) {
 	// The missing host path of a mount refused for another reason is not created.
 	if _, err := os.Stat(filepath.Join(vol, "never")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host path of a refused mount was created: %v", err)
+	}
+}
+
+// An image volume binds the host path the container manager mounted for it, read-only,
+// nosuid, nodev and noexec, whatever readonly says; mount_options add to those.
+func TestImageMounts(t *testing.T) {
+	vol, sub := t.TempDir(), t.TempDir()
+	o := testOptions(t)
+	o.Config.Mounts = []*runtimeapi.Mount{
+		{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}},
+		{ContainerPath: "/sub/", Image: &runtimeapi.ImageSpec{Image: "sha256:0123"}, ImageSubPath: "data", Readonly: true, MountOptions: []string{"noatime"}},
+		{ContainerPath: "/vol/rro", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}, Readonly: true, RecursiveReadOnly: true},
+	}
+	o.ImageVolumes = map[int]string{0: vol, 1: sub, 2: vol}
+	s := mustSpec(t, o)
+	for dst, w := range map[string]specs.Mount{
+		"/vol":     {Destination: "/vol", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec"}},
+		"/sub":     {Destination: "/sub", Type: "bind", Source: sub, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec", "noatime"}},
+		"/vol/rro": {Destination: "/vol/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rro", "nosuid", "nodev", "noexec"}},
+	} {
+		if got := mountAt(s, dst); got == nil || !reflect.DeepEqual(*got, w) {
+			t.Errorf("mount %s = %+v, want %+v", dst, got, w)
+		}
+	}
+	// Not mounted by the manager: a bug, never a bind of nothing.
+	o.ImageVolumes = map[int]string{0: vol, 2: vol}
+	if _, err := ContainerSpec(o); err == nil || !strings.Contains(err.Error(), `config.mounts[1].image.image "sha256:0123": the image is not mounted`) {
+		t.Errorf("image mount without a volume: %v", err)
 	}
 }
 

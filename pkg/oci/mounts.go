@@ -2,6 +2,7 @@ package oci
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,9 +47,21 @@ func defaultMounts(privileged, privateShm bool) []specs.Mount {
 	)
 }
 
+// IsImageMount reports whether a CRI mount is an image volume (KEP-4639): it names an
+// image instead of a host path.
+func IsImageMount(m *runtimeapi.Mount) bool { return m.GetImage().GetImage() != "" }
+
+// imageVolumeOptions are the options of every image volume's bind: it is read-only (set
+// apart), and carries neither devices, set-user-ID nor executables, as CRI-O mounts image
+// volumes and as the Kubernetes documentation says runtimes typically do; kubelet's
+// mount_options may add to them.
+var imageVolumeOptions = []string{"nosuid", "nodev", "noexec"}
+
 // criMounts checks config.mounts: container_path absolute, host_path present (created as a
-// directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with readonly and private propagation.
-func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
+// directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with
+// readonly and private propagation. An image mount binds its entry of imageVolumes,
+// read-only.
+func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string) ([]bindMount, error) {
 	var out []bindMount
 	for i, m := range config.GetMounts() {
 		field := func(f string) string { return "config.mounts[" + strconv.Itoa(i) + "]." + f }
@@ -63,11 +76,16 @@ func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
 		if dst == "/" {
 			return nil, invalidf("%s %q: cannot mount over the root filesystem", field("container_path"), m.GetContainerPath())
 		}
-		if m.GetHostPath() == "" {
-			if m.GetImage() != nil {
-				return nil, invalidf("%s %q: image volumes are not supported", field("image.image"), m.GetImage().GetImage())
-			}
+		image := IsImageMount(m)
+		switch {
+		case image && m.GetHostPath() != "":
+			return nil, invalidf("%s %q and %s %q are both set; a mount has one or the other", field("host_path"), m.GetHostPath(), field("image.image"), m.GetImage().GetImage())
+		case !image && m.GetImage() != nil && m.GetHostPath() == "":
+			return nil, invalidf("%s is empty", field("image.image"))
+		case !image && m.GetHostPath() == "":
 			return nil, invalidf("%s is empty", field("host_path"))
+		case !image && m.GetImageSubPath() != "":
+			return nil, invalidf("%s %q is set but %s is not", field("image_sub_path"), m.GetImageSubPath(), field("image.image"))
 		}
 		switch m.GetPropagation() {
 		case runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
@@ -77,7 +95,7 @@ func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
 			return nil, invalidf("%s %d is not PRIVATE, HOST_TO_CONTAINER or BIDIRECTIONAL", field("propagation"), m.GetPropagation())
 		}
 		// An image mount is read-only by definition.
-		ro := m.GetReadonly() || m.GetImage() != nil
+		ro := m.GetReadonly() || image
 		if m.GetRecursiveReadOnly() {
 			if !ro {
 				return nil, invalidf("%s is set but readonly is not", field("recursive_read_only"))
@@ -90,6 +108,17 @@ func criMounts(config *runtimeapi.ContainerConfig) ([]bindMount, error) {
 			if o == "" || strings.ContainsAny(o, ", \t\n") {
 				return nil, invalidf("%s[%d] %q is not a mount option", field("mount_options"), j, o)
 			}
+		}
+		if image {
+			src, ok := imageVolumes[i]
+			if !ok {
+				return nil, fmt.Errorf("%s %q: the image is not mounted", field("image.image"), m.GetImage().GetImage())
+			}
+			out = append(out, bindMount{
+				dst: dst, src: src, readonly: true, rro: m.GetRecursiveReadOnly(),
+				propagation: m.GetPropagation(), options: append(slices.Clone(imageVolumeOptions), m.GetMountOptions()...),
+			})
+			continue
 		}
 		// Created last, once the rest is valid: kubelet leaves a hostPath volume of no type whose source is missing to the
 		// runtime; containerd and CRI-O create it as a directory.
@@ -137,7 +166,9 @@ func podFileMounts(o ContainerOptions, readonlyRootfs bool) []bindMount {
 		{"/etc/resolv.conf", o.ResolvPath, true},
 	} {
 		if f.src != "" {
-			out = append(out, bindMount{dst: f.dst, src: f.src, readonly: f.ro})
+			// The flags of the pod files' tmpfs, repeated: a read-only remount in a pod user
+			// namespace must keep them (the kernel locks them), and runc 1.1 does not add them.
+			out = append(out, bindMount{dst: f.dst, src: f.src, readonly: f.ro, options: []string{"nosuid", "nodev", "noexec"}})
 		}
 	}
 	if o.ShmPath != "" {

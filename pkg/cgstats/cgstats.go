@@ -1,6 +1,7 @@
-// Package cgstats reads a cgroup's CPU, memory and process counters straight from the
-// cgroup filesystem, v1 (one hierarchy per controller) or v2 (unified), without forking.
-// It knows nothing of containers or pods.
+// Package cgstats reads a cgroup's CPU, memory, block I/O and process counters straight
+// from the cgroup filesystem, v1 (one hierarchy per controller, with the unified one of a
+// hybrid host for pressure) or v2 (unified), without forking. It knows nothing of
+// containers or pods.
 package cgstats
 
 import (
@@ -8,11 +9,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
 
-// Stats are one reading of a cgroup.
+// Stats are one reading of a cgroup. Fields a source cannot give stay zero (nil for the
+// slices and Pressure).
 type Stats struct {
 	CPUUsageNanos   uint64
 	MemoryUsage     uint64
@@ -22,6 +25,56 @@ type Stats struct {
 	PageFaults      uint64
 	MajorPageFaults uint64
 	Processes       uint64
+
+	// CPU time split by mode, and CFS bandwidth control.
+	CPUUserNanos, CPUSystemNanos uint64
+	CPUPeriods                   uint64
+	CPUThrottledPeriods          uint64
+	CPUThrottledNanos            uint64
+
+	// Memory beyond usage, in bytes unless named.
+	MemoryCache      uint64 // page cache
+	MemoryMappedFile uint64
+	MemorySwap       uint64
+	MemoryKernel     uint64
+	MemoryMaxUsage   uint64 // peak usage (v2: memory.peak, kernels 5.19 and later)
+	MemoryFailcnt    uint64 // times usage hit the limit
+	OOMKills         uint64 // processes the OOM killer ended in the cgroup
+
+	PidsLimit uint64 // 0: no limit
+
+	Blkio   []BlkioDevice
+	Hugetlb []Hugetlb
+	// Pressure is nil where the kernel has no PSI files for the cgroup (a v1-only host).
+	Pressure *Pressure
+	// Pids are the host processes in the cgroup (cgroup.procs), nil where unknown.
+	Pids []int
+}
+
+// BlkioDevice is one block device's I/O by operation ("Read", "Write", and what else the
+// kernel reports: "Sync", "Async", "Discard", "Total" on v1, "Discard" on v2).
+type BlkioDevice struct {
+	Major, Minor uint64
+	Bytes        map[string]uint64
+	Ops          map[string]uint64 // I/O requests
+}
+
+// Hugetlb is one huge page size's usage. HasMax is false on v2, which keeps no peak.
+type Hugetlb struct {
+	Pagesize        string // as the kernel names it: "2MB", "1GB"
+	Usage, MaxUsage uint64
+	HasMax          bool
+}
+
+// PSI is one resource's pressure stall totals, in microseconds: Some is time at least one
+// task waited on it, Full time all non-idle tasks were stalled at once.
+type PSI struct {
+	SomeMicros, FullMicros uint64
+}
+
+// Pressure is a cgroup's pressure stall information.
+type Pressure struct {
+	CPU, Memory, IO PSI
 }
 
 // Reader reads cgroups under a root (normally /sys/fs/cgroup).
@@ -44,13 +97,47 @@ func (r *Reader) Read(path string) (Stats, error) {
 	return readV1(r.Root, path)
 }
 
+// Procs lists the processes in the cgroup at path.
+func (r *Reader) Procs(path string) ([]int, error) {
+	return readProcs(filepath.Join(r.procsDir(), path, "cgroup.procs"))
+}
+
+func (r *Reader) procsDir() string {
+	if r.v2 {
+		return r.Root
+	}
+	return filepath.Join(r.Root, "pids")
+}
+
+// Pressure reads the cgroup's PSI files: v2's, or on a v1 host the unified hierarchy's
+// of a hybrid mount (where runc places containers too); nil where there are none.
+func (r *Reader) Pressure(path string) *Pressure {
+	if r.v2 {
+		return readPressure(filepath.Join(r.Root, path))
+	}
+	return readPressure(filepath.Join(r.Root, "unified", path))
+}
+
 func readV1(root, path string) (Stats, error) {
 	var s Stats
 	var err error
-	if s.CPUUsageNanos, err = readUint(filepath.Join(root, "cpuacct", path, "cpuacct.usage")); err != nil {
+	acct := filepath.Join(root, "cpuacct", path)
+	if s.CPUUsageNanos, err = readUint(filepath.Join(acct, "cpuacct.usage")); err != nil {
 		// A cgroup that is gone (the container exited) is an error to the caller.
 		return s, err
 	}
+	user, uerr := readUint(filepath.Join(acct, "cpuacct.usage_user"))
+	sys, serr := readUint(filepath.Join(acct, "cpuacct.usage_sys"))
+	if uerr == nil && serr == nil {
+		s.CPUUserNanos, s.CPUSystemNanos = user, sys
+	} else if st := readKV(filepath.Join(acct, "cpuacct.stat")); st != nil {
+		// Kernels before 4.7: clock ticks of USER_HZ, 100 on every architecture Linux
+		// exports to user space.
+		s.CPUUserNanos, s.CPUSystemNanos = st["user"]*1e7, st["system"]*1e7
+	}
+	cpu := readKV(filepath.Join(root, "cpu", path, "cpu.stat"))
+	s.CPUPeriods, s.CPUThrottledPeriods, s.CPUThrottledNanos = cpu["nr_periods"], cpu["nr_throttled"], cpu["throttled_time"]
+
 	mem := filepath.Join(root, "memory", path)
 	s.MemoryUsage, _ = readUint(filepath.Join(mem, "memory.usage_in_bytes"))
 	if limit, err := readUint(filepath.Join(mem, "memory.limit_in_bytes")); err == nil && limit < 1<<62 {
@@ -60,7 +147,31 @@ func readV1(root, path string) (Stats, error) {
 	s.RSS = stat["total_rss"]
 	s.PageFaults, s.MajorPageFaults = stat["total_pgfault"], stat["total_pgmajfault"]
 	s.WorkingSet = sub(s.MemoryUsage, stat["total_inactive_file"])
-	s.Processes, _ = readUint(filepath.Join(root, "pids", path, "pids.current"))
+	s.MemoryCache, s.MemoryMappedFile = stat["total_cache"], stat["total_mapped_file"]
+	if swap, ok := stat["total_swap"]; ok {
+		s.MemorySwap = swap
+	} else if memsw, err := readUint(filepath.Join(mem, "memory.memsw.usage_in_bytes")); err == nil {
+		s.MemorySwap = sub(memsw, s.MemoryUsage)
+	}
+	s.MemoryKernel, _ = readUint(filepath.Join(mem, "memory.kmem.usage_in_bytes"))
+	s.MemoryMaxUsage, _ = readUint(filepath.Join(mem, "memory.max_usage_in_bytes"))
+	s.MemoryFailcnt, _ = readUint(filepath.Join(mem, "memory.failcnt"))
+	s.OOMKills = readKV(filepath.Join(mem, "memory.oom_control"))["oom_kill"]
+
+	pids := filepath.Join(root, "pids", path)
+	s.Processes, _ = readUint(filepath.Join(pids, "pids.current"))
+	s.PidsLimit, _ = readUint(filepath.Join(pids, "pids.max")) // "max" does not parse: no limit
+	if s.Pids, err = readProcs(filepath.Join(pids, "cgroup.procs")); err != nil {
+		s.Pids, _ = readProcs(filepath.Join(mem, "cgroup.procs")) // no pids controller
+	}
+
+	s.Blkio = readBlkioV1(filepath.Join(root, "blkio", path))
+	s.Hugetlb = readHugetlb(filepath.Join(root, "hugetlb", path), "usage_in_bytes", "max_usage_in_bytes")
+	unified := filepath.Join(root, "unified", path)
+	if s.Hugetlb == nil { // hybrid hosts may bind hugetlb to the unified hierarchy
+		s.Hugetlb = readHugetlb(unified, "current", "")
+	}
+	s.Pressure = readPressure(unified)
 	return s, nil
 }
 
@@ -71,6 +182,9 @@ func readV2(dir string) (Stats, error) {
 		return s, &os.PathError{Op: "read", Path: filepath.Join(dir, "cpu.stat"), Err: os.ErrNotExist}
 	}
 	s.CPUUsageNanos = cpu["usage_usec"] * 1000
+	s.CPUUserNanos, s.CPUSystemNanos = cpu["user_usec"]*1000, cpu["system_usec"]*1000
+	s.CPUPeriods, s.CPUThrottledPeriods, s.CPUThrottledNanos = cpu["nr_periods"], cpu["nr_throttled"], cpu["throttled_usec"]*1000
+
 	s.MemoryUsage, _ = readUint(filepath.Join(dir, "memory.current"))
 	if limit, err := readUint(filepath.Join(dir, "memory.max")); err == nil {
 		s.MemoryLimit = limit // "max" does not parse: no limit
@@ -79,8 +193,223 @@ func readV2(dir string) (Stats, error) {
 	s.RSS = stat["anon"]
 	s.PageFaults, s.MajorPageFaults = stat["pgfault"], stat["pgmajfault"]
 	s.WorkingSet = sub(s.MemoryUsage, stat["inactive_file"])
+	s.MemoryCache, s.MemoryMappedFile = stat["file"], stat["file_mapped"]
+	if k, ok := stat["kernel"]; ok { // 5.18 and later
+		s.MemoryKernel = k
+	} else {
+		s.MemoryKernel = stat["kernel_stack"] + stat["slab"] + stat["sock"] + stat["percpu"] + stat["vmalloc"]
+	}
+	s.MemorySwap, _ = readUint(filepath.Join(dir, "memory.swap.current"))
+	s.MemoryMaxUsage, _ = readUint(filepath.Join(dir, "memory.peak"))
+	events := readKV(filepath.Join(dir, "memory.events"))
+	s.MemoryFailcnt, s.OOMKills = events["max"], events["oom_kill"]
+
 	s.Processes, _ = readUint(filepath.Join(dir, "pids.current"))
+	s.PidsLimit, _ = readUint(filepath.Join(dir, "pids.max"))
+	s.Pids, _ = readProcs(filepath.Join(dir, "cgroup.procs"))
+
+	s.Blkio = readIOStat(filepath.Join(dir, "io.stat"))
+	s.Hugetlb = readHugetlb(dir, "current", "")
+	s.Pressure = readPressure(dir)
 	return s, nil
+}
+
+// readBlkioV1 reads the first blkio policy with entries: the I/O schedulers' files (BFQ,
+// then CFQ's) and the throttle layer's; which one counts depends on the kernel and the
+// device's scheduler.
+func readBlkioV1(dir string) []BlkioDevice {
+	for _, prefix := range []string{"blkio.bfq.", "blkio.", "blkio.throttle."} {
+		devs := map[[2]uint64]*BlkioDevice{}
+		readBlkioFile(filepath.Join(dir, prefix+"io_service_bytes_recursive"), devs, func(d *BlkioDevice) map[string]uint64 { return d.Bytes })
+		if len(devs) == 0 {
+			continue
+		}
+		readBlkioFile(filepath.Join(dir, prefix+"io_serviced_recursive"), devs, func(d *BlkioDevice) map[string]uint64 { return d.Ops })
+		return sortedDevices(devs)
+	}
+	return nil
+}
+
+// readBlkioFile parses "major:minor Op value" lines (and skips the closing "Total n").
+func readBlkioFile(path string, devs map[[2]uint64]*BlkioDevice, into func(*BlkioDevice) map[string]uint64) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		major, minor, ok := parseDevice(f[0])
+		v, err := strconv.ParseUint(f[2], 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		into(device(devs, major, minor))[f[1]] = v
+	}
+}
+
+// readIOStat parses v2's io.stat: "major:minor rbytes=n wbytes=n rios=n wios=n dbytes=n dios=n".
+func readIOStat(path string) []BlkioDevice {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	devs := map[[2]uint64]*BlkioDevice{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		major, minor, ok := parseDevice(f[0])
+		if !ok {
+			continue
+		}
+		d := device(devs, major, minor)
+		for _, kv := range f[1:] {
+			k, v, _ := strings.Cut(kv, "=")
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				continue
+			}
+			switch k {
+			case "rbytes":
+				d.Bytes["Read"] = n
+			case "wbytes":
+				d.Bytes["Write"] = n
+			case "dbytes":
+				d.Bytes["Discard"] = n
+			case "rios":
+				d.Ops["Read"] = n
+			case "wios":
+				d.Ops["Write"] = n
+			case "dios":
+				d.Ops["Discard"] = n
+			}
+		}
+	}
+	return sortedDevices(devs)
+}
+
+func parseDevice(s string) (major, minor uint64, ok bool) {
+	a, b, found := strings.Cut(s, ":")
+	if !found {
+		return 0, 0, false
+	}
+	major, err1 := strconv.ParseUint(a, 10, 64)
+	minor, err2 := strconv.ParseUint(b, 10, 64)
+	return major, minor, err1 == nil && err2 == nil
+}
+
+func device(devs map[[2]uint64]*BlkioDevice, major, minor uint64) *BlkioDevice {
+	k := [2]uint64{major, minor}
+	if d, ok := devs[k]; ok {
+		return d
+	}
+	d := &BlkioDevice{Major: major, Minor: minor, Bytes: map[string]uint64{}, Ops: map[string]uint64{}}
+	devs[k] = d
+	return d
+}
+
+func sortedDevices(devs map[[2]uint64]*BlkioDevice) []BlkioDevice {
+	if len(devs) == 0 {
+		return nil
+	}
+	out := make([]BlkioDevice, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, *d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Major < out[j].Major || (out[i].Major == out[j].Major && out[i].Minor < out[j].Minor)
+	})
+	return out
+}
+
+// readHugetlb reads hugetlb.<size>.<usage> (and .<max> where the version keeps a peak)
+// for every page size the cgroup has files for.
+func readHugetlb(dir, usage, max string) []Hugetlb {
+	matches, _ := filepath.Glob(filepath.Join(dir, "hugetlb.*."+usage))
+	var out []Hugetlb
+	for _, m := range matches {
+		size := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m), "hugetlb."), "."+usage)
+		if strings.Contains(size, ".") { // hugetlb.2MB.rsvd.current and the like
+			continue
+		}
+		h := Hugetlb{Pagesize: size}
+		var err error
+		if h.Usage, err = readUint(m); err != nil {
+			continue
+		}
+		if max != "" {
+			h.MaxUsage, err = readUint(filepath.Join(dir, "hugetlb."+size+"."+max))
+			h.HasMax = err == nil
+		}
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pagesize < out[j].Pagesize })
+	return out
+}
+
+// readPressure reads {cpu,memory,io}.pressure; nil unless at least one is there.
+func readPressure(dir string) *Pressure {
+	var p Pressure
+	found := false
+	for _, f := range []struct {
+		name string
+		into *PSI
+	}{{"cpu.pressure", &p.CPU}, {"memory.pressure", &p.Memory}, {"io.pressure", &p.IO}} {
+		psi, ok := readPSI(filepath.Join(dir, f.name))
+		if ok {
+			*f.into, found = psi, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	return &p
+}
+
+// readPSI parses "some avg10=0.00 avg60=0.00 avg300=0.00 total=123" and its "full" line.
+func readPSI(path string) (PSI, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return PSI{}, false
+	}
+	var p PSI
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		var total uint64
+		for _, kv := range f[1:] {
+			if v, ok := strings.CutPrefix(kv, "total="); ok {
+				total, _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+		switch f[0] {
+		case "some":
+			p.SomeMicros = total
+		case "full":
+			p.FullMicros = total
+		}
+	}
+	return p, true
+}
+
+func readProcs(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
 }
 
 func sub(a, b uint64) uint64 {
@@ -120,8 +449,9 @@ func readKV(path string) map[string]uint64 {
 
 // Interface is one network interface's counters.
 type Interface struct {
-	Name                                 string
-	RxBytes, RxErrors, TxBytes, TxErrors uint64
+	Name                                    string
+	RxBytes, RxPackets, RxErrors, RxDropped uint64
+	TxBytes, TxPackets, TxErrors, TxDropped uint64
 }
 
 // NetDev parses /proc/<pid>/net/dev (the counters of that process's network namespace),
@@ -139,11 +469,15 @@ func NetDev(path string) ([]Interface, error) {
 		}
 		name = strings.TrimSpace(name)
 		f := strings.Fields(rest)
-		if name == "lo" || len(f) < 11 {
+		if name == "lo" || len(f) < 12 {
 			continue
 		}
 		n := func(i int) uint64 { v, _ := strconv.ParseUint(f[i], 10, 64); return v }
-		out = append(out, Interface{Name: name, RxBytes: n(0), RxErrors: n(2), TxBytes: n(8), TxErrors: n(10)})
+		out = append(out, Interface{
+			Name:    name,
+			RxBytes: n(0), RxPackets: n(1), RxErrors: n(2), RxDropped: n(3),
+			TxBytes: n(8), TxPackets: n(9), TxErrors: n(10), TxDropped: n(11),
+		})
 	}
 	return out, nil
 }

@@ -7,10 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -63,19 +65,44 @@ func (m *Manager) Stats(id string) (*runtimeapi.ContainerStats, error) {
 	return m.stats(c), nil
 }
 
+// sample is one reading of a container: its runtime's counters (cgOK false where the
+// container does not run or the runtime could not say) and its writable layer's usage.
+type sample struct {
+	at   time.Time
+	cg   cgstats.Stats
+	cgOK bool
+	fs   image.Usage
+	fsOK bool
+}
+
+func (m *Manager) sample(c *Container) sample {
+	s := sample{at: time.Now()}
+	if c.Status().State == StateRunning {
+		cg, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath)
+		if err == nil {
+			s.cg, s.cgOK = cg, true
+		} else {
+			logrus.WithFields(logrus.Fields{"container": c.ID, "handler": c.Handler}).WithError(err).Debug("container stats unreadable")
+		}
+	}
+	if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
+		s.fs, s.fsOK = u, true
+	}
+	return s
+}
+
 func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
-	now := time.Now()
+	s := m.sample(c)
+	now := s.at
 	out := &runtimeapi.ContainerStats{
 		Attributes: &runtimeapi.ContainerAttributes{Id: c.ID, Metadata: c.config.Metadata, Labels: c.config.Labels, Annotations: c.config.Annotations},
 		Cpu:        &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
 		Memory:     &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
 	}
-	if c.Status().State == StateRunning {
-		if s, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath); err == nil {
-			fillUsage(out.Cpu, out.Memory, s, m.rates.rate(c.ID, now, s.CPUUsageNanos), now)
-		}
+	if s.cgOK {
+		fillUsage(out.Cpu, out.Memory, s.cg, m.rates.rate(c.ID, now, s.cg.CPUUsageNanos), now)
 	}
-	if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
+	if u := s.fs; s.fsOK {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
 			Timestamp: u.Timestamp.UnixNano(), FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
 			UsedBytes: u64(u.Bytes), InodesUsed: u64(u.Inodes),
@@ -117,26 +144,30 @@ func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimea
 		}
 		picked = append(picked, c)
 	}
-	// Reading cgroup files is syscall-bound (memory.stat is computed by the kernel on
-	// each read): spread it over a few goroutines.
 	out := make([]*runtimeapi.ContainerStats, len(picked))
+	spread(len(picked), func(i int) { out[i] = m.stats(picked[i]) })
+	return out
+}
+
+// spread runs f(0..n-1) on a few goroutines: reading cgroup files is syscall-bound
+// (memory.stat is computed by the kernel on each read).
+func spread(n int, f func(i int)) {
 	var wg sync.WaitGroup
 	next := make(chan int)
-	for w := 0; w < min(4, len(picked)); w++ {
+	for w := 0; w < min(4, n); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				out[i] = m.stats(picked[i])
+				f(i)
 			}
 		}()
 	}
-	for i := range picked {
+	for i := 0; i < n; i++ {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	return out
 }
 
 func (m *Manager) snapshot() []*Container {
@@ -199,7 +230,7 @@ func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
 		linux.Process.ProcessCount = u64(uint64(len(pids)))
 	}
 	if sb.NetNS != "" && len(pids) > 0 {
-		if ifs, err := cgstats.NetDev(fmt.Sprintf("/proc/%d/net/dev", pids[0])); err == nil {
+		if ifs, err := netDev(pids[0]); err == nil {
 			nu := &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
 			for _, i := range ifs {
 				iu := &runtimeapi.NetworkInterfaceUsage{Name: i.Name, RxBytes: u64(i.RxBytes), RxErrors: u64(i.RxErrors), TxBytes: u64(i.TxBytes), TxErrors: u64(i.TxErrors)}
@@ -215,6 +246,25 @@ func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
 		Attributes: &runtimeapi.PodSandboxAttributes{Id: sb.ID, Metadata: cfg.Metadata, Labels: cfg.Labels, Annotations: cfg.Annotations},
 		Linux:      linux,
 	}
+}
+
+// netDev reads the interfaces of pid's network namespace: a pod's, through a process in it.
+func netDev(pid int) ([]cgstats.Interface, error) {
+	return cgstats.NetDev(fmt.Sprintf("/proc/%d/net/dev", pid))
+}
+
+// netPid is a process in the pod's network namespace: the infra process, else a running
+// container's; 0 if none.
+func netPid(sb *sandbox.Sandbox, running []*Container) int {
+	if st := sb.Status(); st.InfraPid > 0 && st.State == sandbox.StateReady {
+		return st.InfraPid
+	}
+	for _, c := range running {
+		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
+			return st.Pid
+		}
+	}
+	return 0
 }
 
 // ListPodStats returns the stats of the ready pods that match filter.

@@ -158,20 +158,47 @@ func (r *Runtime) State(ctx context.Context, id string) (*specs.State, error) {
 type EventStats struct {
 	CPU struct {
 		Usage struct {
-			Total uint64 `json:"total"` // ns
+			Total  uint64 `json:"total"`  // ns
+			Kernel uint64 `json:"kernel"` // ns
+			User   uint64 `json:"user"`   // ns
 		} `json:"usage"`
+		Throttling struct {
+			Periods          uint64 `json:"periods"`
+			ThrottledPeriods uint64 `json:"throttledPeriods"`
+			ThrottledTime    uint64 `json:"throttledTime"` // ns
+		} `json:"throttling"`
 	} `json:"cpu"`
 	Memory struct {
-		Usage struct {
-			Limit uint64 `json:"limit"`
-			Usage uint64 `json:"usage"`
-		} `json:"usage"`
-		Cache uint64            `json:"cache"`
-		Raw   map[string]uint64 `json:"raw"`
+		Usage  EventMemoryEntry  `json:"usage"`
+		Swap   EventMemoryEntry  `json:"swap"` // memory plus swap, as v1's memsw
+		Kernel EventMemoryEntry  `json:"kernel"`
+		Cache  uint64            `json:"cache"`
+		Raw    map[string]uint64 `json:"raw"`
 	} `json:"memory"`
 	Pids struct {
 		Current uint64 `json:"current"`
+		Limit   uint64 `json:"limit"`
 	} `json:"pids"`
+	Blkio struct {
+		IoServiceBytesRecursive []EventBlkioEntry `json:"ioServiceBytesRecursive"`
+		IoServicedRecursive     []EventBlkioEntry `json:"ioServicedRecursive"`
+	} `json:"blkio"`
+}
+
+// EventMemoryEntry is one memory counter of EventStats.
+type EventMemoryEntry struct {
+	Limit   uint64 `json:"limit"`
+	Usage   uint64 `json:"usage"`
+	Max     uint64 `json:"max"`
+	Failcnt uint64 `json:"failcnt"`
+}
+
+// EventBlkioEntry is one device's count for one operation.
+type EventBlkioEntry struct {
+	Major uint64 `json:"major"`
+	Minor uint64 `json:"minor"`
+	Op    string `json:"op"`
+	Value uint64 `json:"value"`
 }
 
 // Stats runs `<runtime> events --stats` for one reading of the container's usage: the

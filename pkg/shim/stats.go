@@ -3,6 +3,7 @@ package shim
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
@@ -40,7 +41,12 @@ func (c *Client) Stats(ctx context.Context, id string) (cgstats.Stats, error) {
 
 func fromV1(m *v1.Metrics) cgstats.Stats {
 	var s cgstats.Stats
-	s.CPUUsageNanos = m.GetCPU().GetUsage().GetTotal()
+	if cpu := m.GetCPU(); cpu != nil {
+		s.CPUUsageNanos = cpu.GetUsage().GetTotal()
+		s.CPUUserNanos, s.CPUSystemNanos = cpu.GetUsage().GetUser(), cpu.GetUsage().GetKernel()
+		t := cpu.GetThrottling()
+		s.CPUPeriods, s.CPUThrottledPeriods, s.CPUThrottledNanos = t.GetPeriods(), t.GetThrottledPeriods(), t.GetThrottledTime()
+	}
 	if mem := m.GetMemory(); mem != nil {
 		s.MemoryUsage = mem.GetUsage().GetUsage()
 		if l := mem.GetUsage().GetLimit(); l < noLimit {
@@ -49,14 +55,38 @@ func fromV1(m *v1.Metrics) cgstats.Stats {
 		s.WorkingSet = sub(s.MemoryUsage, mem.TotalInactiveFile)
 		s.RSS = mem.TotalRSS
 		s.PageFaults, s.MajorPageFaults = mem.TotalPgFault, mem.TotalPgMajFault
+		s.MemoryCache, s.MemoryMappedFile = mem.TotalCache, mem.TotalMappedFile
+		if sw := mem.GetSwap().GetUsage(); sw > 0 { // memory.memsw: memory plus swap
+			s.MemorySwap = sub(sw, s.MemoryUsage)
+		}
+		s.MemoryKernel = mem.GetKernel().GetUsage()
+		s.MemoryMaxUsage, s.MemoryFailcnt = mem.GetUsage().GetMax(), mem.GetUsage().GetFailcnt()
 	}
-	s.Processes = m.GetPids().GetCurrent()
+	s.OOMKills = m.GetMemoryOomControl().GetOomKill()
+	s.Processes, s.PidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
+	if b := m.GetBlkio(); b != nil {
+		devs := map[[2]uint64]*cgstats.BlkioDevice{}
+		for _, e := range b.GetIoServiceBytesRecursive() {
+			blkioDevice(devs, e.Major, e.Minor).Bytes[e.Op] = e.Value
+		}
+		for _, e := range b.GetIoServicedRecursive() {
+			blkioDevice(devs, e.Major, e.Minor).Ops[e.Op] = e.Value
+		}
+		s.Blkio = blkioList(devs)
+	}
+	for _, h := range m.GetHugetlb() {
+		s.Hugetlb = append(s.Hugetlb, cgstats.Hugetlb{Pagesize: h.Pagesize, Usage: h.Usage, MaxUsage: h.Max, HasMax: true})
+	}
 	return s
 }
 
 func fromV2(m *v2.Metrics) cgstats.Stats {
 	var s cgstats.Stats
-	s.CPUUsageNanos = m.GetCPU().GetUsageUsec() * 1000
+	if cpu := m.GetCPU(); cpu != nil {
+		s.CPUUsageNanos = cpu.GetUsageUsec() * 1000
+		s.CPUUserNanos, s.CPUSystemNanos = cpu.GetUserUsec()*1000, cpu.GetSystemUsec()*1000
+		s.CPUPeriods, s.CPUThrottledPeriods, s.CPUThrottledNanos = cpu.GetNrPeriods(), cpu.GetNrThrottled(), cpu.GetThrottledUsec()*1000
+	}
 	if mem := m.GetMemory(); mem != nil {
 		s.MemoryUsage = mem.Usage
 		if mem.UsageLimit < noLimit {
@@ -65,9 +95,52 @@ func fromV2(m *v2.Metrics) cgstats.Stats {
 		s.WorkingSet = sub(s.MemoryUsage, mem.InactiveFile)
 		s.RSS = mem.Anon
 		s.PageFaults, s.MajorPageFaults = mem.Pgfault, mem.Pgmajfault
+		s.MemoryCache, s.MemoryMappedFile, s.MemorySwap = mem.File, mem.FileMapped, mem.SwapUsage
+		s.MemoryKernel = mem.KernelStack + mem.Slab + mem.Sock
+		s.MemoryMaxUsage = mem.MaxUsage
 	}
-	s.Processes = m.GetPids().GetCurrent()
+	s.MemoryFailcnt, s.OOMKills = m.GetMemoryEvents().GetMax(), m.GetMemoryEvents().GetOomKill()
+	s.Processes, s.PidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
+	if io := m.GetIo(); io != nil {
+		devs := map[[2]uint64]*cgstats.BlkioDevice{}
+		for _, e := range io.GetUsage() {
+			d := blkioDevice(devs, e.Major, e.Minor)
+			d.Bytes["Read"], d.Bytes["Write"], d.Ops["Read"], d.Ops["Write"] = e.Rbytes, e.Wbytes, e.Rios, e.Wios
+		}
+		s.Blkio = blkioList(devs)
+	}
+	for _, h := range m.GetHugetlb() {
+		s.Hugetlb = append(s.Hugetlb, cgstats.Hugetlb{Pagesize: h.Pagesize, Usage: h.Current})
+	}
+	if cpu, mem, io := m.GetCPU().GetPSI(), m.GetMemory().GetPSI(), m.GetIo().GetPSI(); cpu != nil || mem != nil || io != nil {
+		s.Pressure = &cgstats.Pressure{CPU: psi(cpu), Memory: psi(mem), IO: psi(io)}
+	}
 	return s
+}
+
+func psi(p *v2.PSIStats) cgstats.PSI {
+	return cgstats.PSI{SomeMicros: p.GetSome().GetTotal(), FullMicros: p.GetFull().GetTotal()}
+}
+
+func blkioDevice(devs map[[2]uint64]*cgstats.BlkioDevice, major, minor uint64) *cgstats.BlkioDevice {
+	k := [2]uint64{major, minor}
+	if d, ok := devs[k]; ok {
+		return d
+	}
+	d := &cgstats.BlkioDevice{Major: major, Minor: minor, Bytes: map[string]uint64{}, Ops: map[string]uint64{}}
+	devs[k] = d
+	return d
+}
+
+func blkioList(devs map[[2]uint64]*cgstats.BlkioDevice) []cgstats.BlkioDevice {
+	var out []cgstats.BlkioDevice
+	for _, d := range devs {
+		out = append(out, *d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Major < out[j].Major || (out[i].Major == out[j].Major && out[i].Minor < out[j].Minor)
+	})
+	return out
 }
 
 func sub(a, b uint64) uint64 {

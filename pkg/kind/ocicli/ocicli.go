@@ -305,24 +305,55 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (c
 		if err != nil {
 			return cgstats.Stats{}, err
 		}
-		ws := ev.Memory.Usage.Usage
-		if inactive := ev.Memory.Raw["total_inactive_file"]; inactive < ws {
-			ws -= inactive
-		}
-		return cgstats.Stats{
-			CPUUsageNanos: ev.CPU.Usage.Total,
-			MemoryUsage:   ev.Memory.Usage.Usage,
-			MemoryLimit:   ev.Memory.Usage.Limit,
-			WorkingSet:    ws,
-			RSS:           ev.Memory.Raw["total_rss"],
-			Processes:     ev.Pids.Current,
-		}, nil
+		return eventStats(ev), nil
 	}
 	if !r.opts.Cgroupfs {
 		return cgstats.Stats{}, fmt.Errorf("stats of %s: cgroup paths of the systemd driver are not read yet", t.ID)
 	}
 	r.cgOnce.Do(func() { r.cg = cgstats.New("/sys/fs/cgroup") })
 	return r.cg.Read(cgroupsPath)
+}
+
+// eventStats is a sandbox runtime's reading, as cgstats computes one from a cgroup. What
+// gVisor does not account for stays zero; it names no host processes (they are its).
+func eventStats(ev *oci.EventStats) cgstats.Stats {
+	mem := ev.Memory
+	s := cgstats.Stats{
+		CPUUsageNanos: ev.CPU.Usage.Total, CPUUserNanos: ev.CPU.Usage.User, CPUSystemNanos: ev.CPU.Usage.Kernel,
+		CPUPeriods: ev.CPU.Throttling.Periods, CPUThrottledPeriods: ev.CPU.Throttling.ThrottledPeriods, CPUThrottledNanos: ev.CPU.Throttling.ThrottledTime,
+		MemoryUsage: mem.Usage.Usage, MemoryLimit: mem.Usage.Limit, WorkingSet: mem.Usage.Usage, RSS: mem.Raw["total_rss"],
+		MemoryCache: mem.Cache, MemoryMappedFile: mem.Raw["total_mapped_file"], MemoryKernel: mem.Kernel.Usage,
+		MemoryMaxUsage: mem.Usage.Max, MemoryFailcnt: mem.Usage.Failcnt,
+		PageFaults: mem.Raw["total_pgfault"], MajorPageFaults: mem.Raw["total_pgmajfault"],
+		Processes: ev.Pids.Current, PidsLimit: ev.Pids.Limit,
+	}
+	if s.MemoryLimit >= 1<<62 {
+		s.MemoryLimit = 0
+	}
+	if inactive := mem.Raw["total_inactive_file"]; inactive < s.WorkingSet {
+		s.WorkingSet -= inactive
+	}
+	if mem.Swap.Usage > mem.Usage.Usage {
+		s.MemorySwap = mem.Swap.Usage - mem.Usage.Usage
+	}
+	devs := map[[2]uint64]*cgstats.BlkioDevice{}
+	dev := func(e oci.EventBlkioEntry) *cgstats.BlkioDevice {
+		k := [2]uint64{e.Major, e.Minor}
+		if devs[k] == nil {
+			devs[k] = &cgstats.BlkioDevice{Major: e.Major, Minor: e.Minor, Bytes: map[string]uint64{}, Ops: map[string]uint64{}}
+		}
+		return devs[k]
+	}
+	for _, e := range ev.Blkio.IoServiceBytesRecursive {
+		dev(e).Bytes[e.Op] = e.Value
+	}
+	for _, e := range ev.Blkio.IoServicedRecursive {
+		dev(e).Ops[e.Op] = e.Value
+	}
+	for _, d := range devs {
+		s.Blkio = append(s.Blkio, *d)
+	}
+	return s
 }
 
 // Version is the first line of the runtime's --version.

@@ -58,6 +58,10 @@ type Runtime struct {
 
 	mu      sync.Mutex
 	clients map[string]*shim.Client // by pod sandbox ID
+
+	// The host's cgroups, for what the shim's metrics lack.
+	cgOnce sync.Once
+	cg     *cgstats.Reader
 }
 
 var _ kind.Runtime = (*Runtime)(nil)
@@ -468,15 +472,29 @@ func (r *Runtime) Update(ctx context.Context, t kind.Task, res *specs.LinuxResou
 }
 
 // Stats are the shim's metrics of the task: they work where the container lives in a VM.
-// Bounded: a stuck shim must not hold kubelet's stats loop.
-func (r *Runtime) Stats(ctx context.Context, t kind.Task, _ string) (cgstats.Stats, error) {
+// Bounded: a stuck shim must not hold kubelet's stats loop. The shim's metrics name no
+// processes, and its v1 metrics carry no pressure: those come from the host cgroup the
+// spec named, where it exists and holds processes (runc's shim). A VM shim's containers
+// have no such cgroup on the host, so they get none.
+func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (cgstats.Stats, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
 	c, err := r.client(ctx, t)
 	if err != nil {
 		return cgstats.Stats{}, err
 	}
-	return c.Stats(ctx, t.ID)
+	s, err := c.Stats(ctx, t.ID)
+	if err != nil || !strings.HasPrefix(cgroupsPath, "/") { // systemd's slice:prefix:name is not a path
+		return s, err
+	}
+	r.cgOnce.Do(func() { r.cg = cgstats.New("/sys/fs/cgroup") })
+	if pids, err := r.cg.Procs(cgroupsPath); err == nil && len(pids) > 0 {
+		s.Pids = pids
+		if s.Pressure == nil {
+			s.Pressure = r.cg.Pressure(cgroupsPath)
+		}
+	}
+	return s, nil
 }
 
 // Version is the shim binary's name and the Version line of its -v.

@@ -15,6 +15,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 )
 
 // Root is where the cgroup filesystems are mounted.
@@ -63,8 +65,8 @@ func (n *Node) Available(cgroupsPath string) map[string]bool {
 		return n.v1
 	}
 	dir := n.root
-	if strings.HasPrefix(cgroupsPath, "/") { // cgroupfs form; systemd's slice:prefix:name lives under the root
-		for d := filepath.Join(n.root, filepath.Dir(filepath.Clean(cgroupsPath))); strings.HasPrefix(d, n.root); d = filepath.Dir(d) {
+	if rel, err := cgpath.Dir(cgroupsPath); err == nil { // either driver's form
+		for d := filepath.Join(n.root, filepath.Dir(rel)); strings.HasPrefix(d, n.root); d = filepath.Dir(d) {
 			if _, err := os.Stat(filepath.Join(d, "cgroup.controllers")); err == nil {
 				dir = d
 				break

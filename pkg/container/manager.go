@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,8 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/cdidevices"
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
-	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
@@ -428,28 +426,15 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 	}
 }
 
-// oomKilled reads the kernel's OOM-kill count of the container's memory cgroup (v1 and v2,
-// cgroupfs layout).
+// oomKilled reads the kernel's OOM-kill count of the container's memory cgroup, for
+// either cgroup driver and version.
 func (m *Manager) oomKilled(c *Container) bool {
-	if m.opts.CgroupDriver != config.CgroupfsDriver {
+	dir, err := cgpath.Dir(c.CgroupsPath)
+	if err != nil {
 		return false
 	}
-	for _, f := range []string{
-		filepath.Join("/sys/fs/cgroup/memory", c.CgroupsPath, "memory.oom_control"),
-		filepath.Join("/sys/fs/cgroup", c.CgroupsPath, "memory.events"),
-	} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" {
-				n, _ := strconv.Atoi(strings.TrimSpace(v))
-				return n > 0
-			}
-		}
-	}
-	return false
+	s, err := m.cgroups().Read(dir)
+	return err == nil && s.OOMKills > 0
 }
 
 func (m *Manager) persist(c *Container, withMeta bool) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/image"
@@ -217,10 +218,11 @@ func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
 			pids = append(pids, st.Pid)
 		}
 	}
-	parent := cfg.GetLinux().GetCgroupParent()
-	if parent != "" && m.opts.CgroupDriver == config.CgroupfsDriver {
-		if s, err := m.cgroups().Read(parent); err == nil {
-			sum = s
+	if parent := cfg.GetLinux().GetCgroupParent(); parent != "" {
+		if dir, err := cgpath.Parent(m.opts.CgroupDriver == config.SystemdDriver, parent); err == nil {
+			if s, err := m.cgroups().Read(dir); err == nil {
+				sum = s
+			}
 		}
 	}
 	fillUsage(linux.Cpu, linux.Memory, sum, m.rates.rate("pod:"+sb.ID, now, sum.CPUUsageNanos), now)

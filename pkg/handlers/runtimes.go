@@ -9,7 +9,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/kind/ocicli"
 	"github.com/rtshimd/rtshimd/pkg/kind/shimv2"
@@ -57,7 +56,7 @@ func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
 	if rt, ok := r.byKey[key]; ok {
 		return rt, nil
 	}
-	cli := ocicli.Options{MonitorPath: r.env.MonitorPath, Cgroupfs: r.env.CgroupDriver == config.CgroupfsDriver}
+	cli := ocicli.Options{MonitorPath: r.env.MonitorPath}
 	var rt kind.Runtime
 	switch typ {
 	case kind.OCI:

@@ -31,6 +31,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
@@ -44,9 +45,6 @@ const killWait = 10 * time.Second
 // Options are what both command-line kinds need besides the handler's runtime.
 type Options struct {
 	MonitorPath string
-	// Cgroupfs: cgroups are plain paths under /sys/fs/cgroup (the cgroupfs driver), so
-	// stats can be read without the runtime.
-	Cgroupfs bool
 }
 
 // Runtime is a command-line runtime of either kind.
@@ -307,11 +305,12 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (c
 		}
 		return eventStats(ev), nil
 	}
-	if !r.opts.Cgroupfs {
-		return cgstats.Stats{}, fmt.Errorf("stats of %s: cgroup paths of the systemd driver are not read yet", t.ID)
+	dir, err := cgpath.Dir(cgroupsPath)
+	if err != nil {
+		return cgstats.Stats{}, fmt.Errorf("stats of %s: %w", t.ID, err)
 	}
 	r.cgOnce.Do(func() { r.cg = cgstats.New("/sys/fs/cgroup") })
-	return r.cg.Read(cgroupsPath)
+	return r.cg.Read(dir)
 }
 
 // eventStats is a sandbox runtime's reading, as cgstats computes one from a cgroup. What

@@ -29,6 +29,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/kind"
@@ -484,14 +485,18 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (c
 		return cgstats.Stats{}, err
 	}
 	s, err := c.Stats(ctx, t.ID)
-	if err != nil || !strings.HasPrefix(cgroupsPath, "/") { // systemd's slice:prefix:name is not a path
+	if err != nil {
 		return s, err
 	}
+	dir, err := cgpath.Dir(cgroupsPath)
+	if err != nil {
+		return s, nil
+	}
 	r.cgOnce.Do(func() { r.cg = cgstats.New("/sys/fs/cgroup") })
-	if pids, err := r.cg.Procs(cgroupsPath); err == nil && len(pids) > 0 {
+	if pids, err := r.cg.Procs(dir); err == nil && len(pids) > 0 {
 		s.Pids = pids
 		if s.Pressure == nil {
-			s.Pressure = r.cg.Pressure(cgroupsPath)
+			s.Pressure = r.cg.Pressure(dir)
 		}
 	}
 	return s, nil

@@ -41,6 +41,30 @@ func TestBadSandboxRequests(t *testing.T) {
 			c.DnsConfig.Servers = []string{"10.0.0.1", "10.0.0.2 evil"}
 			return c
 		}, []string{"dns_config.servers[1]", `"10.0.0.2 evil"`}},
+		{"relative log_directory", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.LogDirectory = "var/log/pods/x"
+			return c
+		}, []string{"config.log_directory", `"var/log/pods/x"`}},
+		{"container_port out of range", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.PortMappings = []*runtimeapi.PortMapping{{ContainerPort: 80}, {ContainerPort: 65536, HostPort: 8080}}
+			return c
+		}, []string{"config.port_mappings[1].container_port", "65536"}},
+		{"host_port out of range", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.PortMappings = []*runtimeapi.PortMapping{{ContainerPort: 80, HostPort: -8}}
+			return c
+		}, []string{"config.port_mappings[0].host_port", "-8"}},
+		{"bad sysctl name", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux.Sysctls = map[string]string{"../../proc/sysrq-trigger": "b"}
+			return c
+		}, []string{"config.linux.sysctls", "sysrq-trigger"}},
+		{"cgroup_parent climbing", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux.CgroupParent = "/rtshimd-test/../../escape"
+			return c
+		}, []string{"config.linux.cgroup_parent", "'..'"}},
+		{"relative cgroup_parent", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux.CgroupParent = "rtshimd-test/pod"
+			return c
+		}, []string{"config.linux.cgroup_parent", "absolute"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,7 +68,7 @@ func runLogger(dir string) error {
 		log.Printf("read config: %v; the output is discarded", err)
 	}
 	if cfg.LogPath != "" {
-		if m.sink, err = monitor.OpenCRILog(cfg.LogPath); err != nil {
+		if m.sink, err = monitor.OpenCRILog(cfg.LogDir, cfg.LogPath); err != nil {
 			log.Printf("open container log %s: %v; the output is discarded", cfg.LogPath, err)
 		}
 	}

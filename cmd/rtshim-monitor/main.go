@@ -162,7 +162,7 @@ func (m *mon) create() (int, error) {
 	cfg := m.cfg
 	if cfg.LogPath != "" {
 		var err error
-		if m.sink, err = monitor.OpenCRILog(cfg.LogPath); err != nil {
+		if m.sink, err = monitor.OpenCRILog(cfg.LogDir, cfg.LogPath); err != nil {
 			return 0, fmt.Errorf("open container log %s: %w", cfg.LogPath, err)
 		}
 	}
@@ -216,7 +216,8 @@ func (m *mon) create() (int, error) {
 		args = append(args, "--console-socket", consoleSocketFile)
 	}
 	args = append(args, cfg.ID)
-	err = m.reaper.run(stdin, stdoutW, stderrW, cfg.Bundle, 0, cfg.Runtime, args...)
+	// Bounded even if the daemon that waits for it is gone (see monitor.CreateTimeout).
+	err = m.reaper.run(stdin, stdoutW, stderrW, cfg.Bundle, monitor.CreateTimeout, cfg.Runtime, args...)
 	if cfg.WaitWithRuntime && err == nil {
 		// A sandboxed subcontainer gets its stdio from `start` (runsc passes the start
 		// command's own), so keep the write ends for it.

@@ -117,7 +117,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if _, err := os.Stat(monitorPath(cfg)); err != nil {
 		return nil, fmt.Errorf("monitor_path: %w", err)
 	}
-	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir})
+	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir, Timeout: cfg.Network.CNITimeout()})
 	for _, h := range first.List() {
 		if h.Config.CNIConfDir != "" {
 			netw.AddDir(h.Config.CNIConfDir)

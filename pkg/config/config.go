@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/sirupsen/logrus"
@@ -112,6 +113,16 @@ type Network struct {
 	BinDirs []string `toml:"cni_bin_dirs"`
 	// CacheDir keeps results so that DEL works after a restart (default <state_root>/cni).
 	CacheDir string `toml:"cni_cache_dir"`
+	// Timeout bounds each CNI operation (ADD, DEL, loading a config), a Go duration
+	// ("2m", "30s"): a hung plugin fails RunPodSandbox with DeadlineExceeded and the pod
+	// is undone. Default 2m (kubelet's runtime-request-timeout).
+	Timeout string `toml:"cni_timeout"`
+}
+
+// CNITimeout is network.cni_timeout (validated by Load).
+func (n Network) CNITimeout() time.Duration {
+	d, _ := time.ParseDuration(n.Timeout)
+	return d
 }
 
 // Image configures the image service: where images come from and how they are kept.
@@ -227,6 +238,7 @@ func (c *Config) applyDefaults() {
 	def(&c.LogLevel, "info")
 	def(&c.Image.StorageDriver, "overlay")
 	def(&c.Network.ConfDir, "/etc/cni/net.d")
+	def(&c.Network.Timeout, "2m")
 	def(&c.Streaming.Addr, "127.0.0.1:0")
 	def(&c.Network.CacheDir, filepath.Join(c.StateRoot, "cni"))
 	if len(c.Network.BinDirs) == 0 {
@@ -288,6 +300,9 @@ func (c *Config) validate(p positions) error {
 	}
 	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
 		return p.errf("streaming", "streaming.tls_cert_file and streaming.tls_key_file go together: set both or neither")
+	}
+	if d, err := time.ParseDuration(c.Network.Timeout); err != nil || d <= 0 {
+		return p.errf("network.cni_timeout", "network.cni_timeout %q is not a positive duration (such as \"2m\" or \"30s\")", c.Network.Timeout)
 	}
 	for i, d := range c.Network.BinDirs {
 		if !filepath.IsAbs(d) {

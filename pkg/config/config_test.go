@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // base is a valid config; cases append to it so their mistakes land on known lines.
@@ -51,6 +52,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad log_level", "log_level = \"loud\"\n" + base, "cfg.toml:1: log_level \"loud\" is not a level", ""},
 		{"relative state_root", "state_root = \"var/lib\"\n" + base, "cfg.toml:1: state_root must be an absolute path", ""},
 		{"relative cdi.spec_dirs", base + "[cdi]\nspec_dirs = [\"/etc/cdi\", \"cdi\"]\n", "cfg.toml:7: cdi.spec_dirs[1] must be an absolute path", `got "cdi"`},
+		{"bad network.cni_timeout", base + "[network]\ncni_timeout = \"forever\"\n", "cfg.toml:7: network.cni_timeout \"forever\" is not a positive duration", ""},
+		{"zero network.cni_timeout", base + "[network]\ncni_timeout = \"0s\"\n", "cfg.toml:7: network.cni_timeout", ""},
 		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
 	}
 	for _, tt := range tests {
@@ -107,6 +110,9 @@ func TestDefault(t *testing.T) {
 	}
 	if want := []string{"/etc/cdi", "/var/run/cdi"}; !reflect.DeepEqual(c.CDI.SpecDirs, want) {
 		t.Errorf("cdi.spec_dirs = %q, want %q", c.CDI.SpecDirs, want)
+	}
+	if c.Network.CNITimeout() != 2*time.Minute {
+		t.Errorf("network.cni_timeout = %q, want 2m", c.Network.Timeout)
 	}
 	if c.Handlers["crun"].Features.HostNetwork != nil {
 		t.Errorf("crun declares host_network; want nil (discover)")

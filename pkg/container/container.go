@@ -48,7 +48,9 @@ type Metadata struct {
 	CreatedAt int64           `json:"created_at"`
 	Dir       string          `json:"dir"` // bundle and monitor files
 	LogPath   string          `json:"log_path,omitempty"`
-	Rootfs    string          `json:"rootfs"`
+	// LogDir is the pod's log directory, below which LogPath lies.
+	LogDir string `json:"log_dir,omitempty"`
+	Rootfs string `json:"rootfs"`
 	// StopSignal is the image's STOPSIGNAL, as the runtime's kill accepts it.
 	StopSignal  string `json:"stop_signal"`
 	CgroupsPath string `json:"cgroups_path"`
@@ -107,7 +109,7 @@ type Container struct {
 // task is the container as its runtime knows it.
 func (c *Container) task() kind.Task {
 	return kind.Task{
-		ID: c.ID, PodID: c.SandboxID, Dir: c.Dir, PodDir: c.PodDir, LogPath: c.LogPath,
+		ID: c.ID, PodID: c.SandboxID, Dir: c.Dir, PodDir: c.PodDir, LogPath: c.LogPath, LogDir: c.LogDir,
 		Stdin: c.config.GetStdin(), StdinOnce: c.config.GetStdinOnce(), Terminal: c.config.GetTty(),
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
@@ -17,8 +19,12 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
-// MaxExecOutput is kubelet's cap on what ExecSync returns per stream.
-const MaxExecOutput = 16 << 20
+// MaxExecOutput caps what one ExecSync returns, stdout and stderr together: the answer
+// must fit the 16 MiB gRPC message limit (kubelet's and this server's), less room for the
+// message's own fields. As containerd and CRI-O (CVE-2022-31030, CVE-2022-1708, a 16 MiB
+// cap) the rest is read and dropped silently (so the process never blocks on a full
+// pipe; the output is byte-exact up to the cap); here it is also logged.
+const MaxExecOutput = 16<<20 - 64<<10
 
 // ExecResult is what an ExecSync returns.
 type ExecResult struct {
@@ -33,7 +39,8 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	if err != nil {
 		return nil, err
 	}
-	stdout, stderr := &capped{max: MaxExecOutput}, &capped{max: MaxExecOutput}
+	budget := &execBudget{left: MaxExecOutput}
+	stdout, stderr := &capped{budget: budget}, &capped{budget: budget}
 	x, err := m.prepareExec(c, cmd, false)
 	if err != nil {
 		return nil, err
@@ -63,6 +70,9 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	case <-done:
 		if werr != nil {
 			return nil, werr
+		}
+		if n := budget.droppedBytes(); n > 0 {
+			logrus.WithFields(logrus.Fields{"container": c.ID, "cmd": strings.Join(cmd, " "), "kept": MaxExecOutput, "dropped": n}).Warn("exec output truncated to fit the gRPC message limit")
 		}
 		return &ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
 	default:
@@ -115,18 +125,47 @@ func (m *Manager) prepareExec(c *Container, cmd []string, tty bool) (kind.ExecSp
 	return kind.ExecSpec{Process: &proc, Dir: dir, Terminal: tty}, nil
 }
 
-// capped keeps at most max bytes and drops the rest.
+// execBudget is the room left for an exec's output, shared by its streams, and what was
+// dropped beyond it.
+type execBudget struct {
+	mu      sync.Mutex
+	left    int
+	dropped int64
+}
+
+// take returns how much of n bytes may be kept.
+func (b *execBudget) take(n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := min(n, b.left)
+	b.left -= k
+	b.dropped += int64(n - k)
+	return k
+}
+
+func (b *execBudget) droppedBytes() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dropped
+}
+
+// capped keeps what its budget allows and drops the rest, always reporting the whole
+// write as done, so the copy from the process goes on to EOF. The buffer is a field, not
+// embedded: an embedded bytes.Buffer's ReadFrom would let io.Copy bypass Write, and the
+// cap with it.
 type capped struct {
-	bytes.Buffer
-	max int
+	buf    bytes.Buffer
+	budget *execBudget
 }
 
 func (w *capped) Write(p []byte) (int, error) {
-	if room := w.max - w.Len(); room > 0 {
-		w.Buffer.Write(p[:min(len(p), room)])
+	if k := w.budget.take(len(p)); k > 0 {
+		w.buf.Write(p[:k])
 	}
 	return len(p), nil
 }
+
+func (w *capped) Bytes() []byte { return w.buf.Bytes() }
 
 // UpdateResources applies new CPU and memory limits through the runtime's `update`.
 func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.LinuxContainerResources) error {

@@ -27,6 +27,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/lsm"
+	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/regfile"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
@@ -104,6 +105,11 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if cfg.GetImage().GetImage() == "" {
 		return "", invalid("config.image.image is required")
 	}
+	// kubelet sends <container>/<attempt>.log; anything that leaves the pod's log
+	// directory would have the monitor, as root, write elsewhere on the node.
+	if p := cfg.GetLogPath(); p != "" && (!filepath.IsLocal(p) || filepath.Clean(p) == ".") {
+		return "", invalid("config.log_path %q must be a relative path below the pod's log_directory", p)
+	}
 	sb, err := m.opts.Sandboxes.Get(sandboxID)
 	if err != nil {
 		return "", err
@@ -142,7 +148,8 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		exited: make(chan struct{}),
 	}
 	if dir, p := sb.PodConfig().GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
-		c.LogPath = filepath.Join(dir, p)
+		c.LogDir = filepath.Clean(dir)
+		c.LogPath = filepath.Join(c.LogDir, p)
 	}
 	log := logrus.WithFields(logrus.Fields{"container": id, "name": name, "sandbox": sb.ID})
 	if err := m.create(ctx, c, sb); err != nil {
@@ -244,8 +251,17 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		return err
 	}
 	if c.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(c.LogPath), 0o755); err != nil {
+		// The log directory is kubelet's; below it nothing is followed (a symlink planted
+		// at the log path fails the create here, before the supervisor opens it).
+		if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 			return fmt.Errorf("create log directory: %w", err)
+		}
+		rel, err := monitor.LogRel(c.LogDir, c.LogPath)
+		if err == nil {
+			err = monitor.PrepareLog(c.LogDir, rel)
+		}
+		if err != nil {
+			return fmt.Errorf("config.log_path %q: %w: %w", cfg.GetLogPath(), err, errdefs.ErrFailedPrecondition)
 		}
 	}
 	t1 := time.Now()

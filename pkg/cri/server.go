@@ -61,23 +61,13 @@ type Server struct {
 	stopping <-chan struct{}
 }
 
-// Serve listens on the config's Unix socket (0660, parent directory created) and serves
-// until ctx ends. ready is called once the socket accepts connections.
+// Serve listens on the config's Unix socket (0660, parent directory created 0700) and
+// serves until ctx ends. ready is called once the socket accepts connections.
 func (s *Server) Serve(ctx context.Context, ready func()) error {
 	path := s.Config.Socket
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create socket dir: %w", err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", path, err)
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenSocket(path)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return fmt.Errorf("chmod socket: %w", err)
+		return err
 	}
 	g := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(unaryInterceptor),
@@ -106,6 +96,44 @@ func (s *Server) Serve(ctx context.Context, ready func()) error {
 	err = g.Serve(ln)
 	_ = os.Remove(path)
 	return err
+}
+
+// listenSocket listens on the Unix socket path, which is 0660 from the moment it can be
+// reached whatever the umask: it is bound under a temporary name, set 0660, then renamed
+// into place. A missing parent directory is made 0700; an existing one is left as it is
+// (by default it is the run root, which must stay searchable for user-namespaced pods;
+// the socket's own mode is what connect checks).
+func listenSocket(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create socket dir: %w", err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("chmod socket dir: %w", err)
+		}
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	// The listener must not unlink the final path's namesake at Close: it is renamed.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	fail := func(err error) (net.Listener, error) {
+		ln.Close()
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Chmod(tmp, 0o660); err != nil {
+		return fail(fmt.Errorf("chmod socket: %w", err))
+	}
+	// Rename replaces a stale socket of an earlier run in one step.
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("move socket into place at %s: %w", path, err))
+	}
+	return ln, nil
 }
 
 // toStatus turns a manager's error into a gRPC status by its kind.

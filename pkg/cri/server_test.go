@@ -3,7 +3,11 @@ package cri
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -11,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/handlers"
 )
 
 func TestInterceptorRecoversPanics(t *testing.T) {
@@ -74,5 +79,49 @@ func TestSendPages(t *testing.T) {
 	_ = sendPages([]int{}, func([]int) error { calls++; return nil })
 	if calls != 0 {
 		t.Error("an empty list sent a message; the stream should just end")
+	}
+}
+
+// The socket is 0660 and a directory made for it 0700, whatever the umask.
+func TestListenSocketModes(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "sock")
+	path := filepath.Join(dir, "rtshimd.sock")
+	for i := 0; i < 2; i++ { // the second time over a stale socket
+		ln, err := listenSocket(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range map[string]os.FileMode{dir: 0o700, path: 0o660} {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fi.Mode().Perm(); got != want {
+				t.Errorf("%s mode %#o, want %#o", p, got, want)
+			}
+		}
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		c.Close()
+		ln.Close()
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("socket dir holds %d entries, want the socket alone", len(entries))
+	}
+}
+
+func TestRuntimeReadyCondition(t *testing.T) {
+	ready := &handlers.Handler{Name: "runc", Discovery: handlers.Discovery{Ready: true}}
+	broken := &handlers.Handler{Name: "kata", Discovery: handlers.Discovery{Reason: "binary not found"}}
+	if c := runtimeReady([]*handlers.Handler{broken, ready}); !c.Status {
+		t.Errorf("with a ready handler: %v", c)
+	}
+	c := runtimeReady([]*handlers.Handler{broken})
+	if c.Status || c.Reason != "NoRuntimeHandlerReady" || !strings.Contains(c.Message, "kata: binary not found") {
+		t.Errorf("with none ready: %v", c)
 	}
 }

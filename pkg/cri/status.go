@@ -3,8 +3,12 @@ package cri
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/handlers"
 )
 
 // Status reports the runtime and network conditions and, per ready handler, its
@@ -15,16 +19,17 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		netCond.Status, netCond.Reason = false, "NetworkPluginNotReady"
 		netCond.Message = "CNI: " + why + " (pods get loopback only until a network config exists)"
 	}
+	// One table for the whole answer: a reload may swap it meanwhile.
+	table := s.Handlers.Table()
+	rtCond := runtimeReady(table.List())
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
-			{Type: runtimeapi.RuntimeReady, Status: true},
+			rtCond,
 			netCond,
 		}},
 		// supplemental_groups_policy Merge and Strict are applied in the spec (pkg/oci/user.go).
 		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
 	}
-	// One table for the whole answer: a reload may swap it meanwhile.
-	table := s.Handlers.Table()
 	for _, h := range table.List() {
 		if !h.Ready {
 			continue
@@ -57,4 +62,24 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr)}
 	}
 	return resp, nil
+}
+
+// runtimeReady is RuntimeReady: true while some handler can run pods; with none, false
+// with each handler's reason (kubelet then marks the node not ready instead of sending
+// pods that would all fail).
+func runtimeReady(rows []*handlers.Handler) *runtimeapi.RuntimeCondition {
+	var why []string
+	for _, h := range rows {
+		if h.Ready {
+			return &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
+		}
+		why = append(why, fmt.Sprintf("%s: %s", h.Name, h.Reason))
+	}
+	if len(why) == 0 {
+		why = append(why, "no handlers configured")
+	}
+	return &runtimeapi.RuntimeCondition{
+		Type: runtimeapi.RuntimeReady, Status: false, Reason: "NoRuntimeHandlerReady",
+		Message: "no runtime handler can run pods: " + strings.Join(why, "; "),
+	}
 }

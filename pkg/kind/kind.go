@@ -77,6 +77,8 @@ type Task struct {
 	PodDir string
 	// LogPath receives the task's output in the CRI log format ("" discards it).
 	LogPath string
+	// LogDir is the pod's log directory, below which LogPath lies.
+	LogDir string
 	// Stdin keeps a stdin for attach clients; StdinOnce closes it after the first
 	// client's stdin ends; Terminal gives the task a terminal.
 	Stdin, StdinOnce, Terminal bool

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -14,18 +15,26 @@ const maxLogLine = 16 * 1024
 // CRILog writes container output in the CRI log format:
 // "<RFC3339Nano> <stdout|stderr> <P|F> <text>\n". Safe for concurrent streams.
 type CRILog struct {
-	mu   sync.Mutex
-	path string
-	f    *os.File
+	mu       sync.Mutex
+	dir, rel string
+	f        *os.File
 }
 
-// OpenCRILog opens (appending) the log file at path.
-func OpenCRILog(path string) (*CRILog, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+// OpenCRILog opens (appending) the log file at path, which must lie below the log
+// directory dir; no symlink below dir is followed, now or at Reopen (see OpenLog).
+func OpenCRILog(dir, path string) (*CRILog, error) {
+	if dir == "" {
+		dir = filepath.Dir(path)
+	}
+	rel, err := LogRel(dir, path)
 	if err != nil {
 		return nil, err
 	}
-	return &CRILog{path: path, f: f}, nil
+	f, err := OpenLog(dir, rel)
+	if err != nil {
+		return nil, err
+	}
+	return &CRILog{dir: dir, rel: rel, f: f}, nil
 }
 
 // Copy reads r until EOF or error and writes each line as an entry of stream.
@@ -65,7 +74,7 @@ func (l *CRILog) write(stream, tag string, text []byte) {
 
 // Reopen closes and reopens the file (after kubelet rotated it).
 func (l *CRILog) Reopen() error {
-	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	f, err := OpenLog(l.dir, l.rel)
 	if err != nil {
 		return err
 	}

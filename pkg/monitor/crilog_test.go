@@ -68,7 +68,7 @@ func TestCRILogCopy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "0.log")
-			l, err := OpenCRILog(path)
+			l, err := OpenCRILog(filepath.Dir(path), path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestCRILogCopy(t *testing.T) {
 func TestCRILogLongLineConcatenates(t *testing.T) {
 	in := strings.Repeat("abcdefghijklmnopqrstuvwxyz", 5000) // 130000 bytes
 	path := filepath.Join(t.TempDir(), "0.log")
-	l, err := OpenCRILog(path)
+	l, err := OpenCRILog(filepath.Dir(path), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestCRILogLongLineConcatenates(t *testing.T) {
 
 func TestCRILogConcurrentStreams(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "0.log")
-	l, err := OpenCRILog(path)
+	l, err := OpenCRILog(filepath.Dir(path), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestCRILogConcurrentStreams(t *testing.T) {
 func TestCRILogReopen(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "0.log")
-	l, err := OpenCRILog(path)
+	l, err := OpenCRILog(filepath.Dir(path), path)
 	if err != nil {
 		t.Fatal(err)
 	}

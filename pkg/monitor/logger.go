@@ -25,6 +25,8 @@ const LoggerMode = "logger"
 type LoggerConfig struct {
 	// LogPath receives the output in the CRI log format; empty discards it.
 	LogPath string `json:"log_path,omitempty"`
+	// LogDir is the pod's log directory (see Config.LogDir).
+	LogDir string `json:"log_dir,omitempty"`
 	// Stdin is the stdin FIFO the shim was given ("" for none): attach clients' input is
 	// written into it. StdinOnce closes the logger's end when the first client's stdin
 	// ends (the container sees EOF once the shim's CloseIO closes the shim's end too).

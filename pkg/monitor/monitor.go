@@ -45,6 +45,9 @@ type Config struct {
 	// LogPath receives the container's stdout and stderr in the CRI log format; empty
 	// discards them.
 	LogPath string `json:"log_path,omitempty"`
+	// LogDir is the pod's log directory, below which LogPath lies: no symlink below it
+	// is followed when the log is opened. Empty (an older daemon): LogPath's directory.
+	LogDir string `json:"log_dir,omitempty"`
 	// WaitWithRuntime: the container's processes are not host processes we can wait for
 	// (a subcontainer of a runsc sandbox); follow it with `<runtime> wait` after start.
 	WaitWithRuntime bool `json:"wait_with_runtime,omitempty"`
@@ -78,6 +81,24 @@ type Exit struct {
 	ExitedAt time.Time `json:"exited_at"`
 }
 
+// CreateTimeout bounds a runtime's create when the caller's context has no deadline
+// (kubelet's requests have one, 2 minutes by default; crictl without --timeout, a probe
+// or recovery may not): a hung `runsc create` must not pin a container's name and a
+// goroutine for ever. Longer than kubelet's, as a sandbox runtime's create on a loaded
+// node may be slow. The monitor kills the runtime after it too, should the daemon be gone.
+const CreateTimeout = 4 * time.Minute
+
+// createTimeout is CreateTimeout, shorter in tests.
+var createTimeout = CreateTimeout
+
+// WithCreateDeadline returns ctx, given CreateTimeout's deadline if it has none.
+func WithCreateDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, createTimeout)
+}
+
 // Process is a monitor the daemon started.
 type Process struct {
 	Pid     int // the monitor's pid
@@ -91,6 +112,8 @@ type Process struct {
 // first, the monitor's process group is killed and ctx's error returned; the caller still
 // owes the runtime a forced delete.
 func Start(ctx context.Context, binary string, cfg Config) (*Process, error) {
+	ctx, cancel := WithCreateDeadline(ctx)
+	defer cancel()
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err

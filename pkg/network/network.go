@@ -5,6 +5,7 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -29,7 +30,16 @@ type Options struct {
 	ConfDir  string   // default network configs
 	BinDirs  []string // plugin binaries
 	CacheDir string   // libcni's cache of results, so DEL works after a restart
+	// Timeout bounds each CNI operation (ADD, DEL, loading a config); 0: DefaultTimeout.
+	Timeout time.Duration
 }
+
+// DefaultTimeout bounds one CNI operation when the caller's context ends no earlier.
+// kubelet gives up on a request after its runtime-request-timeout (2 minutes by default)
+// and containerd uses the request's context alone, but a caller with no deadline (crictl
+// without --timeout, cleanup, a config reload) must not have a hung plugin pin the pod's
+// name and a goroutine for ever; so the same 2 minutes, per operation.
+const DefaultTimeout = 2 * time.Minute
 
 // Network is one loaded CNI network.
 type Network struct {
@@ -53,9 +63,12 @@ type Manager struct {
 
 // New returns a Manager; call Watch to keep its view of the config dirs current.
 func New(opts Options) *Manager {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
 	return &Manager{
 		opts:    opts,
-		cni:     libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, nil),
+		cni:     libcni.NewCNIConfigWithCacheDir(opts.BinDirs, opts.CacheDir, newPluginExec()),
 		loaded:  map[string]*Network{},
 		errs:    map[string]error{},
 		watched: map[string]bool{opts.ConfDir: true},
@@ -143,7 +156,7 @@ func (m *Manager) reload(ctx context.Context) {
 		sort.Strings(files)
 		var problems []string
 		for _, f := range files {
-			n, err := load(ctx, m.cni, f)
+			n, err := m.load(ctx, f)
 			if err != nil {
 				problems = append(problems, err.Error())
 				continue
@@ -175,7 +188,20 @@ func (m *Manager) reload(ctx context.Context) {
 	}
 }
 
-func load(ctx context.Context, cni *libcni.CNIConfig, file string) (*Network, error) {
+// bounded is ctx ending after the configured timeout at the latest, and a message for
+// the error of an operation that ran out of it.
+func (m *Manager) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, m.opts.Timeout)
+}
+
+func (m *Manager) timedOut(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (each CNI operation is bounded by network.cni_timeout = %v, or the request's deadline)", err, m.opts.Timeout)
+	}
+	return err
+}
+
+func (m *Manager) load(ctx context.Context, file string) (*Network, error) {
 	var list *libcni.NetworkConfigList
 	var err error
 	if strings.HasSuffix(file, ".conflist") {
@@ -189,8 +215,11 @@ func load(ctx context.Context, cni *libcni.CNIConfig, file string) (*Network, er
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", file, err)
 	}
-	if _, err := cni.ValidateNetworkList(ctx, list); err != nil {
-		return nil, fmt.Errorf("%s: %v", file, err)
+	// Validation runs every plugin (VERSION): a hung one must not stop the reloads.
+	vctx, cancel := m.bounded(ctx)
+	defer cancel()
+	if _, err := m.cni.ValidateNetworkList(vctx, list); err != nil {
+		return nil, fmt.Errorf("%s: %v", file, m.timedOut(err))
 	}
 	return &Network{List: list, File: file}, nil
 }
@@ -267,7 +296,9 @@ func (m *Manager) Setup(ctx context.Context, n *Network, p Pod) ([]string, error
 	rt := runtimeConf(p)
 	// On any error after ADD began, DEL runs here; the caller runs it again at cleanup
 	// (DEL is idempotent), so a DEL that fails now is retried rather than forgotten.
-	res, err := m.cni.AddNetworkList(ctx, n.List, rt)
+	actx, cancel := m.bounded(ctx)
+	res, err := m.cni.AddNetworkList(actx, n.List, rt)
+	cancel()
 	if err == nil {
 		var r *current.Result
 		if r, err = current.NewResultFromResult(res); err == nil {
@@ -279,10 +310,12 @@ func (m *Manager) Setup(ctx context.Context, n *Network, p Pod) ([]string, error
 		}
 		err = fmt.Errorf("unreadable result: %w", err)
 	}
-	if derr := m.cni.DelNetworkList(context.WithoutCancel(ctx), n.List, rt); derr != nil {
+	dctx, dcancel := m.bounded(context.WithoutCancel(ctx))
+	if derr := m.cni.DelNetworkList(dctx, n.List, rt); derr != nil {
 		logrus.WithError(derr).WithField("sandbox", p.SandboxID).Warn("CNI DEL after a failed ADD")
 	}
-	return nil, fmt.Errorf("CNI network %q (%s): ADD: %w", n.List.Name, n.File, err)
+	dcancel()
+	return nil, fmt.Errorf("CNI network %q (%s): ADD: %w", n.List.Name, n.File, m.timedOut(err))
 }
 
 // Teardown runs DEL for the pod on network name of dir, as it was set up. It prefers
@@ -311,8 +344,10 @@ func (m *Manager) Teardown(ctx context.Context, dir, name string, p Pod) error {
 			}
 		}
 	}
-	if err := m.cni.DelNetworkList(ctx, list, rt); err != nil {
-		return fmt.Errorf("CNI network %q: DEL: %w", list.Name, err)
+	dctx, cancel := m.bounded(ctx)
+	defer cancel()
+	if err := m.cni.DelNetworkList(dctx, list, rt); err != nil {
+		return fmt.Errorf("CNI network %q: DEL: %w", list.Name, m.timedOut(err))
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
 // Files every container of the pod gets bind-mounted from the sandbox directory.
@@ -16,8 +18,11 @@ const (
 	HostnameFile = "hostname"
 	ResolvFile   = "resolv.conf"
 	HostsFile    = "hosts"
-	ShmDir       = "shm"
-	shmSize      = 64 << 20 // what containerd and CRI-O give a pod by default
+	// ShmDir is the directory that guards the pod's /dev/shm; the tmpfs is ShmMount in it.
+	// (Pods of earlier releases have the tmpfs at ShmDir itself.)
+	ShmDir   = "shm"
+	ShmMount = "mnt"
+	shmSize  = 64 << 20 // what containerd and CRI-O give a pod by default
 	// FilesDir holds the three pod files, on a tmpfs of the pod's own: a container that
 	// writes to its /etc/hosts fills that, not the node's /run (a few KiB are used).
 	FilesDir   = "files"
@@ -108,8 +113,25 @@ func resolvConf(dns *runtimeapi.DNSConfig) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// mountShm gives the pod its own /dev/shm: a tmpfs its containers bind-mount.
-func mountShm(path string) error {
+// mountShm gives the pod its own /dev/shm: a tmpfs its containers bind-mount, at path
+// in a guard directory of mode 0700. The tmpfs is 1777 (it is /dev/shm inside), and
+// the sandbox directory is searchable by all (for user-namespaced pods) and its mounts
+// are listed in /proc/mounts: without the guard any local user could read and write
+// the pod's shared memory. In a user namespace the guard belongs to the pod's root (its
+// host IDs), who must pass it when runc 1.1 mounts it from inside the namespace.
+func mountShm(path string, owner *oci.IDMappings) error {
+	guard := filepath.Dir(path)
+	if err := os.MkdirAll(guard, 0o700); err != nil {
+		return fmt.Errorf("create shm dir: %w", err)
+	}
+	if err := os.Chmod(guard, 0o700); err != nil {
+		return fmt.Errorf("chmod shm dir: %w", err)
+	}
+	if owner != nil && len(owner.UIDs) > 0 && len(owner.GIDs) > 0 {
+		if err := os.Chown(guard, int(owner.UIDs[0].HostID), int(owner.GIDs[0].HostID)); err != nil {
+			return fmt.Errorf("chown shm dir to the pod's root: %w", err)
+		}
+	}
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return fmt.Errorf("create shm dir: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,12 +129,79 @@ func validate(cfg *runtimeapi.PodSandboxConfig) error {
 	if h := cfg.Hostname; h != "" && (len(h) > 64 || !hostnameRE.MatchString(h)) {
 		return invalid("config.hostname %q is not a valid hostname (lower-case letters, digits, '-' and '.', at most 64 characters)", h)
 	}
+	// Containers' log files are opened below it, by root: a relative one would depend on
+	// the daemon's working directory.
+	if d := cfg.LogDirectory; d != "" && !filepath.IsAbs(d) {
+		return invalid("config.log_directory %q must be an absolute path", d)
+	}
+	if err := validatePorts(cfg.PortMappings); err != nil {
+		return err
+	}
+	if err := validateSysctls(cfg.GetLinux().GetSysctls()); err != nil {
+		return err
+	}
 	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	if ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
 		return invalid("config.linux.security_context.namespace_options.pid TARGET is only valid for containers, not sandboxes")
 	}
 	_, err := userNS(ns)
 	return err
+}
+
+// validatePorts checks what reaches the portmap plugin: a bad value there fails late,
+// inside CNI ADD, with the plugin's words instead of the field's name.
+func validatePorts(pms []*runtimeapi.PortMapping) error {
+	for i, pm := range pms {
+		f := fmt.Sprintf("config.port_mappings[%d]", i)
+		switch {
+		case pm == nil:
+			return invalid("%s is empty", f)
+		case pm.ContainerPort < 1 || pm.ContainerPort > 65535:
+			return invalid("%s.container_port %d is not a port (1-65535)", f, pm.ContainerPort)
+		case pm.HostPort < 0 || pm.HostPort > 65535:
+			return invalid("%s.host_port %d is not a port (0-65535; 0: none)", f, pm.HostPort)
+		case pm.HostIp != "" && net.ParseIP(pm.HostIp) == nil:
+			return invalid("%s.host_ip %q is not an IP address", f, pm.HostIp)
+		}
+		if _, ok := runtimeapi.Protocol_name[int32(pm.Protocol)]; !ok {
+			return invalid("%s.protocol %d is not TCP, UDP or SCTP", f, pm.Protocol)
+		}
+	}
+	return nil
+}
+
+// sysctlRE is Kubernetes' sysctl name format (dots or slashes between segments). Which
+// sysctls are safe is kubelet's to decide (it filters unsafe ones by its allow list).
+var sysctlRE = regexp.MustCompile(`^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$`)
+
+func validateSysctls(sysctls map[string]string) error {
+	for name, val := range sysctls {
+		if len(name) > 253 || !sysctlRE.MatchString(name) {
+			return invalid("config.linux.sysctls: %q is not a sysctl name", name)
+		}
+		if strings.ContainsAny(val, "\x00\n") {
+			return invalid("config.linux.sysctls[%q]: value %q contains a NUL or a newline", name, val)
+		}
+	}
+	return nil
+}
+
+// validateCgroupParent checks config.linux.cgroup_parent for the cgroup driver: the
+// pod's containers' cgroups are made below it, so it must not climb out of where it
+// points; cgroupfs paths are absolute (a relative one would depend on the runtime's).
+func validateCgroupParent(parent, driver string) error {
+	if parent == "" {
+		return nil
+	}
+	for _, c := range strings.Split(parent, "/") {
+		if c == ".." {
+			return invalid("config.linux.cgroup_parent %q must not contain '..'", parent)
+		}
+	}
+	if driver == config.CgroupfsDriver && !strings.HasPrefix(parent, "/") {
+		return invalid("config.linux.cgroup_parent %q must be an absolute path with cgroup_driver %q", parent, driver)
+	}
+	return nil
 }
 
 // userNS checks namespace_options.userns_options and returns the pod's mappings (nil for
@@ -202,6 +270,9 @@ func newID() string {
 // everything it made is undone.
 func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handlerName string) (string, string, error) {
 	if err := validate(cfg); err != nil {
+		return "", "", err
+	}
+	if err := validateCgroupParent(cfg.GetLinux().GetCgroupParent(), m.opts.CgroupDriver); err != nil {
 		return "", "", err
 	}
 	h, err := m.opts.Handlers.Lookup(handlerName)
@@ -322,7 +393,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		return fmt.Errorf("create sandbox dir: %w", err)
 	}
 	if !hostIPC {
-		sb.Shm = filepath.Join(sb.Dir, ShmDir)
+		sb.Shm = filepath.Join(sb.Dir, ShmDir, ShmMount)
 	}
 	sb.Files = filepath.Join(sb.Dir, FilesDir)
 	var cniNet *network.Network
@@ -401,7 +472,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		return err
 	}
 	if sb.Shm != "" {
-		if err := mountShm(sb.Shm); err != nil {
+		if err := mountShm(sb.Shm, sb.IDMappings); err != nil {
 			return err
 		}
 	}

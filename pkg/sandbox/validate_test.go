@@ -17,6 +17,44 @@ func validPod() *runtimeapi.PodSandboxConfig {
 	}
 }
 
+func withPort(pm *runtimeapi.PortMapping) func(*runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+	return func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+		c.PortMappings = []*runtimeapi.PortMapping{pm}
+		return c
+	}
+}
+
+func withSysctls(s map[string]string) func(*runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+	return func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+		c.Linux = &runtimeapi.LinuxPodSandboxConfig{Sysctls: s}
+		return c
+	}
+}
+
+func TestValidateCgroupParent(t *testing.T) {
+	for _, c := range []struct {
+		parent, driver, want string
+	}{
+		{"", "cgroupfs", ""},
+		{"/kubepods/burstable/pod1", "cgroupfs", ""},
+		{"kubepods/pod1", "cgroupfs", "absolute"},
+		{"/kubepods/../../system.slice", "cgroupfs", "'..'"},
+		{"kubepods-burstable-pod1.slice", "systemd", ""},
+		{"../x.slice", "systemd", "'..'"},
+	} {
+		err := validateCgroupParent(c.parent, c.driver)
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%q (%s): %v", c.parent, c.driver, err)
+			}
+			continue
+		}
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "config.linux.cgroup_parent") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q (%s): %v, want InvalidArgument naming the field and %s", c.parent, c.driver, err, c.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -44,6 +82,25 @@ func TestValidate(t *testing.T) {
 			}}
 			return c
 		}, "namespace_options.pid TARGET"},
+		{"relative log_directory", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.LogDirectory = "var/log/pods/x"
+			return c
+		}, "config.log_directory"},
+		{"absolute log_directory", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.LogDirectory = "/var/log/pods/x"
+			return c
+		}, ""},
+		{"valid port mapping", withPort(&runtimeapi.PortMapping{Protocol: runtimeapi.Protocol_UDP, ContainerPort: 53, HostPort: 5353, HostIp: "127.0.0.1"}), ""},
+		{"container_port 0", withPort(&runtimeapi.PortMapping{ContainerPort: 0, HostPort: 80}), "config.port_mappings[0].container_port 0"},
+		{"container_port too big", withPort(&runtimeapi.PortMapping{ContainerPort: 70000}), "container_port 70000"},
+		{"host_port negative", withPort(&runtimeapi.PortMapping{ContainerPort: 80, HostPort: -1}), "host_port -1"},
+		{"host_port too big", withPort(&runtimeapi.PortMapping{ContainerPort: 80, HostPort: 65536}), "host_port 65536"},
+		{"unknown protocol", withPort(&runtimeapi.PortMapping{ContainerPort: 80, Protocol: 7}), "protocol 7"},
+		{"bad host_ip", withPort(&runtimeapi.PortMapping{ContainerPort: 80, HostIp: "nope"}), "host_ip"},
+		{"valid sysctls", withSysctls(map[string]string{"net.ipv4.ip_unprivileged_port_start": "0", "kernel.shm_rmid_forced": "1", "net/ipv4/conf/eth0/forwarding": "1"}), ""},
+		{"sysctl with space", withSysctls(map[string]string{"net.ipv4 x": "1"}), "config.linux.sysctls"},
+		{"sysctl climbing", withSysctls(map[string]string{"../../etc/passwd": "1"}), "config.linux.sysctls"},
+		{"sysctl value with newline", withSysctls(map[string]string{"kernel.msgmax": "1\n2"}), "config.linux.sysctls"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -161,7 +161,7 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 	}
 	p, err := monitor.Start(ctx, r.opts.MonitorPath, monitor.Config{
 		ID: t.ID, Dir: t.Dir, Runtime: r.rt.Path, RuntimeArgs: args, Bundle: t.Dir,
-		LogPath: t.LogPath,
+		LogPath: t.LogPath, LogDir: t.LogDir,
 		// A sandbox runtime's containers are not host processes the monitor can wait for.
 		WaitWithRuntime: r.sandboxed && !t.Sandbox,
 		Stdin:           t.Stdin, StdinOnce: t.StdinOnce, Terminal: t.Terminal,

@@ -170,6 +170,9 @@ func (r *Runtime) errorf(op, id string, err error) error {
 // container's output goes to the logger the shim starts; its stdin, if it keeps one, is a
 // FIFO the logger feeds from attach clients.
 func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error) {
+	// A shim that never answers must not hold the caller for ever.
+	ctx, cancel := monitor.WithCreateDeadline(ctx)
+	defer cancel()
 	var c *shim.Client
 	var err error
 	if t.Sandbox {
@@ -207,7 +210,7 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 // shim could start a logger itself through a binary:// URI, but the runc shim gives such
 // a container no stdin.)
 func (r *Runtime) startLogger(ctx context.Context, t kind.Task) (stdin, stdout, stderr string, err error) {
-	lc := monitor.LoggerConfig{LogPath: t.LogPath, StdinOnce: t.StdinOnce, Terminal: t.Terminal}
+	lc := monitor.LoggerConfig{LogPath: t.LogPath, LogDir: t.LogDir, StdinOnce: t.StdinOnce, Terminal: t.Terminal}
 	fifo := func(name string, want bool) (string, error) {
 		if !want {
 			return "", nil

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -791,5 +792,50 @@ func TestPodFilesBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A container whose create fails and whose cleanup then fails too (a failpoint, twice) is
+// not dropped with what it holds: it stays listed as UNKNOWN (CleanupFailed) with its name
+// reserved until a background retry cleans it up; then nothing of it is left.
+func TestFailedCleanupIsRetried(t *testing.T) {
+	e := newContainerEnv(t)
+	e.d.Env = []string{"RTSHIMD_FAILPOINTS=container-cleanup=2"}
+	e.d.Restart(false)
+	ctx := ctxT(t)
+	podID, pod := e.pod("cleanup-retry", "runc")
+	cfg := e.ctrConfig("broken", "/no/such/binary")
+	if _, err := e.d.RS.CreateContainer(ctx, podID, cfg, pod); err == nil {
+		t.Fatal("CreateContainer of a missing binary succeeded")
+	}
+	ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})
+	if err != nil || len(ctrs) != 1 || ctrs[0].State != runtimeapi.ContainerState_CONTAINER_UNKNOWN {
+		t.Fatalf("after a failed create and a failed cleanup: containers %v (%v), want one UNKNOWN", ctrs, err)
+	}
+	id := ctrs[0].Id
+	st, err := e.d.RS.ContainerStatus(ctx, id, false)
+	if err != nil || st.Status.Reason != "CleanupFailed" || !strings.Contains(st.Status.Message, "failpoint container-cleanup") {
+		t.Errorf("status of the kept container: %v %v", st.GetStatus(), err)
+	}
+	if _, err := e.d.RS.CreateContainer(ctx, podID, cfg, pod); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("the name of the kept container is free again too early: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.d.RunRoot, "containers", id)); err != nil {
+		t.Errorf("the kept container's directory is gone before its cleanup succeeded: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the background cleanup to succeed", func() (bool, string) {
+		ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})
+		return err == nil && len(ctrs) == 0, fmt.Sprint(len(ctrs), err)
+	})
+	for _, p := range []string{filepath.Join(e.d.RunRoot, "containers", id), filepath.Join(e.d.State, "containers", id)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the cleanup: %v", p, err)
+		}
+	}
+	// The name is free again: a good container of that name runs.
+	cfg.Command = []string{"true"}
+	id = e.run(podID, pod, cfg)
+	if st := e.waitExit(id); st.ExitCode != 0 {
+		t.Errorf("container after the cleanup: exit %d", st.ExitCode)
 	}
 }

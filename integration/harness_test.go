@@ -42,7 +42,8 @@ func TestMain(m *testing.M) {
 		pkg    string
 		static bool
 	}{{"./cmd/rtshimd", false}, {"./cmd/rtshim-monitor", true}, {"./cmd/rtshim-pause", true}} {
-		cmd := exec.Command("go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs", "-o", dir, b.pkg)
+		// failpoints: the suite's daemon can be told to fail named steps (pkg/failpoint).
+		cmd := exec.Command("go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs,failpoints", "-o", dir, b.pkg)
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if b.static {
@@ -61,6 +62,8 @@ func TestMain(m *testing.M) {
 
 // Daemon is one rtshimd process with its own config, state and run roots.
 type Daemon struct {
+	// Env is added to the daemon's environment at its next Start (failpoints).
+	Env     []string
 	t       testing.TB
 	Dir     string // holds config.toml, state/, run/, daemon.log
 	Config  string
@@ -169,6 +172,7 @@ func (d *Daemon) Start() {
 	}
 	d.logf = logf
 	d.cmd = exec.Command(filepath.Join(binDir, "rtshimd"), "--config", d.Config)
+	d.cmd.Env = append(os.Environ(), d.Env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := d.cmd.Start(); err != nil {

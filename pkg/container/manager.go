@@ -22,6 +22,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
+	"github.com/rtshimd/rtshimd/pkg/failpoint"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/image"
@@ -155,7 +156,8 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if err := m.create(ctx, c, sb); err != nil {
 		log.WithError(err).Warn("create container failed; cleaning up")
 		if cerr := m.cleanup(c); cerr != nil {
-			log.WithError(cerr).Error("cleanup of failed container")
+			m.keepForCleanup(c, err, cerr)
+			return "", err
 		}
 		m.releaseName(name, id)
 		return "", err
@@ -618,9 +620,51 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// cleanupRetry is how often a container whose cleanup failed is tried again.
+var cleanupRetry = 5 * time.Second
+
+// keepForCleanup keeps a container whose create failed and whose cleanup failed too: it
+// still holds what cleanup could not undo (a mount, runtime state, a layer), so it stays
+// listed, UNKNOWN with the reason, its name reserved and its record kept, and cleanup is
+// retried in the background until it succeeds (or kubelet's RemoveContainer does it).
+// Dropping it would leak whatever it holds with nothing left to find it by.
+func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
+	log := logrus.WithFields(logrus.Fields{"container": c.ID, "name": c.Name})
+	log.WithError(cleanupErr).Error("cleanup of failed container failed; keeping it listed as unknown and retrying")
+	c.setState(func(s *Status) {
+		s.State, s.Reason = StateUnknown, "CleanupFailed"
+		s.Message = fmt.Sprintf("create failed (%v) and its cleanup failed (%v); retrying", createErr, cleanupErr)
+	})
+	_ = m.persist(c, false)
+	c.markExited()
+	m.mu.Lock()
+	m.containers[c.ID] = c
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return // the next start finds the record and tries again
+			case <-time.After(cleanupRetry):
+			}
+			if err := m.Remove(m.ctx, c.ID); err != nil {
+				log.WithError(err).Warn("cleanup of failed container: still failing")
+				continue
+			}
+			log.Info("cleanup of failed container done")
+			return
+		}
+	}()
+}
+
 // cleanup undoes everything a container may hold, whatever state it reached, and deletes
 // its record. Safe to repeat.
 func (m *Manager) cleanup(c *Container) error {
+	if err := failpoint.Fail("container-cleanup"); err != nil {
+		return fmt.Errorf("clean up container %s: %w", c.ID, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
 	defer cancel()
 	var errs []error

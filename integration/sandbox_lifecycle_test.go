@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -448,6 +449,45 @@ func TestContainerCreateRacesPodRemoval(t *testing.T) {
 		}
 		for _, c := range ctrs {
 			t.Errorf("round %d: container %s (%s) outlived its removed pod %s", i, c.Id[:12], c.State, c.PodSandboxId[:12])
+		}
+	}
+}
+
+// A pod whose RunPodSandbox fails and whose cleanup then fails too (a failpoint, twice) is
+// not dropped with its namespaces and mounts: it stays listed NOTREADY with its name
+// reserved until a background retry removes it; then nothing of it is left.
+func TestFailedSandboxCleanupIsRetried(t *testing.T) {
+	d := newDaemon(t)
+	d.Env = []string{"RTSHIMD_FAILPOINTS=sandbox-cleanup=2"}
+	d.Restart(false)
+	ctx := ctxT(t)
+	// The infra container cannot start: runc fails to write a sysctl the kernel lacks.
+	cfg := podConfig("sandbox-cleanup-retry", runtimeapi.NamespaceMode_POD)
+	cfg.Linux.Sysctls = map[string]string{"net.ipv4.rtshimd_no_such_sysctl": "1"}
+	if _, err := d.RS.RunPodSandbox(ctx, cfg, "runc"); err == nil {
+		t.Fatal("RunPodSandbox with an impossible sysctl succeeded")
+	}
+	pods, err := d.RS.ListPodSandbox(ctx, nil)
+	if err != nil || len(pods) != 1 || pods[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		t.Fatalf("after a failed run and a failed cleanup: pods %v (%v), want one NOTREADY", pods, err)
+	}
+	id := pods[0].Id
+	if _, err := d.RS.RunPodSandbox(ctx, cfg, "runc"); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("the kept pod's name is free again too early: %v", err)
+	}
+	if mounts := mountsUnder(filepath.Join(d.RunRoot, "sandboxes", id)); len(mounts) == 0 {
+		t.Errorf("the kept pod holds no mounts; the test proves nothing")
+	}
+	waitFor(t, 60*time.Second, "the background cleanup to succeed", func() (bool, string) {
+		pods, err := d.RS.ListPodSandbox(ctx, nil)
+		return err == nil && len(pods) == 0, fmt.Sprint(len(pods), err)
+	})
+	if mounts := mountsUnder(filepath.Join(d.RunRoot, "sandboxes", id)); len(mounts) != 0 {
+		t.Errorf("mounts left after the cleanup: %v", mounts)
+	}
+	for _, p := range []string{filepath.Join(d.RunRoot, "sandboxes", id), filepath.Join(d.State, "sandboxes", id)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the cleanup: %v", p, err)
 		}
 	}
 }

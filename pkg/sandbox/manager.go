@@ -24,6 +24,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
+	"github.com/rtshimd/rtshimd/pkg/failpoint"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/kind"
@@ -329,7 +330,8 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	if err := m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork); err != nil {
 		log.WithError(err).Warn("run pod sandbox failed; cleaning up")
 		if cerr := m.cleanup(sb); cerr != nil {
-			log.WithError(cerr).Error("cleanup of failed sandbox")
+			m.keepForCleanup(sb, cerr)
+			return "", err
 		}
 		m.releaseName(name, id)
 		return "", err
@@ -898,9 +900,56 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// cleanupRetry is how often a sandbox whose cleanup failed is tried again.
+var cleanupRetry = 5 * time.Second
+
+// keepForCleanup keeps a sandbox whose RunPodSandbox failed and whose cleanup failed too:
+// it still holds what cleanup could not undo (namespaces, mounts, a CNI attachment), so it
+// stays listed NOTREADY with its name and record, and its removal is retried in the
+// background until it succeeds (or kubelet's RemovePodSandbox does it).
+func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
+	log := logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "pod": sb.Name})
+	log.WithError(cleanupErr).Error("cleanup of failed sandbox failed; keeping it listed as not ready and retrying")
+	sb.mu.Lock()
+	sb.status.State = StateNotReady
+	if sb.status.InfraPid == 0 {
+		// No infra container ran, so none is watched: there is no exit to wait for.
+		select {
+		case <-sb.exited:
+		default:
+			close(sb.exited)
+		}
+	}
+	sb.mu.Unlock()
+	_ = m.persist(sb, false)
+	m.mu.Lock()
+	m.sandboxes[sb.ID] = sb
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return // the next start finds the record and tries again
+			case <-time.After(cleanupRetry):
+			}
+			if err := m.Remove(m.ctx, sb.ID); err != nil {
+				log.WithError(err).Warn("cleanup of failed sandbox: still failing")
+				continue
+			}
+			log.Info("cleanup of failed sandbox done")
+			return
+		}
+	}()
+}
+
 // cleanup undoes everything a sandbox may hold, whatever state it got to, and deletes
 // its record. It is safe to repeat.
 func (m *Manager) cleanup(sb *Sandbox) error {
+	if err := failpoint.Fail("sandbox-cleanup"); err != nil {
+		return fmt.Errorf("clean up sandbox %s: %w", sb.ID, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
 	defer cancel()
 	var errs []error

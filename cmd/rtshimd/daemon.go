@@ -21,6 +21,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
+	"github.com/rtshimd/rtshimd/pkg/nrihost"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 	"github.com/rtshimd/rtshimd/pkg/podcidr"
@@ -43,6 +44,7 @@ type daemon struct {
 	streaming  *stream.Server
 	events     *events.Bus
 	podCIDR    *podcidr.Store
+	nri        *nrihost.Host // nil when [nri] enable = false
 	metrics    *http.Server
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
 	logLevelFlag string
@@ -125,6 +127,17 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	}
 	netw.Watch(ctx, 2*time.Second)
 	bus := events.NewBus()
+	// NRI is made first (the managers relay events to it) and opened to plugins after
+	// recovery, so that Synchronize finds every pod and container.
+	var nri *nrihost.Host
+	var podNRI sandbox.NRI
+	var ctrNRI container.NRI
+	if cfg.NRI.Enable {
+		if nri, err = nrihost.New(cfg.NRI, cri.Version); err != nil {
+			return nil, err
+		}
+		podNRI, ctrNRI = nri, nri
+	}
 	mgr, err := sandbox.NewManager(sandbox.Options{
 		LSM:            lsm.Detect(),
 		Handlers:       table,
@@ -136,6 +149,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
 		Network:        netw,
 		Events:         bus,
+		NRI:            podNRI,
 	})
 	if err != nil {
 		return nil, err
@@ -164,6 +178,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Capabilities:   oci.GrantableCapabilities(),
 		Events:         bus,
 		CDI:            cdidevices.New(cfg.CDI.SpecDirs),
+		NRI:            ctrNRI,
 	})
 	if err != nil {
 		return nil, err
@@ -173,6 +188,12 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
+	if nri != nil {
+		nri.Attach(mgr, ctrs)
+		if err := nri.Start(); err != nil {
+			return nil, err
+		}
+	}
 	srv, err := stream.New(cfg.Streaming.Addr, cfg.Streaming.TLSCertFile, cfg.Streaming.TLSKeyFile, ctrs, mgr)
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
@@ -181,7 +202,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		logrus.WithError(err).Warn("the kept pod CIDR is unusable; none until kubelet sends it again")
 	}
-	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus, podCIDR: cidr}
+	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus, podCIDR: cidr, nri: nri}
 	d.reloader = reload.New(cfg, d.apply)
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
 		return nil, err
@@ -218,7 +239,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 
 func (d *daemon) serve(ctx context.Context) error {
 	go d.reloader.Run(ctx, d.hup)
-	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR}
+	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -231,6 +252,9 @@ func (d *daemon) close() {
 	_ = d.streaming.Stop()
 	if d.metrics != nil {
 		_ = d.metrics.Close()
+	}
+	if d.nri != nil {
+		d.nri.Stop()
 	}
 	d.containers.Close()
 	d.sandboxes.Close()

@@ -295,6 +295,11 @@ host_ipc = true
 recursive_read_only_mounts = true
 user_namespaces = true
 
+[nri]
+socket_path = "$W/nri.sock"
+plugin_path = "$W/nri-plugins"
+plugin_config_path = "$W/nri-conf"
+
 [network]
 cni_conf_dir = "$W/cni/net.d"
 cni_bin_dirs = ["/usr/lib/cni"]

@@ -55,6 +55,7 @@ type Config struct {
 	Streaming      Streaming           `toml:"streaming"`
 	Metrics        Metrics             `toml:"metrics"`
 	CDI            CDI                 `toml:"cdi"`
+	NRI            NRI                 `toml:"nri"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -87,6 +88,39 @@ type CDI struct {
 	// does not exist is skipped. An empty list (not an absent key) turns CDI off.
 	SpecDirs []string `toml:"spec_dirs"`
 }
+
+// NRI configures the Node Resource Interface (github.com/containerd/nri): plugins that see
+// every pod and container event and may adjust containers as they are created.
+type NRI struct {
+	// Enable is on by default, as in containerd 2.x; absent from the file means true.
+	Enable bool `toml:"enable" json:"enable"`
+	// SocketPath is where external plugins connect.
+	SocketPath string `toml:"socket_path" json:"socket_path"`
+	// PluginPath holds plugins the daemon starts itself; PluginConfigPath their configs.
+	PluginPath       string `toml:"plugin_path" json:"plugin_path"`
+	PluginConfigPath string `toml:"plugin_config_path" json:"plugin_config_path"`
+	// Timeouts for a plugin to register and to answer one request ("5s", "2s").
+	RegistrationTimeout Duration `toml:"plugin_registration_timeout" json:"plugin_registration_timeout"`
+	RequestTimeout      Duration `toml:"plugin_request_timeout" json:"plugin_request_timeout"`
+	// DisableConnections accepts no external plugin: only those in PluginPath run.
+	DisableConnections bool `toml:"disable_connections" json:"disable_connections"`
+}
+
+// Duration is a time.Duration written as Go writes one ("2s", "500ms") in TOML and JSON.
+type Duration struct{ time.Duration }
+
+// UnmarshalText reads "2s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: 2s, 500ms)", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes "2s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // Metrics configures the Prometheus endpoint.
 type Metrics struct {
@@ -198,7 +232,9 @@ var lineErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)
 
 // Parse decodes and validates config text; name is used in error messages.
 func Parse(name string, data []byte) (*Config, error) {
-	c := &Config{}
+	// Booleans whose default is true are set before decoding: the decoder leaves keys the
+	// file lacks as they are.
+	c := &Config{NRI: NRI{Enable: true}}
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
 	if err != nil {
 		var pe toml.ParseError
@@ -246,6 +282,16 @@ func (c *Config) applyDefaults() {
 	}
 	if c.CDI.SpecDirs == nil {
 		c.CDI.SpecDirs = []string{"/etc/cdi", "/var/run/cdi"} // the CDI specification's
+	}
+	// The NRI adaptation's own defaults (containerd's too).
+	def(&c.NRI.SocketPath, "/var/run/nri/nri.sock")
+	def(&c.NRI.PluginPath, "/opt/nri/plugins")
+	def(&c.NRI.PluginConfigPath, "/etc/nri/conf.d")
+	if c.NRI.RegistrationTimeout.Duration == 0 {
+		c.NRI.RegistrationTimeout.Duration = 5 * time.Second
+	}
+	if c.NRI.RequestTimeout.Duration == 0 {
+		c.NRI.RequestTimeout.Duration = 2 * time.Second
 	}
 	if c.Image.MaxParallelDownloads == 0 {
 		c.Image.MaxParallelDownloads = 3 // containerd's default
@@ -312,6 +358,25 @@ func (c *Config) validate(p positions) error {
 	for i, d := range c.CDI.SpecDirs {
 		if !filepath.IsAbs(d) {
 			return p.errf("cdi.spec_dirs", "cdi.spec_dirs[%d] must be an absolute path, got %q", i, d)
+		}
+	}
+	for _, f := range []struct{ key, val string }{
+		{"nri.socket_path", c.NRI.SocketPath}, {"nri.plugin_path", c.NRI.PluginPath}, {"nri.plugin_config_path", c.NRI.PluginConfigPath},
+	} {
+		if !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
+	// A unix socket's path has room for 107 bytes (sun_path).
+	if len(c.NRI.SocketPath) > 107 {
+		return p.errf("nri.socket_path", "nri.socket_path %q is longer than a unix socket path can be (107 bytes)", c.NRI.SocketPath)
+	}
+	for _, f := range []struct {
+		key string
+		val time.Duration
+	}{{"nri.plugin_registration_timeout", c.NRI.RegistrationTimeout.Duration}, {"nri.plugin_request_timeout", c.NRI.RequestTimeout.Duration}} {
+		if f.val < 0 {
+			return p.errf(f.key, "%s must be positive, got %v", f.key, f.val)
 		}
 	}
 	if c.Image.RegistriesConf != "" && !filepath.IsAbs(c.Image.RegistriesConf) {
@@ -467,5 +532,6 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("streaming", old.Streaming, cfg.Streaming)
 	differ("metrics", old.Metrics, cfg.Metrics)
 	differ("cdi", old.CDI, cfg.CDI)
+	differ("nri", old.NRI, cfg.NRI)
 	return out
 }

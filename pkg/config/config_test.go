@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -54,6 +55,10 @@ func TestParseErrors(t *testing.T) {
 		{"relative cdi.spec_dirs", base + "[cdi]\nspec_dirs = [\"/etc/cdi\", \"cdi\"]\n", "cfg.toml:7: cdi.spec_dirs[1] must be an absolute path", `got "cdi"`},
 		{"bad network.cni_timeout", base + "[network]\ncni_timeout = \"forever\"\n", "cfg.toml:7: network.cni_timeout \"forever\" is not a positive duration", ""},
 		{"zero network.cni_timeout", base + "[network]\ncni_timeout = \"0s\"\n", "cfg.toml:7: network.cni_timeout", ""},
+		{"relative nri.socket_path", base + "[nri]\nsocket_path = \"nri.sock\"\n", "cfg.toml:7: nri.socket_path must be an absolute path", `got "nri.sock"`},
+		{"bad nri duration", base + "[nri]\nenable = true\nplugin_request_timeout = \"soon\"\n", "cfg.toml:8: ", `"soon" is not a duration`},
+		{"negative nri duration", base + "[nri]\nplugin_registration_timeout = \"-1s\"\n", "cfg.toml:7: nri.plugin_registration_timeout must be positive", ""},
+		{"unknown nri key", base + "[nri]\nenabled = false\n", "cfg.toml:7: unknown key \"nri.enabled\"", ""},
 		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
 	}
 	for _, tt := range tests {
@@ -257,5 +262,38 @@ func TestCDISpecDirs(t *testing.T) {
 	}
 	if got := RestartNeeded(absent, off); !reflect.DeepEqual(got, []string{"cdi"}) {
 		t.Errorf("RestartNeeded = %q, want cdi", got)
+	}
+}
+
+// [nri]: on by default with the adaptation's paths and timeouts; enable = false turns it
+// off; any change takes a restart.
+func TestNRI(t *testing.T) {
+	absent, err := Parse("cfg.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NRI{
+		Enable: true, SocketPath: "/var/run/nri/nri.sock", PluginPath: "/opt/nri/plugins", PluginConfigPath: "/etc/nri/conf.d",
+		RegistrationTimeout: Duration{5 * time.Second}, RequestTimeout: Duration{2 * time.Second},
+	}
+	if absent.NRI != want {
+		t.Errorf("absent: %+v, want %+v", absent.NRI, want)
+	}
+	if d := Default().NRI; d != want {
+		t.Errorf("configs/config.toml: %+v, want %+v", d, want)
+	}
+	off, err := Parse("cfg.toml", []byte(base+"[nri]\nenable = false\nplugin_request_timeout = \"500ms\"\ndisable_connections = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.NRI.Enable || off.NRI.RequestTimeout.Duration != 500*time.Millisecond || !off.NRI.DisableConnections {
+		t.Errorf("off: %+v", off.NRI)
+	}
+	if got := RestartNeeded(absent, off); !reflect.DeepEqual(got, []string{"nri"}) {
+		t.Errorf("RestartNeeded = %q, want nri", got)
+	}
+	b, err := json.Marshal(absent.NRI)
+	if err != nil || !strings.Contains(string(b), `"plugin_request_timeout":"2s"`) {
+		t.Errorf("JSON = %s, %v; want durations as text", b, err)
 	}
 }

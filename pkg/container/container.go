@@ -92,6 +92,8 @@ type Container struct {
 	config *runtimeapi.ContainerConfig
 	// rt is the kind of runtime that runs the container: its pod's.
 	rt kind.Runtime
+	// nriCreated: NRI plugins had CreateContainer (so a failed create is undone to them).
+	nriCreated bool
 
 	// op serialises Start, Stop and Remove of this container.
 	op sync.Mutex
@@ -113,6 +115,9 @@ func (c *Container) task() kind.Task {
 		Stdin: c.config.GetStdin(), StdinOnce: c.config.GetStdinOnce(), Terminal: c.config.GetTty(),
 	}
 }
+
+// Config is the CreateContainer request's config.
+func (c *Container) Config() *runtimeapi.ContainerConfig { return c.config }
 
 // TTY reports whether the container has a terminal.
 func (c *Container) TTY() bool { return c.config.GetTty() }

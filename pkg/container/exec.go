@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -183,6 +184,34 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.
 	if err != nil {
 		return err
 	}
+	if m.opts.NRI != nil {
+		if res, err = m.opts.NRI.UpdateContainer(ctx, c, res); err != nil {
+			return err
+		}
+	}
+	if err := m.applyResources(ctx, c, res); err != nil {
+		return err
+	}
+	if m.opts.NRI != nil {
+		m.opts.NRI.PostUpdateContainer(ctx, c)
+	}
+	return nil
+}
+
+// ApplyResources sets a container's limits as UpdateResources does, without telling NRI
+// plugins: it is how their own updates are applied.
+func (m *Manager) ApplyResources(ctx context.Context, id string, res *specs.LinuxResources) error {
+	c, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	if st := c.Status().State; st != StateRunning && st != StateCreated {
+		return fmt.Errorf("container %s is %s: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	return m.applyResources(ctx, c, res)
+}
+
+func (m *Manager) applyResources(ctx context.Context, c *Container, res *specs.LinuxResources) error {
 	cgcontrollers.Default().Trim(res, c.CgroupsPath)
 	if err := c.rt.Update(ctx, c.task(), res); err != nil {
 		return err

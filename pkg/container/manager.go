@@ -52,6 +52,26 @@ type Options struct {
 	Events *events.Bus
 	// CDI resolves the CDI devices a container asks for; nil refuses every such request.
 	CDI *cdidevices.Registry
+	// NRI relays container events to NRI plugins (pkg/nrihost); nil when NRI is off.
+	NRI NRI
+}
+
+// NRI is what containers tell NRI plugins, in NRI's order. CreateContainer comes before
+// the runtime's create and may adjust the spec; it, StartContainer and UpdateContainer
+// fail the CRI call on a plugin's error, the others only log.
+type NRI interface {
+	CreateContainer(ctx context.Context, c *Container, spec *specs.Spec) error
+	PostCreateContainer(ctx context.Context, c *Container)
+	StartContainer(ctx context.Context, c *Container) error
+	PostStartContainer(ctx context.Context, c *Container)
+	// UpdateContainer returns the limits to apply: res as plugins changed it.
+	UpdateContainer(ctx context.Context, c *Container, res *specs.LinuxResources) (*specs.LinuxResources, error)
+	PostUpdateContainer(ctx context.Context, c *Container)
+	// StopContainer is told once per container, by a stop or by its exit.
+	StopContainer(ctx context.Context, c *Container)
+	RemoveContainer(ctx context.Context, c *Container)
+	// BlockSync holds off plugins' synchronization while a container is being made.
+	BlockSync() (unblock func())
 }
 
 // Manager runs containers.
@@ -120,6 +140,10 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		return "", err
 	}
 	defer release()
+	if m.opts.NRI != nil {
+		// A plugin that connects meanwhile finds the container in Synchronize, or hears of it.
+		defer m.opts.NRI.BlockSync()()
+	}
 	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
 	id := newID()
 	m.mu.Lock()
@@ -155,6 +179,10 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	log := logrus.WithFields(logrus.Fields{"container": id, "name": name, "sandbox": sb.ID})
 	if err := m.create(ctx, c, sb); err != nil {
 		log.WithError(err).Warn("create container failed; cleaning up")
+		if c.nriCreated {
+			// Plugins that adjusted it hear it is gone.
+			m.opts.NRI.RemoveContainer(ctx, c)
+		}
 		if cerr := m.cleanup(c); cerr != nil {
 			m.keepForCleanup(c, err, cerr)
 			return "", err
@@ -169,6 +197,9 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	m.mu.Unlock()
 	log.Info("container created")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	if m.opts.NRI != nil {
+		m.opts.NRI.PostCreateContainer(ctx, c)
+	}
 	return id, nil
 }
 
@@ -239,6 +270,17 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	}
 	if len(devices) > 0 {
 		logrus.WithFields(logrus.Fields{"container": c.ID, "cdi_devices": devices}).Info("CDI devices injected")
+	}
+	// NRI plugins see the spec as the CRI built it, before the kind's changes, and their
+	// adjustments go through the kind's like the rest.
+	if m.opts.NRI != nil {
+		if err := m.opts.NRI.CreateContainer(ctx, c, spec); err != nil {
+			return err
+		}
+		c.nriCreated = true
+		if spec.Linux != nil && spec.Linux.CgroupsPath != "" {
+			c.CgroupsPath = spec.Linux.CgroupsPath // a plugin may move it
+		}
 	}
 	c.rt.AdjustSpec(spec)
 	c.TerminationLog = terminationLog(cfg)
@@ -442,6 +484,10 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 	if err := m.persist(c, false); err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
+	if m.opts.NRI != nil {
+		// A container that ends on its own is stopped to plugins too (they free what it held).
+		m.opts.NRI.StopContainer(m.ctx, c)
+	}
 }
 
 // oomKilled reads the kernel's OOM-kill count of the container's memory cgroup, for
@@ -481,6 +527,17 @@ func (m *Manager) publish(c *Container, t runtimeapi.ContainerEventType) {
 	})
 }
 
+// All returns every container, whatever its state.
+func (m *Manager) All() []*Container {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*Container, 0, len(m.containers))
+	for _, c := range m.containers {
+		out = append(out, c)
+	}
+	return out
+}
+
 // Get finds a container by ID or unique ID prefix.
 func (m *Manager) Get(id string) (*Container, error) {
 	m.mu.RLock()
@@ -511,6 +568,11 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	// The start time is taken before the runtime is asked: a container that exits at
 	// once may be reported exited before the command returns, and its finish time must
 	// not precede its start.
+	if m.opts.NRI != nil {
+		if err := m.opts.NRI.StartContainer(ctx, c); err != nil {
+			return err
+		}
+	}
 	started := time.Now().UnixNano()
 	if err := c.rt.Start(ctx, c.task()); err != nil {
 		return err
@@ -523,7 +585,13 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	})
 	logrus.WithField("container", c.ID).Info("container started")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
-	return m.persist(c, false)
+	if err := m.persist(c, false); err != nil {
+		return err
+	}
+	if m.opts.NRI != nil {
+		m.opts.NRI.PostStartContainer(ctx, c)
+	}
+	return nil
 }
 
 // killWait bounds the wait for a container to die after SIGKILL.
@@ -541,7 +609,13 @@ func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
 	}
 	c.op.Lock()
 	defer c.op.Unlock()
-	return m.stop(ctx, c, timeout)
+	if err := m.stop(ctx, c, timeout); err != nil {
+		return err
+	}
+	if m.opts.NRI != nil && c.Status().State == StateExited {
+		m.opts.NRI.StopContainer(ctx, c)
+	}
+	return nil
 }
 
 func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
@@ -604,6 +678,10 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	if err := m.stop(ctx, c, 0); err != nil {
 		return err
+	}
+	if m.opts.NRI != nil {
+		// Before the bundle goes: plugins get the container with its spec.
+		m.opts.NRI.RemoveContainer(ctx, c)
 	}
 	if err := m.cleanup(c); err != nil {
 		return err

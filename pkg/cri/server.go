@@ -29,6 +29,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/metrics"
 	"github.com/rtshimd/rtshimd/pkg/network"
+	"github.com/rtshimd/rtshimd/pkg/nrihost"
 	"github.com/rtshimd/rtshimd/pkg/podcidr"
 	"github.com/rtshimd/rtshimd/pkg/reload"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
@@ -55,6 +56,8 @@ type Server struct {
 	Events     *events.Bus
 	// PodCIDR is what kubelet's UpdateRuntimeConfig sent.
 	PodCIDR *podcidr.Store
+	// NRI hosts NRI plugins; nil when NRI is off.
+	NRI *nrihost.Host
 
 	// stopping closes when Serve's context ends: long-lived streams end at once instead of
 	// holding the graceful stop for its whole grace period.

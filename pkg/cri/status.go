@@ -59,7 +59,8 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			Reason string `json:"reason,omitempty"`
 		}{ready, why})
 		cidr, _ := json.Marshal(s.PodCIDR.Get())
-		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr)}
+		nri, _ := json.Marshal(s.NRI.Info())
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri)}
 	}
 	return resp, nil
 }

@@ -1,7 +1,7 @@
 // Package metrics holds rtshimd's Prometheus metrics and serves them: RPC latency and
 // errors, pod and container start latency by handler, running pods and containers by
-// handler, image pulls, monitors, and failures of each handler's runtime binary. It is
-// off unless an address is configured.
+// handler, image pulls, monitors, failures of each handler's runtime binary, and NRI
+// requests. It is off unless an address is configured.
 package metrics
 
 import (
@@ -49,6 +49,15 @@ var (
 	ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rtshimd_config_reloads_total", Help: "Reloads of the configuration file, by result.",
 	}, []string{"result"})
+	// NRIRequests counts the events and requests relayed to NRI plugins, by event
+	// (RunPodSandbox, CreateContainer, ..., Synchronize, and UpdateContainers for updates a
+	// plugin asked for on its own); NRIRequestErrors those that failed.
+	NRIRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_nri_requests_total", Help: "Events and requests relayed to NRI plugins, by event.",
+	}, []string{"event"})
+	NRIRequestErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_nri_request_errors_total", Help: "Events and requests relayed to NRI plugins that failed, by event.",
+	}, []string{"event"})
 	// ConfigHash is the served config file's hash, as a number (see HashValue).
 	ConfigHash = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rtshimd_config_hash", Help: "Hash of the configuration being served (the first 48 bits of its SHA-256).",
@@ -99,7 +108,7 @@ func Serve(addr string, counts Counts) (*http.Server, error) {
 		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(RPCDuration, RPCErrors, StartDuration, PullBytes, PullDuration, RuntimeFailures, ConfigReloads, ConfigHash,
+	reg.MustRegister(RPCDuration, RPCErrors, StartDuration, PullBytes, PullDuration, RuntimeFailures, ConfigReloads, ConfigHash, NRIRequests, NRIRequestErrors,
 		&gauges{
 			counts:   counts,
 			pods:     prometheus.NewDesc("rtshimd_running_pods", "Ready pod sandboxes, by handler.", []string{"handler"}, nil),

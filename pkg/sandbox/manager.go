@@ -58,6 +58,18 @@ type Options struct {
 	Network *network.Manager
 	// Events receives sandbox lifecycle events (GetContainerEvents); may be nil.
 	Events *events.Bus
+	// NRI relays pod events to NRI plugins (pkg/nrihost); nil when NRI is off.
+	NRI NRI
+}
+
+// NRI is what pods tell NRI plugins: that a pod runs (a plugin's error fails
+// RunPodSandbox), stopped, and is removed.
+type NRI interface {
+	RunPodSandbox(ctx context.Context, sb *Sandbox) error
+	StopPodSandbox(ctx context.Context, sb *Sandbox)
+	RemovePodSandbox(ctx context.Context, sb *Sandbox)
+	// BlockSync holds off plugins' synchronization while a pod is being made.
+	BlockSync() (unblock func())
 }
 
 // Handlers resolves a handler name in the table being served.
@@ -296,6 +308,10 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		return "", err
 	}
 
+	if m.opts.NRI != nil {
+		// A plugin that connects meanwhile finds the pod in Synchronize, or hears of it.
+		defer m.opts.NRI.BlockSync()()
+	}
 	name := MakeName(cfg.Metadata)
 	id := newID()
 	m.mu.Lock()
@@ -327,7 +343,15 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		exited: make(chan struct{}),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
-	if err := m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork); err != nil {
+	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork)
+	if err == nil && m.opts.NRI != nil {
+		// Plugins hear of the pod once it exists; one that fails it fails the call, and
+		// those before it hear of its removal.
+		if err = m.opts.NRI.RunPodSandbox(ctx, sb); err != nil {
+			m.opts.NRI.RemovePodSandbox(ctx, sb)
+		}
+	}
+	if err != nil {
 		log.WithError(err).Warn("run pod sandbox failed; cleaning up")
 		if cerr := m.cleanup(sb); cerr != nil {
 			m.keepForCleanup(sb, cerr)
@@ -784,6 +808,17 @@ func (m *Manager) publish(sb *Sandbox, t runtimeapi.ContainerEventType) {
 	})
 }
 
+// All returns every sandbox, whatever its state.
+func (m *Manager) All() []*Sandbox {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*Sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		out = append(out, sb)
+	}
+	return out
+}
+
 // Get finds a sandbox by ID or unique ID prefix.
 func (m *Manager) Get(id string) (*Sandbox, error) {
 	m.mu.RLock()
@@ -816,6 +851,9 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 		if err := m.stopInfra(ctx, sb); err != nil {
 			return err
 		}
+	}
+	if m.opts.NRI != nil {
+		m.opts.NRI.StopPodSandbox(ctx, sb) // before CNI DEL, as containerd
 	}
 	if err := m.teardownNetwork(ctx, sb); err != nil {
 		return err
@@ -888,6 +926,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	if err := m.cleanup(sb); err != nil {
 		return err
+	}
+	if m.opts.NRI != nil {
+		m.opts.NRI.RemovePodSandbox(ctx, sb)
 	}
 	m.mu.Lock()
 	delete(m.sandboxes, sb.ID)

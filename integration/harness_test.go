@@ -156,9 +156,10 @@ func newDaemonTable(t testing.TB, table func(run string) string, extra string) *
 	}
 	// NRI is on by default: each daemon gets a socket of its own and no node plugins,
 	// unless the test configures [nri] itself.
+	// It goes before [network], which stays last: tests append keys of [network] as extra.
 	if !strings.Contains(extra, "[nri]") {
-		netCfg += fmt.Sprintf("\n[nri]\nsocket_path = %q\nplugin_path = %q\nplugin_config_path = %q\n",
-			filepath.Join(dir, "nri.sock"), filepath.Join(dir, "nri-plugins"), filepath.Join(dir, "nri-conf.d"))
+		netCfg = fmt.Sprintf("\n[nri]\nsocket_path = %q\nplugin_path = %q\nplugin_config_path = %q\n",
+			filepath.Join(dir, "nri.sock"), filepath.Join(dir, "nri-plugins"), filepath.Join(dir, "nri-conf.d")) + netCfg
 	}
 	if err := os.WriteFile(d.Config, []byte(cfg+table(d.RunRoot)+netCfg+extra), 0o644); err != nil {
 		t.Fatal(err)

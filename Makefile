@@ -13,7 +13,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables
 TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
 
-.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools
+.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short
 
 all: build
 
@@ -57,6 +57,17 @@ vet:
 unit:
 	$(GO) test -count=1 ./...
 
+# Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
+# gives each a short bounded time; `make fuzz` longer (FUZZTIME). Inputs that failed are
+# kept under the packages' testdata/fuzz and run by `make unit` from then on.
+FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse ./pkg/monitor:FuzzCRILog
+FUZZTIME ?= 2m
+fuzz:
+	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t#*:} ($(FUZZTIME))"; $(GO) test -run XXX -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
 # kubelet, kube-apiserver, etcd, crictl and critest from the Go module proxy at pinned
 # versions, cached in /var/cache/rtshimd-tools (hack/tools.sh; ~15 minutes the first time).
 tools:
@@ -65,7 +76,7 @@ tools:
 integration: build tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 40m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-test: deps-test vet unit integration conformance
+test: deps-test vet unit fuzz-short integration conformance
 
 install: build
 	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-pause /usr/local/bin/

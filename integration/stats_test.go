@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -142,4 +143,36 @@ func hogAndIdle(e *containerEnv, name, handler string) (podID, hog, idle string)
 	idle = e.run(podID, pod, e.ctrConfig("idle", "sleep", "1000"))
 	time.Sleep(3 * time.Second)
 	return podID, hog, idle
+}
+
+// Disk usage comes from a background walk of the store, never from a walk on the request
+// path: a container that writes many files shows them within the collector's interval,
+// and every reading carries the time it was taken, never older than that interval (plus
+// one walk).
+func TestDiskUsageFromCollector(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	podID, pod := e.pod("disk-usage", "runc")
+	id := e.run(podID, pod, e.ctrConfig("writer", "sh", "-c", "mkdir /many && cd /many && seq 1 3000 | while read i; do echo $i > f$i; done; sleep 1000"))
+	var st *runtimeapi.ContainerStats
+	waitFor(t, 60*time.Second, "the writable layer's usage to show the 3000 files", func() (bool, string) {
+		var err error
+		st, err = e.d.RS.ContainerStats(ctx, id)
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.GetWritableLayer().GetInodesUsed().GetValue() >= 3000, fmt.Sprint(st.GetWritableLayer().GetInodesUsed().GetValue())
+	})
+	if age := time.Since(time.Unix(0, st.GetWritableLayer().GetTimestamp())); age < 0 || age > 15*time.Second {
+		t.Errorf("writable layer reading is %v old, past the collector's 10 s interval", age)
+	}
+	fs, err := e.d.IS.ImageFsInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range append(fs.GetImageFilesystems(), fs.GetContainerFilesystems()...) {
+		if age := time.Since(time.Unix(0, u.GetTimestamp())); age < 0 || age > 15*time.Second || u.GetUsedBytes().GetValue() == 0 {
+			t.Errorf("ImageFsInfo %s: %d bytes, %v old", u.GetFsId().GetMountpoint(), u.GetUsedBytes().GetValue(), age)
+		}
+	}
 }

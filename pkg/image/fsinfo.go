@@ -1,11 +1,11 @@
 package image
 
 import (
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -18,55 +18,128 @@ type Usage struct {
 	Timestamp  time.Time
 }
 
-// fsCache keeps the last walk of the store: kubelet asks every few seconds and a walk of
-// a large store is not free. A change to the store bumps gen, which makes the cached
-// answer stale without taking any lock (it is bumped under the image lock, on the path of
-// every container create and remove). One walk runs at a time, outside every other lock.
-type fsCache struct {
-	gen atomic.Uint64
+// fsCollector walks the store in the background and serves its last walk, so no request
+// walks the store (a container with millions of files would stall kubelet's stats, and a
+// walk is no place to hold a lock): every fsInterval, and soon after a change (invalidate),
+// but never sooner than fsMinGap, nor than twice the last walk's length, after the last one
+// began. A reading is at most fsInterval plus one walk old; each carries the time it was
+// taken (Usage.Timestamp), which the CRI passes on.
+type fsCollector struct {
+	mu     sync.Mutex
+	images Usage
+	ctrs   Usage
+	layers map[string]Usage // writable layer ID -> its diff's usage
+	at     time.Time
 
-	walk sync.Mutex // held for a walk
-
-	mu       sync.Mutex // guards the fields below
-	at       time.Time
-	atGen    uint64
-	images   Usage
-	ctrs     Usage
-	computed bool
+	ready chan struct{} // closed when the first walk is done
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 }
 
-func (c *fsCache) invalidate() { c.gen.Add(1) }
+const (
+	fsInterval = 10 * time.Second
+	fsMinGap   = 2 * time.Second
+	// fsFirstWait bounds how long a request waits for the first walk after start.
+	fsFirstWait = 5 * time.Second
+)
 
-func (c *fsCache) fresh() (Usage, Usage, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ok := c.computed && c.atGen == c.gen.Load() && time.Since(c.at) < fsCacheTTL
-	return c.images, c.ctrs, ok
+// invalidate asks for a walk soon: the store changed.
+func (c *fsCollector) invalidate() {
+	if c.kick == nil {
+		return
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
-const fsCacheTTL = 10 * time.Second
+func (s *Service) startFsCollector() {
+	c := &s.fsCache
+	c.ready, c.kick, c.stop, c.done = make(chan struct{}), make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.done)
+		first := true
+		for {
+			start := time.Now()
+			images, ctrs, layers := s.walkStore()
+			c.mu.Lock()
+			c.images, c.ctrs, c.layers, c.at = images, ctrs, layers, images.Timestamp
+			c.mu.Unlock()
+			if first {
+				close(c.ready)
+				first = false
+			}
+			gap := max(fsMinGap, 2*time.Since(start))
+			timer := time.NewTimer(fsInterval)
+			select {
+			case <-c.stop:
+				timer.Stop()
+				return
+			case <-timer.C:
+			case <-c.kick:
+				timer.Stop()
+				if wait := gap - time.Since(start); wait > 0 {
+					select {
+					case <-c.stop:
+						return
+					case <-time.After(wait):
+					}
+				}
+			}
+		}
+	}()
+}
+
+func (s *Service) stopFsCollector() {
+	if c := &s.fsCache; c.stop != nil {
+		close(c.stop)
+		<-c.done
+	}
+}
+
+// awaitFirst waits (bounded) for the first walk; until it is done the store reads empty.
+func (c *fsCollector) awaitFirst() {
+	select {
+	case <-c.ready:
+	case <-time.After(fsFirstWait):
+	}
+}
 
 // FsInfo reports the image store (image layers) and the container store (writable
-// layers) usage, both under the graph root.
+// layers) usage, both under the graph root, from the collector's last walk.
 func (s *Service) FsInfo() (images, containers Usage) {
 	c := &s.fsCache
-	if im, ct, ok := c.fresh(); ok {
-		return im, ct
-	}
-	c.walk.Lock()
-	defer c.walk.Unlock()
-	if im, ct, ok := c.fresh(); ok { // another caller walked meanwhile
-		return im, ct
-	}
-	gen := c.gen.Load()
-	images, containers = s.walkStore()
+	c.awaitFirst()
 	c.mu.Lock()
-	c.at, c.atGen, c.images, c.ctrs, c.computed = images.Timestamp, gen, images, containers, true
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	root := s.store.GraphRoot()
+	images, containers = c.images, c.ctrs
+	images.Mountpoint, containers.Mountpoint = root, root
 	return images, containers
 }
 
-func (s *Service) walkStore() (images, containers Usage) {
+// RootfsUsage is the space container id's writable layer takes, from the collector's last
+// walk (a layer made since reads empty, with that walk's time).
+func (s *Service) RootfsUsage(id string) (Usage, error) {
+	ctr, err := s.store.Container(id)
+	if err != nil {
+		return Usage{}, fmt.Errorf("rootfs of %s: %w", id, err)
+	}
+	c := &s.fsCache
+	c.awaitFirst()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, ok := c.layers[ctr.LayerID]
+	if !ok {
+		u = Usage{Timestamp: c.at}
+	}
+	u.Mountpoint = s.store.GraphRoot()
+	return u, nil
+}
+
+func (s *Service) walkStore() (images, containers Usage, layers map[string]Usage) {
 	root := s.store.GraphRoot()
 	ctrLayers := map[string]bool{}
 	if ctrs, err := s.store.Containers(); err == nil {
@@ -77,6 +150,7 @@ func (s *Service) walkStore() (images, containers Usage) {
 	now := time.Now()
 	images = Usage{Mountpoint: root, Timestamp: now}
 	containers = Usage{Mountpoint: root, Timestamp: now}
+	layers = map[string]Usage{}
 	driverDir := filepath.Join(root, s.store.GraphDriverName())
 	seen := map[uint64]bool{}
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -97,14 +171,21 @@ func (s *Service) walkStore() (images, containers Usage) {
 		seen[st.Ino] = true
 		u := &images
 		if rel, err := filepath.Rel(driverDir, path); err == nil && rel != "." && rel[0] != '.' {
-			first, _, _ := strings.Cut(rel, "/")
+			first, rest, _ := strings.Cut(rel, "/")
 			if ctrLayers[first] {
 				u = &containers
+				if rest == "diff" || strings.HasPrefix(rest, "diff/") {
+					l := layers[first]
+					l.Bytes += uint64(st.Blocks) * 512
+					l.Inodes++
+					l.Timestamp = now
+					layers[first] = l
+				}
 			}
 		}
 		u.Bytes += uint64(st.Blocks) * 512
 		u.Inodes++
 		return nil
 	})
-	return images, containers
+	return images, containers, layers
 }

@@ -49,8 +49,7 @@ type Service struct {
 	mu       sync.Mutex
 	inFlight int
 
-	fsCache fsCache
-	layers  layerUsage
+	fsCache fsCollector
 }
 
 // New opens (creating) the store and prepares the registry configuration.
@@ -92,11 +91,13 @@ func New(opts Options) (*Service, error) {
 		}
 		s.pinned[named.String()] = true
 	}
+	s.startFsCollector()
 	return s, nil
 }
 
 // Close releases the store (mounts of running containers stay).
 func (s *Service) Close() {
+	s.stopFsCollector()
 	if _, err := s.store.Shutdown(false); err != nil {
 		logrus.WithError(err).Warn("shut down image store")
 	}

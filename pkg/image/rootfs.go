@@ -3,11 +3,6 @@ package image
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
-	"sync"
-	"syscall"
-	"time"
 
 	"github.com/containers/storage"
 	"github.com/containers/storage/pkg/idtools"
@@ -60,9 +55,11 @@ func idtoolsMaps(ms []IDMap) []idtools.IDMap {
 
 // RemoveRootfs unmounts and deletes container id's writable layer; a missing one is not
 // an error. An image that RemoveImage hid while this container used it goes with it.
+//
+// The unmount and the delete run without the service's lock: deleting a layer of many
+// files is slow, and every CreateContainer takes that lock. containers/storage locks its
+// own stores; the lock is taken only for the image bookkeeping after it.
 func (s *Service) RemoveRootfs(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	c, err := s.store.Container(id)
 	if errors.Is(err, storage.ErrContainerUnknown) {
@@ -74,61 +71,11 @@ func (s *Service) RemoveRootfs(id string) error {
 	if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) {
 		return fmt.Errorf("unmount rootfs of %s: %w", id, err)
 	}
-	s.layers.mu.Lock()
-	delete(s.layers.byID, id)
-	s.layers.mu.Unlock()
 	if err := s.store.DeleteContainer(id); err != nil && !errors.Is(err, storage.ErrContainerUnknown) {
 		return fmt.Errorf("delete rootfs of %s: %w", id, err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.deleteIfRemoved(c.ImageID)
 	return nil
-}
-
-// layerUsage caches the space of containers' writable layers: kubelet asks for every
-// container every few seconds, and a walk is not free.
-type layerUsage struct {
-	mu   sync.Mutex
-	byID map[string]Usage
-}
-
-const layerUsageTTL = 10 * time.Second
-
-// RootfsUsage is the space container id's writable layer takes (cached briefly).
-func (s *Service) RootfsUsage(id string) (Usage, error) {
-	s.layers.mu.Lock()
-	if u, ok := s.layers.byID[id]; ok && time.Since(u.Timestamp) < layerUsageTTL {
-		s.layers.mu.Unlock()
-		return u, nil
-	}
-	s.layers.mu.Unlock()
-	c, err := s.store.Container(id)
-	if err != nil {
-		return Usage{}, fmt.Errorf("rootfs of %s: %w", id, err)
-	}
-	root := s.store.GraphRoot()
-	diff := filepath.Join(root, s.store.GraphDriverName(), c.LayerID, "diff")
-	u := Usage{Mountpoint: root, Timestamp: time.Now()}
-	seen := map[uint64]bool{}
-	_ = filepath.WalkDir(diff, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok && !seen[st.Ino] {
-			seen[st.Ino] = true
-			u.Bytes += uint64(st.Blocks) * 512
-			u.Inodes++
-		}
-		return nil
-	})
-	s.layers.mu.Lock()
-	if s.layers.byID == nil {
-		s.layers.byID = map[string]Usage{}
-	}
-	s.layers.byID[id] = u
-	s.layers.mu.Unlock()
-	return u, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"google.golang.org/grpc/codes"
@@ -141,11 +142,12 @@ func TestPullByTagAndDigest(t *testing.T) {
 		t.Errorf("ImageStatus of a missing image: %v, %v", st, err)
 	}
 
-	// ImageFsInfo counts the layers.
-	fs, err := d.IS.ImageFsInfo(ctx)
-	if err != nil || len(fs.ImageFilesystems) != 1 || fs.ImageFilesystems[0].UsedBytes.GetValue() < 1<<20 {
-		t.Errorf("ImageFsInfo: %v, %v", fs, err)
-	}
+	// ImageFsInfo counts the layers, once the background walk has seen the pull (within
+	// its 10 s interval).
+	waitFor(t, 20*time.Second, "ImageFsInfo to count the pulled layers", func() (bool, string) {
+		fs, err := d.IS.ImageFsInfo(ctx)
+		return err == nil && len(fs.ImageFilesystems) == 1 && fs.ImageFilesystems[0].UsedBytes.GetValue() >= 1<<20, fmt.Sprint(fs, err)
+	})
 
 	// Remove: one tag of two only untags; by ID removes; by digest; again is no error.
 	if err := d.IS.RemoveImage(ctx, imgSpec(ref2)); err != nil {

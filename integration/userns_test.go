@@ -5,6 +5,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,6 +114,12 @@ func TestUserNamespaces(t *testing.T) {
 				}
 				if out, _ := e.exec(id, "cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"); out != "80" {
 					t.Errorf("ip_unprivileged_port_start = %q", out)
+				}
+				// The rootfs bind and idmapped volumes on the node sit behind a directory only
+				// the pod's root may enter (the container directories are searchable by all).
+				guard := filepath.Join(e.d.RunRoot, "containers", id, "userns")
+				if fi, err := os.Stat(guard); err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != host {
+					t.Errorf("guard %s: %v %v, want 0700 owned by %d", guard, fi.Mode(), err, host)
 				}
 				// Seen from the node, the process runs as the mapped ID.
 				pidOnHost := verbosePid(t, e.d, id)

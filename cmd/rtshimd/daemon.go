@@ -184,12 +184,15 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, err
 	}
 	mgr.SetContainers(ctrs)
+	if nri != nil {
+		// Before the containers' recovery: the watchers it starts may tell NRI of exits.
+		nri.Attach(mgr, ctrs)
+	}
 	if err := ctrs.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
 	if nri != nil {
-		nri.Attach(mgr, ctrs)
 		if err := nri.Start(); err != nil {
 			return nil, err
 		}

@@ -109,7 +109,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if err := writeTar(archive, content); err != nil {
 		return fmt.Errorf("checkpoint container %s: archive: %w", c.ID, err)
 	}
-	if err := os.Rename(archive, location); err != nil {
+	// A link never replaces a file that appeared at location meanwhile (a rename would).
+	if err := os.Link(archive, location); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("checkpoint container %s: location %q exists: %w", c.ID, location, errdefs.ErrAlreadyExists)
+		}
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
 	}
 	logrus.WithFields(logrus.Fields{"container": c.ID, "location": location, "duration": time.Since(start)}).Info("container checkpointed")

@@ -233,7 +233,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		return err
 	}
 	if sb.IDMappings != nil {
-		if rootfs, err = bindUsernsRootfs(c.Dir, rootfs); err != nil {
+		if rootfs, err = bindUsernsRootfs(c.Dir, rootfs, sb.IDMappings.UIDs[0].HostID, sb.IDMappings.GIDs[0].HostID); err != nil {
 			return err
 		}
 	}
@@ -724,7 +724,7 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 		for {
 			select {
 			case <-m.ctx.Done():
-				return // the next start finds the record and tries again
+				return // a later daemon lists what the record says; kubelet's removal finishes it
 			case <-time.After(cleanupRetry):
 			}
 			if err := m.Remove(m.ctx, c.ID); err != nil {

@@ -34,9 +34,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		if err != nil {
 			log.WithError(err).Warn("unreadable container record; removing what it may hold")
-			_ = m.opts.Images.RemoveVolumes(r.ID)
-			_ = m.opts.Images.RemoveRootfs(r.ID)
-			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, r.ID))
+			if err := m.removeLeftovers(r.ID); err != nil {
+				log.WithError(err).Error("container record kept: what it holds could not be removed")
+				continue
+			}
 			_ = m.opts.Store.Delete(r.ID)
 			continue
 		}
@@ -64,9 +65,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 	entries, _ := os.ReadDir(m.opts.RunDir)
 	for _, e := range entries {
 		if e.IsDir() && !known[e.Name()] {
-			_ = m.opts.Images.RemoveVolumes(e.Name())
-			_ = m.opts.Images.RemoveRootfs(e.Name())
-			_ = os.RemoveAll(filepath.Join(m.opts.RunDir, e.Name()))
+			if err := m.removeLeftovers(e.Name()); err != nil {
+				logrus.WithError(err).WithField("container", e.Name()).Error("container directory without a record kept")
+			}
 		}
 	}
 	// Image volumes whose container left neither record nor directory.
@@ -83,6 +84,20 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// removeLeftovers removes what a container without a usable record may hold: the mounts
+// in its directory first (a pod user namespace's rootfs bind and idmapped volumes: a
+// removal must never reach through them into the volume's data), then its image volumes,
+// its rootfs and the directory.
+func (m *Manager) removeLeftovers(id string) error {
+	dir := filepath.Join(m.opts.RunDir, id)
+	if err := unmountUsernsMounts(dir); err != nil {
+		return err
+	}
+	_ = m.opts.Images.RemoveVolumes(id)
+	_ = m.opts.Images.RemoveRootfs(id)
+	return os.RemoveAll(dir)
 }
 
 func (m *Manager) decodeRecord(meta, status []byte) (*Container, error) {

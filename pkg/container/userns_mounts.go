@@ -17,17 +17,38 @@ import (
 
 // Where, in its directory, a container of a pod user namespace gets its rootfs and its
 // idmapped volume mounts.
+// Both live under usernsDir, a guard directory only the pod's root may enter: they are
+// mounted in the node's mount namespace, and the container directories above are
+// searchable by every user (0711), so without it any local user could read the pod's
+// volumes (secrets included) and run the image's setuid programs as the pod's root.
 const (
-	usernsRootfsDir = "rootfs"
-	idmapDir        = "idmap"
+	usernsDir       = "userns"
+	usernsRootfsDir = "userns/rootfs"
+	idmapDir        = "userns/idmap"
 )
+
+// usernsGuard makes dir/userns, 0700 and owned by the pod's root on the node (the first
+// mapping's host IDs), which runc 1.1 needs to pass as that user.
+func usernsGuard(dir string, uid, gid uint32) error {
+	guard := filepath.Join(dir, usernsDir)
+	if err := os.Mkdir(guard, 0o700); err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := os.Chown(guard, int(uid), int(gid)); err != nil {
+		return err
+	}
+	return os.Chmod(guard, 0o700)
+}
 
 // bindUsernsRootfs bind-mounts the rootfs containers/storage mounted at merged into the
 // container's own directory and returns that path. runc 1.1 mounts the rootfs from inside
 // the user namespace, as the pod's root, which cannot pass through the store's 0700
 // layer directories; the container's directory is reachable (0711 all the way up), and the
 // mount's root is the image's, owned by the pod's root. Podman does the same.
-func bindUsernsRootfs(dir, merged string) (string, error) {
+func bindUsernsRootfs(dir, merged string, uid, gid uint32) (string, error) {
+	if err := usernsGuard(dir, uid, gid); err != nil {
+		return "", fmt.Errorf("rootfs for the pod user namespace: %w", err)
+	}
 	target := filepath.Join(dir, usernsRootfsDir)
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return "", fmt.Errorf("rootfs for the pod user namespace: %w", err)
@@ -75,6 +96,7 @@ func idmapClone(src, target, userns string) error {
 	if err != nil {
 		return err
 	}
+	// Searchable by the pod's root, inside the guard the others cannot pass.
 	if err := os.MkdirAll(filepath.Dir(target), 0o711); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,7 +45,9 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 		c.WaitDelay = pipeWait
 		err := c.Run()
 		switch {
-		case err == nil:
+		case err == nil || (errors.Is(err, exec.ErrWaitDelay) && c.ProcessState != nil && c.ProcessState.Success()):
+			// A plugin that succeeded but left a child holding its output (a daemonized
+			// helper) succeeded: its answer was read before it exited.
 			if stderr.Len() > 0 {
 				_, _ = stderr.WriteTo(os.Stderr) // informational, as RawExec does
 			}

@@ -972,7 +972,7 @@ func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 		for {
 			select {
 			case <-m.ctx.Done():
-				return // the next start finds the record and tries again
+				return // a later daemon lists what the record says; kubelet's removal finishes it
 			case <-time.After(cleanupRetry):
 			}
 			if err := m.Remove(m.ctx, sb.ID); err != nil {

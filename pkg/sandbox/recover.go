@@ -125,12 +125,26 @@ func (m *Manager) reconcile(sb *Sandbox) {
 // what it is.
 func (m *Manager) cleanupOrphan(id string) {
 	dir := filepath.Join(m.opts.RunDir, id)
-	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS} {
-		_ = nsfile.Unpin(filepath.Join(dir, "ns", string(k)))
+	var errs []error
+	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS, nsfile.User} {
+		if err := nsfile.Unpin(filepath.Join(dir, "ns", string(k))); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	_ = unmountAll(filepath.Join(dir, ShmDir))
+	// Every tmpfs a sandbox of this release or an earlier one may have mounted.
+	for _, p := range []string{filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
+		if err := unmountAll(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	log := logrus.WithField("dir", dir)
+	if len(errs) > 0 {
+		// Never remove through a mount that is still there.
+		log.WithError(errors.Join(errs...)).Error("orphan sandbox dir kept: its mounts could not be undone")
+		return
+	}
 	if err := os.RemoveAll(dir); err != nil {
-		logrus.WithError(err).WithField("dir", dir).Error("remove orphan sandbox dir")
+		log.WithError(err).Error("remove orphan sandbox dir")
 	}
 	_ = m.opts.Store.Delete(id)
 }

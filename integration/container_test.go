@@ -797,7 +797,8 @@ func TestPodFilesBounded(t *testing.T) {
 
 // A container whose create fails and whose cleanup then fails too (a failpoint, twice) is
 // not dropped with what it holds: it stays listed as UNKNOWN (CleanupFailed) with its name
-// reserved until a background retry cleans it up; then nothing of it is left.
+// reserved, across a kill -9 of the daemon, until a background retry cleans it up; then
+// nothing of it is left.
 func TestFailedCleanupIsRetried(t *testing.T) {
 	e := newContainerEnv(t)
 	e.d.Env = []string{"RTSHIMD_FAILPOINTS=container-cleanup=2"}
@@ -822,6 +823,12 @@ func TestFailedCleanupIsRetried(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.d.RunRoot, "containers", id)); err != nil {
 		t.Errorf("the kept container's directory is gone before its cleanup succeeded: %v", err)
+	}
+	// A daemon killed meanwhile takes it up again at recovery (where its cleanup fails
+	// once more: the failpoint counts afresh) and keeps retrying.
+	e.d.Restart(true)
+	if st, err := e.d.RS.ContainerStatus(ctx, id, false); err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_UNKNOWN {
+		t.Errorf("after a restart, the kept container: %v %v", st.GetStatus(), err)
 	}
 	waitFor(t, 60*time.Second, "the background cleanup to succeed", func() (bool, string) {
 		ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})

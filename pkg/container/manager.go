@@ -698,6 +698,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// reasonCleanupFailed marks a container kept because its cleanup failed.
+const reasonCleanupFailed = "CleanupFailed"
+
 // cleanupRetry is how often a container whose cleanup failed is tried again.
 var cleanupRetry = 5 * time.Second
 
@@ -710,7 +713,7 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 	log := logrus.WithFields(logrus.Fields{"container": c.ID, "name": c.Name})
 	log.WithError(cleanupErr).Error("cleanup of failed container failed; keeping it listed as unknown and retrying")
 	c.setState(func(s *Status) {
-		s.State, s.Reason = StateUnknown, "CleanupFailed"
+		s.State, s.Reason = StateUnknown, reasonCleanupFailed
 		s.Message = fmt.Sprintf("create failed (%v) and its cleanup failed (%v); retrying", createErr, cleanupErr)
 	})
 	_ = m.persist(c, false)
@@ -718,13 +721,21 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 	m.mu.Lock()
 	m.containers[c.ID] = c
 	m.mu.Unlock()
+	m.retryCleanup(c)
+}
+
+// retryCleanup removes a container kept for cleanup in the background, every cleanupRetry,
+// until it succeeds. A daemon that stops first leaves the record, and the next one's
+// recovery takes it up again.
+func (m *Manager) retryCleanup(c *Container) {
+	log := logrus.WithFields(logrus.Fields{"container": c.ID, "name": c.Name})
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		for {
 			select {
 			case <-m.ctx.Done():
-				return // a later daemon lists what the record says; kubelet's removal finishes it
+				return
 			case <-time.After(cleanupRetry):
 			}
 			if err := m.Remove(m.ctx, c.ID); err != nil {

@@ -35,7 +35,7 @@ func (m *Manager) List(filter *runtimeapi.ContainerFilter) []*runtimeapi.Contain
 			PodSandboxId: c.SandboxID,
 			Metadata:     c.config.Metadata,
 			Image:        &runtimeapi.ImageSpec{Image: c.ImageRef},
-			ImageRef:     c.ImageID,
+			ImageRef:     c.imageRef(),
 			ImageId:      c.ImageID,
 			State:        state,
 			CreatedAt:    c.CreatedAt,
@@ -85,7 +85,7 @@ func criStatus(c *Container) *runtimeapi.ContainerStatus {
 		FinishedAt:  st.FinishedAt,
 		ExitCode:    st.ExitCode,
 		Image:       &runtimeapi.ImageSpec{Image: c.ImageRef},
-		ImageRef:    c.ImageID,
+		ImageRef:    c.imageRef(),
 		ImageId:     c.ImageID,
 		Reason:      st.Reason,
 		Message:     st.Message,
@@ -134,4 +134,13 @@ func criResources(r *specs.LinuxResources) *runtimeapi.LinuxContainerResources {
 		out.MemoryLimitInBytes = *mem.Limit
 	}
 	return out
+}
+
+// imageRef is the image ID the container runs, or, for one whose create failed before
+// its rootfs was recorded (kept for cleanup), the image it asked for: the CRI wants one.
+func (c *Container) imageRef() string {
+	if c.ImageID != "" {
+		return c.ImageID
+	}
+	return c.ImageRef
 }

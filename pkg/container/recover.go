@@ -48,6 +48,21 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			continue
 		}
+		if st := c.Status(); st.State == StateUnknown && st.Reason == reasonCleanupFailed {
+			// Kept by an earlier daemon because its cleanup failed: try again now, and keep
+			// retrying while it fails.
+			if err := m.cleanup(c); err == nil {
+				log.Info("cleanup of a container kept for it done")
+				continue
+			}
+			c.markExited()
+			m.mu.Lock()
+			m.containers[c.ID] = c
+			m.names[c.Name] = c.ID
+			m.mu.Unlock()
+			m.retryCleanup(c)
+			continue
+		}
 		if _, err := m.opts.Sandboxes.Get(c.SandboxID); err != nil {
 			log.WithField("sandbox", c.SandboxID).Warn("container of a sandbox that no longer exists; removing it")
 			if err := m.cleanup(c); err != nil {

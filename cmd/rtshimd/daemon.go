@@ -194,11 +194,15 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
 	if nri != nil {
 		if err := nri.Start(); err != nil {
+			nri.Stop() // plugins it launched before its socket failed
 			return nil, err
 		}
 	}
 	srv, err := stream.New(cfg.Streaming.Addr, cfg.Streaming.TLSCertFile, cfg.Streaming.TLSKeyFile, ctrs, mgr)
 	if err != nil {
+		if nri != nil {
+			nri.Stop()
+		}
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
 	cidr, err := podcidr.Open(filepath.Join(cfg.StateRoot, "pod-cidr.json"))
@@ -208,6 +212,9 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus, podCIDR: cidr, nri: nri}
 	d.reloader = reload.New(cfg, d.apply)
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
+		if nri != nil {
+			nri.Stop()
+		}
 		return nil, err
 	}
 	return d, nil

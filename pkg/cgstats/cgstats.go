@@ -97,6 +97,15 @@ func (r *Reader) Read(path string) (Stats, error) {
 	return readV1(r.Root, path)
 }
 
+// OOMKills reads only the OOM-kill count of the cgroup at path (one file, where Read reads
+// them all): what a container's exit needs.
+func (r *Reader) OOMKills(path string) uint64 {
+	if r.v2 {
+		return readKV(filepath.Join(r.Root, path, "memory.events"))["oom_kill"]
+	}
+	return readKV(filepath.Join(r.Root, "memory", path, "memory.oom_control"))["oom_kill"]
+}
+
 // Procs lists the processes in the cgroup at path.
 func (r *Reader) Procs(path string) ([]int, error) {
 	return readProcs(filepath.Join(r.procsDir(), path, "cgroup.procs"))

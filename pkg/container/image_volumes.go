@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
-	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
@@ -40,9 +40,9 @@ func (m *Manager) mountImageVolumes(c *Container, pod *oci.IDMappings) (map[int]
 			continue
 		}
 		ref := mt.GetImage().GetImage()
-		var uids, gids []image.IDMap
+		var uids, gids []specs.LinuxIDMapping
 		if pod != nil && (len(mt.GetUidMappings()) > 0 || len(mt.GetGidMappings()) > 0) {
-			uids, gids = imageIDMaps(pod.UIDs), imageIDMaps(pod.GIDs)
+			uids, gids = pod.UIDs, pod.GIDs
 		}
 		vol, err := m.opts.Images.MountVolume(c.ID, i, ref, uids, gids)
 		if errors.Is(err, errdefs.ErrNotFound) {

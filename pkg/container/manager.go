@@ -220,9 +220,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		return err
 	}
 	t0 := time.Now()
-	var uids, gids []image.IDMap
+	var uids, gids []specs.LinuxIDMapping
 	if idm := sb.IDMappings; idm != nil {
-		uids, gids = imageIDMaps(idm.UIDs), imageIDMaps(idm.GIDs)
+		uids, gids = idm.UIDs, idm.GIDs
 	}
 	rootfs, imageID, err := m.opts.Images.CreateRootfs(c.ID, c.ImageRef, uids, gids)
 	tRootfs := time.Now()
@@ -358,14 +358,6 @@ func (m *Manager) imageConfig(imageID string) (ocispec.ImageConfig, error) {
 	return img.Config, nil
 }
 
-func imageIDMaps(ms []specs.LinuxIDMapping) []image.IDMap {
-	out := make([]image.IDMap, len(ms))
-	for i, m := range ms {
-		out[i] = image.IDMap{Container: int(m.ContainerID), Host: int(m.HostID), Size: int(m.Size)}
-	}
-	return out
-}
-
 // specOptions gathers what the spec builder needs from the pod and the container config.
 func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.ImageConfig) (oci.ContainerOptions, error) {
 	cfg := c.config
@@ -497,8 +489,7 @@ func (m *Manager) oomKilled(c *Container) bool {
 	if err != nil {
 		return false
 	}
-	s, err := m.cgroups().Read(dir)
-	return err == nil && s.OOMKills > 0
+	return m.cgroups().OOMKills(dir) > 0
 }
 
 func (m *Manager) persist(c *Container, withMeta bool) error {

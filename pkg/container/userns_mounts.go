@@ -1,7 +1,6 @@
 package container
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
@@ -141,22 +141,9 @@ func unmountUsernsMounts(dir string) error {
 		targets = append(targets, filepath.Join(dir, idmapDir, e.Name()))
 	}
 	for _, t := range targets {
-		if err := unmountAll(t); err != nil {
+		if err := mountpoint.DetachAll(t); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// unmountAll detaches every mount stacked at target; not a mount point is fine.
-func unmountAll(target string) error {
-	for {
-		err := unix.Unmount(target, unix.MNT_DETACH)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("unmount %s: %w", target, err)
-		}
-	}
 }

@@ -15,13 +15,15 @@ import (
 // features; the default handler is listed again under "".
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	netCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
-	if ok, why := s.Network.Ready(); !ok {
+	netReady, netWhy := s.Network.Ready()
+	if !netReady {
 		netCond.Status, netCond.Reason = false, "NetworkPluginNotReady"
-		netCond.Message = "CNI: " + why + " (pods get loopback only until a network config exists)"
+		netCond.Message = "CNI: " + netWhy + " (pods get loopback only until a network config exists)"
 	}
 	// One table for the whole answer: a reload may swap it meanwhile.
 	table := s.Handlers.Table()
-	rtCond := runtimeReady(table.List())
+	list := table.List() // kubelet asks every few seconds: one listing per answer
+	rtCond := runtimeReady(list)
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 			rtCond,
@@ -30,7 +32,7 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		// supplemental_groups_policy Merge and Strict are applied in the spec (pkg/oci/user.go).
 		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
 	}
-	for _, h := range table.List() {
+	for _, h := range list {
 		if !h.Ready {
 			continue
 		}
@@ -51,13 +53,12 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			reloads = s.Reload.Status()
 		}
 		cfg, _ := json.Marshal(served)
-		rows, _ := json.Marshal(table.List())
+		rows, _ := json.Marshal(list)
 		rl, _ := json.Marshal(reloads)
-		ready, why := s.Network.Ready()
 		netState, _ := json.Marshal(struct {
 			Ready  bool   `json:"ready"`
 			Reason string `json:"reason,omitempty"`
-		}{ready, why})
+		}{netReady, netWhy})
 		cidr, _ := json.Marshal(s.PodCIDR.Get())
 		nri, _ := json.Marshal(s.NRI.Info())
 		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri)}

@@ -1,7 +1,6 @@
 package image
 
 import (
-	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -28,7 +27,7 @@ type fsCollector struct {
 	mu     sync.Mutex
 	images Usage
 	ctrs   Usage
-	layers map[string]Usage // writable layer ID -> its diff's usage
+	layers map[string]Usage // container ID -> its writable layer's diff usage
 	at     time.Time
 
 	ready chan struct{} // closed when the first walk is done
@@ -102,8 +101,15 @@ func (s *Service) stopFsCollector() {
 // awaitFirst waits (bounded) for the first walk; until it is done the store reads empty.
 func (c *fsCollector) awaitFirst() {
 	select {
+	case <-c.ready: // the common case: no timer on kubelet's stats path
+		return
+	default:
+	}
+	t := time.NewTimer(fsFirstWait)
+	defer t.Stop()
+	select {
 	case <-c.ready:
-	case <-time.After(fsFirstWait):
+	case <-t.C:
 	}
 }
 
@@ -121,17 +127,14 @@ func (s *Service) FsInfo() (images, containers Usage) {
 }
 
 // RootfsUsage is the space container id's writable layer takes, from the collector's last
-// walk (a layer made since reads empty, with that walk's time).
+// walk (a layer made since reads empty, with that walk's time). It reads no store: it is
+// on kubelet's stats path for every container.
 func (s *Service) RootfsUsage(id string) (Usage, error) {
-	ctr, err := s.store.Container(id)
-	if err != nil {
-		return Usage{}, fmt.Errorf("rootfs of %s: %w", id, err)
-	}
 	c := &s.fsCache
 	c.awaitFirst()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	u, ok := c.layers[ctr.LayerID]
+	u, ok := c.layers[id]
 	if !ok {
 		u = Usage{Timestamp: c.at}
 	}
@@ -141,10 +144,10 @@ func (s *Service) RootfsUsage(id string) (Usage, error) {
 
 func (s *Service) walkStore() (images, containers Usage, layers map[string]Usage) {
 	root := s.store.GraphRoot()
-	ctrLayers := map[string]bool{}
+	ctrLayers := map[string]string{} // writable layer ID -> container ID
 	if ctrs, err := s.store.Containers(); err == nil {
 		for _, c := range ctrs {
-			ctrLayers[c.LayerID] = true
+			ctrLayers[c.LayerID] = c.ID
 		}
 	}
 	now := time.Now()
@@ -172,14 +175,14 @@ func (s *Service) walkStore() (images, containers Usage, layers map[string]Usage
 		u := &images
 		if rel, err := filepath.Rel(driverDir, path); err == nil && rel != "." && rel[0] != '.' {
 			first, rest, _ := strings.Cut(rel, "/")
-			if ctrLayers[first] {
+			if ctr, ok := ctrLayers[first]; ok {
 				u = &containers
 				if rest == "diff" || strings.HasPrefix(rest, "diff/") {
-					l := layers[first]
+					l := layers[ctr]
 					l.Bytes += uint64(st.Blocks) * 512
 					l.Inodes++
 					l.Timestamp = now
-					layers[first] = l
+					layers[ctr] = l
 				}
 			}
 		}

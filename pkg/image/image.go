@@ -75,7 +75,8 @@ func New(opts Options) (*Service, error) {
 	}
 	tmp := filepath.Join(opts.StateRoot, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, err
+		store.Shutdown(true)
+		return nil, fmt.Errorf("image service: temporary dir for large pulls %s: %w", tmp, err)
 	}
 	s := &Service{store: store, opts: opts, pinned: map[string]bool{}}
 	s.sys = types.SystemContext{BigFilesTemporaryDir: tmp, DockerRegistryUserAgent: "rtshimd"}

@@ -6,20 +6,17 @@ import (
 
 	"github.com/containers/storage"
 	"github.com/containers/storage/pkg/idtools"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 )
-
-// IDMap is one ID mapping of a user namespace: container IDs from Container on are host
-// IDs from Host on, for Size IDs.
-type IDMap struct{ Container, Host, Size int }
 
 // CreateRootfs makes a writable layer for container id on top of image ref and mounts it,
 // returning the mount point and the image's ID. RemoveRootfs undoes it. With mappings (a
 // container in a pod user namespace), files the image owns by container ID x appear owned
 // by the mapped host ID: containers/storage mounts the layers idmapped where the kernel
 // can, and otherwise keeps a shifted copy of the image's layers.
-func (s *Service) CreateRootfs(id, ref string, uids, gids []IDMap) (rootfs, imageID string, err error) {
+func (s *Service) CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
@@ -45,10 +42,10 @@ func (s *Service) CreateRootfs(id, ref string, uids, gids []IDMap) (rootfs, imag
 	return path, "sha256:" + img.ID, nil
 }
 
-func idtoolsMaps(ms []IDMap) []idtools.IDMap {
+func idtoolsMaps(ms []specs.LinuxIDMapping) []idtools.IDMap {
 	out := make([]idtools.IDMap, len(ms))
 	for i, m := range ms {
-		out[i] = idtools.IDMap{ContainerID: m.Container, HostID: m.Host, Size: m.Size}
+		out[i] = idtools.IDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/containers/storage"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
@@ -56,7 +57,7 @@ func decodeVolumeMeta(s string) (volumeMeta, bool) {
 // container in a pod user namespace), files the image owns by container ID x appear owned
 // by the mapped host ID, as for CreateRootfs: an overlay mount cannot be idmapped after
 // the fact, its layers can.
-func (s *Service) MountVolume(owner string, index int, ref string, uids, gids []IDMap) (*Volume, error) {
+func (s *Service) MountVolume(owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*Volume, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it

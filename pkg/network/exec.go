@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -54,9 +53,13 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 			return stdout.Bytes(), nil
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%s was killed unfinished: %w", filepath.Base(path), ctx.Err())
-		case strings.Contains(err.Error(), "text file busy") && try < 5:
-			// The plugin is being written (an upgrade): RawExec retries too.
-			time.Sleep(time.Second)
+		case errors.Is(err, syscall.ETXTBSY) && try < 5:
+			// The plugin is being written (an upgrade): RawExec retries too, within the deadline.
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%s: %w", filepath.Base(path), ctx.Err())
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		return nil, pluginErr(err, stdout.Bytes(), stderr.Bytes())

@@ -145,12 +145,6 @@ func namespaceType(ns string) (specs.LinuxNamespaceType, error) {
 	if t, ok := namespaceTypes[ns]; ok {
 		return t, nil
 	}
-	// NRI passes the spec's own names too ("net" is not one of them, "network" is).
-	for _, t := range namespaceTypes {
-		if string(t) == ns {
-			return t, nil
-		}
-	}
 	return "", fmt.Errorf("unknown namespace type %q", ns)
 }
 

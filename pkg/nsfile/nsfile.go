@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"syscall"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +56,7 @@ func Pin(dir string, kinds []Kind, hostname string) (map[Kind]string, error) {
 // UserNS is a user namespace for PinInUserNS: its ID mappings and a program that waits
 // until it is killed (the pause program), which creates the namespaces for us.
 type UserNS struct {
-	UIDs, GIDs []syscall.SysProcIDMap
+	UIDs, GIDs []specs.LinuxIDMapping
 	Holder     string
 }
 
@@ -80,14 +81,18 @@ func PinInUserNS(dir string, kinds []Kind, hostname string, u UserNS) (paths map
 	cmd := exec.Command(u.Holder)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  flags,
-		UidMappings: u.UIDs,
-		GidMappings: u.GIDs,
+		UidMappings: sysProcIDMaps(u.UIDs),
+		GidMappings: sysProcIDMaps(u.GIDs),
 		// Written by the daemon (root in the parent namespace), so setgroups stays allowed,
 		// as for a runc-made user namespace.
 		GidMappingsEnableSetgroups: true,
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("pin namespaces: start %s in a new user namespace: %w", u.Holder, err)
+		hint := ""
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) {
+			hint = " (the node allows no new user namespace: check sysctl user.max_user_namespaces; pods with hostUsers: false need one each)"
+		}
+		return nil, fmt.Errorf("pin namespaces: start %s in a new user namespace: %w%s", u.Holder, err, hint)
 	}
 	defer func() {
 		_ = cmd.Process.Kill()
@@ -116,6 +121,14 @@ func PinInUserNS(dir string, kinds []Kind, hostname string, u UserNS) (paths map
 		paths[k] = target
 	}
 	return paths, nil
+}
+
+func sysProcIDMaps(ms []specs.LinuxIDMapping) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, len(ms))
+	for i, m := range ms {
+		out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
+	}
+	return out
 }
 
 // setUpJoined joins the calling thread to the network and UTS namespaces under proc and

@@ -140,16 +140,3 @@ func mountShm(path string, owner *oci.IDMappings) error {
 	}
 	return nil
 }
-
-// unmountAll detaches every mount at or below path (shm, namespace files); missing is fine.
-func unmountAll(path string) error {
-	for {
-		err := unix.Unmount(path, unix.MNT_DETACH)
-		if err != nil {
-			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-				return nil
-			}
-			return fmt.Errorf("unmount %s: %w", path, err)
-		}
-	}
-}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -29,6 +28,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/idmap"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/lsm"
+	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/network"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -465,7 +465,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	} else if _, err := nsfile.PinInUserNS(nsDir, kinds, hostname, nsfile.UserNS{
-		UIDs: sysProcIDMaps(sb.IDMappings.UIDs), GIDs: sysProcIDMaps(sb.IDMappings.GIDs),
+		UIDs: sb.IDMappings.UIDs, GIDs: sb.IDMappings.GIDs,
 		Holder: filepath.Join(m.opts.PauseRootfs, pause.Binary),
 	}); err != nil {
 		return err
@@ -530,14 +530,6 @@ func (m *Manager) podLabels(cfg *runtimeapi.PodSandboxConfig) (lsmLabels, error)
 	}
 	l.process, l.mount, err = m.opts.LSM.SELinuxLabels(f, sc.GetSelinuxOptions(), sc.GetPrivileged())
 	return l, err
-}
-
-func sysProcIDMaps(ms []specs.LinuxIDMapping) []syscall.SysProcIDMap {
-	out := make([]syscall.SysProcIDMap, len(ms))
-	for i, m := range ms {
-		out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
-	}
-	return out
 }
 
 func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) error {
@@ -1017,12 +1009,12 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 		}
 	}
 	if sb.Shm != "" {
-		if err := unmountAll(sb.Shm); err != nil {
+		if err := mountpoint.DetachAll(sb.Shm); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if sb.Files != "" {
-		if err := unmountAll(sb.Files); err != nil {
+		if err := mountpoint.DetachAll(sb.Files); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 )
 
@@ -133,7 +134,7 @@ func (m *Manager) cleanupOrphan(id string) {
 	}
 	// Every tmpfs a sandbox of this release or an earlier one may have mounted.
 	for _, p := range []string{filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
-		if err := unmountAll(p); err != nil {
+		if err := mountpoint.DetachAll(p); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
@@ -427,7 +428,9 @@ func releaseNullNetNS(root string) {
 	}
 	path := filepath.Join(root, nullNetNS)
 	// Concurrent cold starts may have stacked several mounts there.
-	for unix.Unmount(path, unix.MNT_DETACH) == nil {
+	if err := mountpoint.DetachAll(path); err != nil {
+		logrus.WithError(err).WithField("path", path).Warn("unmount runsc's null network namespace")
+		return
 	}
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		logrus.WithError(err).WithField("path", path).Warn("remove runsc's null network namespace")

@@ -228,19 +228,19 @@ func readV2(dir string) (Stats, error) {
 // device's scheduler.
 func readBlkioV1(dir string) []BlkioDevice {
 	for _, prefix := range []string{"blkio.bfq.", "blkio.", "blkio.throttle."} {
-		devs := map[[2]uint64]*BlkioDevice{}
+		devs := Devices{}
 		readBlkioFile(filepath.Join(dir, prefix+"io_service_bytes_recursive"), devs, func(d *BlkioDevice) map[string]uint64 { return d.Bytes })
 		if len(devs) == 0 {
 			continue
 		}
 		readBlkioFile(filepath.Join(dir, prefix+"io_serviced_recursive"), devs, func(d *BlkioDevice) map[string]uint64 { return d.Ops })
-		return sortedDevices(devs)
+		return devs.List()
 	}
 	return nil
 }
 
 // readBlkioFile parses "major:minor Op value" lines (and skips the closing "Total n").
-func readBlkioFile(path string, devs map[[2]uint64]*BlkioDevice, into func(*BlkioDevice) map[string]uint64) {
+func readBlkioFile(path string, devs Devices, into func(*BlkioDevice) map[string]uint64) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return
@@ -255,7 +255,7 @@ func readBlkioFile(path string, devs map[[2]uint64]*BlkioDevice, into func(*Blki
 		if !ok || err != nil {
 			continue
 		}
-		into(device(devs, major, minor))[f[1]] = v
+		into(devs.Get(major, minor))[f[1]] = v
 	}
 }
 
@@ -265,7 +265,7 @@ func readIOStat(path string) []BlkioDevice {
 	if err != nil {
 		return nil
 	}
-	devs := map[[2]uint64]*BlkioDevice{}
+	devs := Devices{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
@@ -275,7 +275,7 @@ func readIOStat(path string) []BlkioDevice {
 		if !ok {
 			continue
 		}
-		d := device(devs, major, minor)
+		d := devs.Get(major, minor)
 		for _, kv := range f[1:] {
 			k, v, _ := strings.Cut(kv, "=")
 			n, err := strconv.ParseUint(v, 10, 64)
@@ -298,7 +298,7 @@ func readIOStat(path string) []BlkioDevice {
 			}
 		}
 	}
-	return sortedDevices(devs)
+	return devs.List()
 }
 
 func parseDevice(s string) (major, minor uint64, ok bool) {
@@ -311,7 +311,12 @@ func parseDevice(s string) (major, minor uint64, ok bool) {
 	return major, minor, err1 == nil && err2 == nil
 }
 
-func device(devs map[[2]uint64]*BlkioDevice, major, minor uint64) *BlkioDevice {
+// Devices gathers block I/O counters by device, whoever reads them (cgroup files, a
+// shim's metrics, a sandbox runtime's events).
+type Devices map[[2]uint64]*BlkioDevice
+
+// Get returns the device's counters, made on first use.
+func (devs Devices) Get(major, minor uint64) *BlkioDevice {
 	k := [2]uint64{major, minor}
 	if d, ok := devs[k]; ok {
 		return d
@@ -321,7 +326,9 @@ func device(devs map[[2]uint64]*BlkioDevice, major, minor uint64) *BlkioDevice {
 	return d
 }
 
-func sortedDevices(devs map[[2]uint64]*BlkioDevice) []BlkioDevice {
+// List is the devices in (major, minor) order, so that series come out in the same order
+// every time; nil when there are none.
+func (devs Devices) List() []BlkioDevice {
 	if len(devs) == 0 {
 		return nil
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/regfile"
+	"github.com/rtshimd/rtshimd/pkg/retry"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
@@ -667,12 +668,16 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if !present {
 		return nil
 	}
-	if err := m.stop(ctx, c, 0); err != nil {
-		return err
-	}
-	if m.opts.NRI != nil {
-		// Before the bundle goes: plugins get the container with its spec.
-		m.opts.NRI.RemoveContainer(ctx, c)
+	// A container kept because its create and cleanup failed never ran, and plugins were
+	// told of its removal already: only its cleanup is left.
+	if st := c.Status(); st.State != StateUnknown || st.Reason != reasonCleanupFailed {
+		if err := m.stop(ctx, c, 0); err != nil {
+			return err
+		}
+		if m.opts.NRI != nil {
+			// Before the bundle goes: plugins get the container with its spec.
+			m.opts.NRI.RemoveContainer(ctx, c)
+		}
 	}
 	if err := m.cleanup(c); err != nil {
 		return err
@@ -719,24 +724,8 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 // until it succeeds. A daemon that stops first leaves the record, and the next one's
 // recovery takes it up again.
 func (m *Manager) retryCleanup(c *Container) {
-	log := logrus.WithFields(logrus.Fields{"container": c.ID, "name": c.Name})
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		for {
-			select {
-			case <-m.ctx.Done():
-				return
-			case <-time.After(cleanupRetry):
-			}
-			if err := m.Remove(m.ctx, c.ID); err != nil {
-				log.WithError(err).Warn("cleanup of failed container: still failing")
-				continue
-			}
-			log.Info("cleanup of failed container done")
-			return
-		}
-	}()
+	log := logrus.WithFields(logrus.Fields{"container": c.ID, "name": c.Name, "step": "cleanup of a failed create"})
+	retry.Every(m.ctx, &m.wg, cleanupRetry, log, func() error { return m.Remove(m.ctx, c.ID) })
 }
 
 // cleanup undoes everything a container may hold, whatever state it reached, and deletes

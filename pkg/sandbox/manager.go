@@ -34,6 +34,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 	"github.com/rtshimd/rtshimd/pkg/podcgroup"
+	"github.com/rtshimd/rtshimd/pkg/retry"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -844,7 +845,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 			return err
 		}
 	}
-	if m.opts.NRI != nil {
+	if m.opts.NRI != nil && !sb.kept { // plugins heard of a kept pod's removal when its run failed
 		m.opts.NRI.StopPodSandbox(ctx, sb) // before CNI DEL, as containerd
 	}
 	if err := m.teardownNetwork(ctx, sb); err != nil {
@@ -919,7 +920,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.cleanup(sb); err != nil {
 		return err
 	}
-	if m.opts.NRI != nil {
+	if m.opts.NRI != nil && !sb.kept {
 		m.opts.NRI.RemovePodSandbox(ctx, sb)
 	}
 	m.mu.Lock()
@@ -955,26 +956,12 @@ func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 	}
 	sb.mu.Unlock()
 	_ = m.persist(sb, false)
+	sb.kept = true
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = sb
 	m.mu.Unlock()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		for {
-			select {
-			case <-m.ctx.Done():
-				return // a later daemon lists what the record says; kubelet's removal finishes it
-			case <-time.After(cleanupRetry):
-			}
-			if err := m.Remove(m.ctx, sb.ID); err != nil {
-				log.WithError(err).Warn("cleanup of failed sandbox: still failing")
-				continue
-			}
-			log.Info("cleanup of failed sandbox done")
-			return
-		}
-	}()
+	// A later daemon lists what the record says; kubelet's removal finishes it.
+	retry.Every(m.ctx, &m.wg, cleanupRetry, log.WithField("step", "cleanup of a failed run"), func() error { return m.Remove(m.ctx, sb.ID) })
 }
 
 // cleanup undoes everything a sandbox may hold, whatever state it got to, and deletes

@@ -90,6 +90,8 @@ type Sandbox struct {
 	Metadata
 	config *runtimeapi.PodSandboxConfig
 	labels lsmLabels // the sandbox container's AppArmor and SELinux labels (RunPodSandbox only)
+	// kept: its run and its cleanup failed; it is listed until a retried cleanup succeeds.
+	kept bool
 	// rt is the kind of runtime that runs the pod (from Kind and Runtime).
 	rt kind.Runtime
 

@@ -3,7 +3,6 @@ package shim
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	v1 "github.com/containerd/cgroups/v3/cgroup1/stats"
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
@@ -65,14 +64,14 @@ func fromV1(m *v1.Metrics) cgstats.Stats {
 	s.OOMKills = m.GetMemoryOomControl().GetOomKill()
 	s.Processes, s.PidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
 	if b := m.GetBlkio(); b != nil {
-		devs := map[[2]uint64]*cgstats.BlkioDevice{}
+		devs := cgstats.Devices{}
 		for _, e := range b.GetIoServiceBytesRecursive() {
-			blkioDevice(devs, e.Major, e.Minor).Bytes[e.Op] = e.Value
+			devs.Get(e.Major, e.Minor).Bytes[e.Op] = e.Value
 		}
 		for _, e := range b.GetIoServicedRecursive() {
-			blkioDevice(devs, e.Major, e.Minor).Ops[e.Op] = e.Value
+			devs.Get(e.Major, e.Minor).Ops[e.Op] = e.Value
 		}
-		s.Blkio = blkioList(devs)
+		s.Blkio = devs.List()
 	}
 	for _, h := range m.GetHugetlb() {
 		s.Hugetlb = append(s.Hugetlb, cgstats.Hugetlb{Pagesize: h.Pagesize, Usage: h.Usage, MaxUsage: h.Max, HasMax: true})
@@ -102,12 +101,12 @@ func fromV2(m *v2.Metrics) cgstats.Stats {
 	s.MemoryFailcnt, s.OOMKills = m.GetMemoryEvents().GetMax(), m.GetMemoryEvents().GetOomKill()
 	s.Processes, s.PidsLimit = m.GetPids().GetCurrent(), m.GetPids().GetLimit()
 	if io := m.GetIo(); io != nil {
-		devs := map[[2]uint64]*cgstats.BlkioDevice{}
+		devs := cgstats.Devices{}
 		for _, e := range io.GetUsage() {
-			d := blkioDevice(devs, e.Major, e.Minor)
+			d := devs.Get(e.Major, e.Minor)
 			d.Bytes["Read"], d.Bytes["Write"], d.Ops["Read"], d.Ops["Write"] = e.Rbytes, e.Wbytes, e.Rios, e.Wios
 		}
-		s.Blkio = blkioList(devs)
+		s.Blkio = devs.List()
 	}
 	for _, h := range m.GetHugetlb() {
 		s.Hugetlb = append(s.Hugetlb, cgstats.Hugetlb{Pagesize: h.Pagesize, Usage: h.Current})
@@ -120,27 +119,6 @@ func fromV2(m *v2.Metrics) cgstats.Stats {
 
 func psi(p *v2.PSIStats) cgstats.PSI {
 	return cgstats.PSI{SomeMicros: p.GetSome().GetTotal(), FullMicros: p.GetFull().GetTotal()}
-}
-
-func blkioDevice(devs map[[2]uint64]*cgstats.BlkioDevice, major, minor uint64) *cgstats.BlkioDevice {
-	k := [2]uint64{major, minor}
-	if d, ok := devs[k]; ok {
-		return d
-	}
-	d := &cgstats.BlkioDevice{Major: major, Minor: minor, Bytes: map[string]uint64{}, Ops: map[string]uint64{}}
-	devs[k] = d
-	return d
-}
-
-func blkioList(devs map[[2]uint64]*cgstats.BlkioDevice) []cgstats.BlkioDevice {
-	var out []cgstats.BlkioDevice
-	for _, d := range devs {
-		out = append(out, *d)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		return out[i].Major < out[j].Major || (out[i].Major == out[j].Major && out[i].Minor < out[j].Minor)
-	})
-	return out
 }
 
 func sub(a, b uint64) uint64 {

@@ -336,23 +336,14 @@ func eventStats(ev *oci.EventStats) cgstats.Stats {
 	if mem.Swap.Usage > mem.Usage.Usage {
 		s.MemorySwap = mem.Swap.Usage - mem.Usage.Usage
 	}
-	devs := map[[2]uint64]*cgstats.BlkioDevice{}
-	dev := func(e oci.EventBlkioEntry) *cgstats.BlkioDevice {
-		k := [2]uint64{e.Major, e.Minor}
-		if devs[k] == nil {
-			devs[k] = &cgstats.BlkioDevice{Major: e.Major, Minor: e.Minor, Bytes: map[string]uint64{}, Ops: map[string]uint64{}}
-		}
-		return devs[k]
-	}
+	devs := cgstats.Devices{}
 	for _, e := range ev.Blkio.IoServiceBytesRecursive {
-		dev(e).Bytes[e.Op] = e.Value
+		devs.Get(e.Major, e.Minor).Bytes[e.Op] = e.Value
 	}
 	for _, e := range ev.Blkio.IoServicedRecursive {
-		dev(e).Ops[e.Op] = e.Value
+		devs.Get(e.Major, e.Minor).Ops[e.Op] = e.Value
 	}
-	for _, d := range devs {
-		s.Blkio = append(s.Blkio, *d)
-	}
+	s.Blkio = devs.List() // in device order: the series' order must not change between scrapes
 	return s
 }
 

@@ -148,33 +148,39 @@ func toStatus(err error) error {
 		return err
 	}
 	code := codes.Unknown
-	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, errdefs.ErrInvalidArgument):
-		code = codes.InvalidArgument
-	case errors.Is(err, errdefs.ErrAlreadyExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, errdefs.ErrFailedPrecondition):
-		code = codes.FailedPrecondition
-	case errors.Is(err, errdefs.ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, errdefs.ErrNotImplemented):
-		code = codes.Unimplemented
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
+	for _, k := range errorKinds {
+		if errors.Is(err, k.err) {
+			code = k.code
+			break
+		}
 	}
 	return status.Error(code, trimKind(err))
+}
+
+// errorKinds maps the daemon's error kinds (and a context's end) to gRPC codes, first
+// match wins; one table for the code and for trimming the kind's suffix (a context's
+// "deadline exceeded" stays in the text: it says what happened).
+var errorKinds = []struct {
+	err      error
+	code     codes.Code
+	keepText bool
+}{
+	{errdefs.ErrNotFound, codes.NotFound, false},
+	{errdefs.ErrInvalidArgument, codes.InvalidArgument, false},
+	{errdefs.ErrAlreadyExists, codes.AlreadyExists, false},
+	{errdefs.ErrFailedPrecondition, codes.FailedPrecondition, false},
+	{errdefs.ErrUnavailable, codes.Unavailable, false},
+	{errdefs.ErrNotImplemented, codes.Unimplemented, false},
+	{context.DeadlineExceeded, codes.DeadlineExceeded, true},
+	{context.Canceled, codes.Canceled, true},
 }
 
 // trimKind drops the trailing ": not found" style suffix an error kind adds to a message.
 func trimKind(err error) string {
 	msg := err.Error()
-	for _, k := range []error{errdefs.ErrNotFound, errdefs.ErrInvalidArgument, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable, errdefs.ErrNotImplemented} {
-		suffix := ": " + k.Error()
-		if errors.Is(err, k) && strings.HasSuffix(msg, suffix) {
+	for _, k := range errorKinds {
+		suffix := ": " + k.err.Error()
+		if !k.keepText && errors.Is(err, k.err) && strings.HasSuffix(msg, suffix) {
 			return strings.TrimSuffix(msg, suffix)
 		}
 	}

@@ -58,7 +58,7 @@ func BenchmarkPodStart(b *testing.B) {
 	}
 	startPod := func(i int) (time.Duration, string, error) {
 		cfg := podConfig(fmt.Sprintf("bench-%d", i), runtimeapi.NamespaceMode_CONTAINER)
-		cfg.Linux.CgroupParent = "/rtshimd-test/bench"
+		cfg.Linux.CgroupParent = "/" + cgroupRoot + "/bench"
 		start := time.Now()
 		pod, err := d.RS.RunPodSandbox(ctx, cfg, "runc")
 		if err != nil {
@@ -255,7 +255,7 @@ func (f *floor) run(b *testing.B, i int) time.Duration {
 	spec.Process.Args = []string{"/bin/sleep", "100000"}
 	spec.Process.Terminal = false
 	spec.Root = &specs.Root{Path: "rootfs"}
-	spec.Linux.CgroupsPath = "/rtshimd-test/floor/" + id
+	spec.Linux.CgroupsPath = "/" + cgroupRoot + "/floor/" + id
 	cfg, _ := json.Marshal(spec)
 	if err := os.WriteFile(filepath.Join(base, "config.json"), cfg, 0o644); err != nil {
 		b.Fatal(err)

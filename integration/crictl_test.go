@@ -26,7 +26,7 @@ func TestCrictl(t *testing.T) {
   "metadata": {"name": "crictl-pod", "namespace": "default", "uid": "crictl-pod-uid", "attempt": 1},
   "hostname": "crictl-pod",
   "log_directory": "/tmp",
-  "linux": {"cgroup_parent": "/rtshimd-test/crictl-pod"}
+  "linux": {"cgroup_parent": "/`+cgroupRoot+`/crictl-pod"}
 }`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestCrictlContainers(t *testing.T) {
 		pod := filepath.Join(dir, handler+"-pod.json")
 		ctr := filepath.Join(dir, handler+"-ctr.json")
 		_ = os.WriteFile(pod, []byte(`{"metadata": {"name": "crictl-`+handler+`", "namespace": "default", "uid": "uid-`+handler+`", "attempt": 1},
- "hostname": "crictl-`+handler+`", "log_directory": "`+dir+`/logs-`+handler+`", "linux": {"cgroup_parent": "/rtshimd-test/crictl-`+handler+`"}}`), 0o644)
+ "hostname": "crictl-`+handler+`", "log_directory": "`+dir+`/logs-`+handler+`", "linux": {"cgroup_parent": "/`+cgroupRoot+`/crictl-`+handler+`"}}`), 0o644)
 		_ = os.WriteFile(ctr, []byte(`{"metadata": {"name": "web"}, "image": {"image": "`+e.image+`"},
  "command": ["sh", "-c", "echo started; sleep 1000"], "log_path": "web.log"}`), 0o644)
 		podID := run("runp", "--runtime="+handler, pod)

@@ -24,6 +24,10 @@ import (
 	remote "k8s.io/cri-client/pkg"
 )
 
+// cgroupRoot is the parent under every cgroup hierarchy of the pods this test binary
+// starts: one per run, so concurrent runs of the suite never see each other's cgroups.
+var cgroupRoot = fmt.Sprintf("rtshimd-test-%d", os.Getpid())
+
 // binDir holds rtshimd, rtshim-monitor and rtshim-pause, built once by TestMain.
 var binDir string
 
@@ -412,7 +416,7 @@ func podConfig(name string, pidMode runtimeapi.NamespaceMode) *runtimeapi.PodSan
 			Options:  []string{"ndots:5"},
 		},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: "/rtshimd-test/pod-" + name,
+			CgroupParent: "/" + cgroupRoot + "/pod-" + name,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{
 					Network: runtimeapi.NamespaceMode_POD,

@@ -362,7 +362,7 @@ func readInt(t *testing.T, path string) int {
 // container's cgroup.
 func removeTestCgroups(t testing.TB) {
 	t.Helper()
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/rtshimd-test")
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroupRoot)
 	for _, root := range roots {
 		for _, dir := range cgroupDirsBottomUp(root) {
 			if depth := strings.Count(strings.TrimPrefix(dir, root), "/"); depth > 1 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rtshimd/rtshimd/pkg/store"
 	"io"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func TestCheckpointArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "busybox:1", ImageID: "sha256:abc"},
-		status: Status{State: StateRunning}, rt: fakeCRIU{}}
+		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
 	m := &Manager{containers: map[string]*Container{"c1": c}}
 	out := t.TempDir()
 	loc := filepath.Join(out, "c1.tar")
@@ -94,8 +95,8 @@ func TestCheckpointArchive(t *testing.T) {
 func TestCheckpointRefusals(t *testing.T) {
 	dir := t.TempDir()
 	m := &Manager{containers: map[string]*Container{
-		"exited1": {Metadata: Metadata{ID: "exited1", Handler: "runc"}, status: Status{State: StateExited}},
-		"shim1":   {Metadata: Metadata{ID: "shim1", Handler: "runc-shim"}, status: Status{State: StateRunning}, rt: noCheckpoint{}},
+		"exited1": {Metadata: Metadata{ID: "exited1", Handler: "runc"}, status: store.NewTracked(Status{State: StateExited})},
+		"shim1":   {Metadata: Metadata{ID: "shim1", Handler: "runc-shim"}, status: store.NewTracked(Status{State: StateRunning}), rt: noCheckpoint{}},
 	}}
 	loc := filepath.Join(dir, "c.tar")
 	for _, tc := range []struct {

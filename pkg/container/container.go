@@ -15,6 +15,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // States of a container record. "creating" is on disk only while CreateContainer is under
@@ -98,14 +99,12 @@ type Container struct {
 	// op serialises Start, Stop and Remove of this container.
 	op sync.Mutex
 
-	mu     sync.Mutex
-	status Status
+	// status changes only through the manager's update, which writes the record first.
+	status *store.Tracked[Status]
+
+	mu sync.Mutex
 	// exited is closed once the container's end is known.
 	exited chan struct{}
-	// pmu orders record writes against deletion; removed is set when the record is
-	// deleted, so a late watcher does not write it back.
-	pmu     sync.Mutex
-	removed bool
 }
 
 // task is the container as its runtime knows it.
@@ -123,17 +122,7 @@ func (c *Container) Config() *runtimeapi.ContainerConfig { return c.config }
 func (c *Container) TTY() bool { return c.config.GetTty() }
 
 // Status returns a copy of the container's status.
-func (c *Container) Status() Status {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.status
-}
-
-func (c *Container) setState(f func(*Status)) {
-	c.mu.Lock()
-	f(&c.status)
-	c.mu.Unlock()
-}
+func (c *Container) Status() Status { return c.status.Get() }
 
 func (c *Container) markExited() {
 	c.mu.Lock()

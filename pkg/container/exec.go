@@ -217,8 +217,7 @@ func (m *Manager) applyResources(ctx context.Context, c *Container, res *specs.L
 		return err
 	}
 	b, _ := json.Marshal(res)
-	c.setState(func(s *Status) { s.Resources = b })
-	return m.persist(c, false)
+	return m.update(c, func(s *Status) { s.Resources = b })
 }
 
 // ReopenLog makes the monitor reopen the container's log file (kubelet rotated it).

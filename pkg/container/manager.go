@@ -170,7 +170,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		},
 		config: cfg,
 		rt:     sb.KindRuntime(),
-		status: Status{State: StateCreating},
+		status: store.NewTracked(Status{State: StateCreating}),
 		exited: make(chan struct{}),
 	}
 	if dir, p := sb.PodConfig().GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
@@ -196,6 +196,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	m.mu.Lock()
 	m.containers[id] = c
 	m.mu.Unlock()
+	_ = failpoint.Fail("create-container/done") // a crash before the reply; an error is not one to give here
 	log.Info("container created")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	if m.opts.NRI != nil {
@@ -217,7 +218,10 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
 		return fmt.Errorf("create container dir: %w", err)
 	}
-	if err := m.persist(c, true); err != nil {
+	if err := m.saveMeta(c, nil); err != nil {
+		return err
+	}
+	if err := failpoint.Fail("create-container/recorded"); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -239,6 +243,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		}
 	}
 	c.Rootfs, c.ImageID = rootfs, imageID
+	if err := failpoint.Fail("create-container/rootfs"); err != nil {
+		return err
+	}
 	imgCfg, err := m.imageConfig(imageID)
 	if err != nil {
 		return err
@@ -290,7 +297,8 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	}
 	if res := spec.Linux.Resources; res != nil {
 		b, _ := json.Marshal(res)
-		c.status.Resources = b
+		// Written with the step that ends creation.
+		_ = c.status.UpdateIf(m.opts.Store, c.ID, nil, func(s *Status) bool { s.Resources = b; return false })
 	}
 	if err := oci.WriteBundle(c.Dir, spec); err != nil {
 		return err
@@ -315,14 +323,16 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		return err
 	}
 	t2 := time.Now()
-	c.setState(func(s *Status) {
+	if err := failpoint.Fail("create-container/runtime-created"); err != nil {
+		return err
+	}
+	// The final record, metadata included: the one written at the start only had to
+	// name what cleanup needs.
+	err = m.saveMeta(c, func(s *Status) {
 		s.Pid, s.MonitorPid = p.Pid, p.SupervisorPid
 		s.State = StateCreated
 	})
 	m.watch(c, false)
-	// The final record, metadata included: the one written at the start only had to
-	// name what cleanup needs.
-	err = m.persist(c, true)
 	logrus.WithFields(logrus.Fields{"container": c.ID, "rootfs": tRootfs.Sub(t0), "spec": t1.Sub(tRootfs), "runtime_create": t2.Sub(t1), "persist": time.Since(t2)}).Debug("container create timing")
 	return err
 }
@@ -425,8 +435,7 @@ func (m *Manager) watch(c *Container, recovered bool) {
 		}
 		m.recordExit(c, e, ok)
 		if recovered && !ok && c.Status().State != StateExited {
-			c.setState(func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
-			_ = m.persist(c, false)
+			_ = m.update(c, func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
 			c.markExited()
 		}
 	}()
@@ -462,7 +471,7 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 			msg = string(b)
 		}
 	}
-	c.setState(func(s *Status) {
+	err := m.update(c, func(s *Status) {
 		s.State = StateExited
 		s.ExitCode = int32(e.Status)
 		s.FinishedAt = e.ExitedAt.UnixNano()
@@ -472,11 +481,11 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 		s.Reason, s.Message = reason, msg
 	})
 	c.markExited()
-	logrus.WithFields(logrus.Fields{"container": c.ID, "exit": e.Status, "reason": reason}).Info("container exited")
-	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-	if err := m.persist(c, false); err != nil {
+	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
+	logrus.WithFields(logrus.Fields{"container": c.ID, "exit": e.Status, "reason": reason}).Info("container exited")
+	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	if m.opts.NRI != nil {
 		// A container that ends on its own is stopped to plugins too (they free what it held).
 		m.opts.NRI.StopContainer(m.ctx, c)
@@ -493,18 +502,18 @@ func (m *Manager) oomKilled(c *Container) bool {
 	return m.cgroups().OOMKills(dir) > 0
 }
 
-func (m *Manager) persist(c *Container, withMeta bool) error {
-	c.pmu.Lock()
-	defer c.pmu.Unlock()
-	if c.removed {
-		return nil
+// update changes the container's status and writes its record before the change is
+// visible (store.Tracked); every change of status goes through it or saveMeta.
+func (m *Manager) update(c *Container, fn func(*Status)) error {
+	return c.status.Update(m.opts.Store, c.ID, nil, fn)
+}
+
+// saveMeta is update that writes the container's metadata too (fn may be nil).
+func (m *Manager) saveMeta(c *Container, fn func(*Status)) error {
+	if fn == nil {
+		fn = func(*Status) {}
 	}
-	var meta any
-	if withMeta {
-		meta = &c.Metadata
-	}
-	st := c.Status()
-	return m.opts.Store.Save(c.ID, meta, &st)
+	return c.status.Update(m.opts.Store, c.ID, &c.Metadata, fn)
 }
 
 // publish sends a lifecycle event with the container's and its pod's statuses.
@@ -569,15 +578,19 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if err := c.rt.Start(ctx, c.task()); err != nil {
 		return err
 	}
-	c.setState(func(s *Status) {
+	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
+		return err
+	}
+	err = m.update(c, func(s *Status) {
 		if s.State == StateCreated {
 			s.State = StateRunning
 		}
 		s.StartedAt = started
 	})
+	_ = failpoint.Fail("start-container/done") // a crash before the reply
 	logrus.WithField("container", c.ID).Info("container started")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
-	if err := m.persist(c, false); err != nil {
+	if err != nil {
 		return err
 	}
 	if m.opts.NRI != nil {
@@ -630,6 +643,9 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 	}
 	if err := c.rt.Kill(ctx, c.task(), "SIGKILL", true); err != nil && !m.hasExited(c) {
 		return fmt.Errorf("kill container %s: %w", c.ID, err)
+	}
+	if err := failpoint.Fail("stop-container/killed"); err != nil {
+		return err
 	}
 	select {
 	case <-c.exited:
@@ -708,11 +724,10 @@ var cleanupRetry = 5 * time.Second
 func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 	log := logrus.WithFields(logrus.Fields{"container": c.ID, "name": c.Name})
 	log.WithError(cleanupErr).Error("cleanup of failed container failed; keeping it listed as unknown and retrying")
-	c.setState(func(s *Status) {
+	_ = m.update(c, func(s *Status) {
 		s.State, s.Reason = StateUnknown, reasonCleanupFailed
 		s.Message = fmt.Sprintf("create failed (%v) and its cleanup failed (%v); retrying", createErr, cleanupErr)
 	})
-	_ = m.persist(c, false)
 	c.markExited()
 	m.mu.Lock()
 	m.containers[c.ID] = c
@@ -741,6 +756,9 @@ func (m *Manager) cleanup(c *Container) error {
 		if err := c.rt.Delete(ctx, c.task()); err != nil {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
+		if err := failpoint.Fail("remove-container/runtime-deleted"); err != nil {
+			return err
+		}
 	}
 	if len(errs) == 0 {
 		// Never pull the filesystem from under a process the runtime failed to remove.
@@ -758,13 +776,13 @@ func (m *Manager) cleanup(c *Container) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("clean up container %s: %w", c.ID, errors.Join(errs...))
 	}
+	if err := failpoint.Fail("remove-container/rootfs-removed"); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		return fmt.Errorf("clean up container %s: %w", c.ID, err)
 	}
-	c.pmu.Lock()
-	defer c.pmu.Unlock()
-	c.removed = true
-	return m.opts.Store.Delete(c.ID)
+	return c.status.Forget(m.opts.Store, c.ID)
 }
 
 // StopAll stops every container of a sandbox (StopPodSandbox).

@@ -12,6 +12,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // Recover loads every stored container and reconciles it: running ones are watched again
@@ -119,15 +120,17 @@ func (m *Manager) decodeRecord(meta, status []byte) (*Container, error) {
 	if meta == nil {
 		return nil, errors.New("no metadata")
 	}
-	c := &Container{exited: make(chan struct{}), status: Status{State: StateCreating}}
+	c := &Container{exited: make(chan struct{})}
 	if err := json.Unmarshal(meta, &c.Metadata); err != nil {
 		return nil, err
 	}
+	st := Status{State: StateCreating}
 	if status != nil {
-		if err := json.Unmarshal(status, &c.status); err != nil {
+		if err := json.Unmarshal(status, &st); err != nil {
 			return nil, err
 		}
 	}
+	c.status = store.NewTracked(st)
 	cfg, err := decodeConfig(c.Metadata.Config)
 	if err != nil {
 		return nil, err
@@ -167,24 +170,25 @@ func (m *Manager) reconcileCreated(c *Container) {
 	defer cancel()
 	st, err := c.rt.Status(ctx, c.task())
 	log := logrus.WithField("container", c.ID)
+	var fn func(*Status)
 	switch {
 	case err != nil:
 		log.WithError(err).Warn("container recorded as created: the runtime cannot say whether it started; state unknown")
-		c.setState(func(s *Status) {
+		fn = func(s *Status) {
 			s.State, s.Reason, s.Message = StateUnknown, "Unknown", "recorded as created; after a restart the runtime could not say whether it started: "+err.Error()
-		})
+		}
 	case st == kind.TaskRunning || st == kind.TaskStopped:
 		log.WithField("runtime_state", st).Warn("container recorded as created had started; recorded as running")
-		c.setState(func(s *Status) {
+		fn = func(s *Status) {
 			s.State = StateRunning
 			if s.StartedAt == 0 {
 				s.StartedAt = c.CreatedAt // the start's own time was not recorded; it came after this
 			}
-		})
+		}
 	default:
 		return
 	}
-	if err := m.persist(c, false); err != nil {
+	if err := m.update(c, fn); err != nil {
 		log.WithError(err).Warn("persist reconciled state")
 	}
 }

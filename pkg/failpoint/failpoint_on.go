@@ -8,32 +8,81 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
-// Env names the points to fail and how many times: "container-cleanup=2,sandbox-cleanup=1".
+// Env names the points to fail and how: "container-cleanup=2,run-sandbox/network=crash".
+// A number n fails the point the first n times it is reached; "crash" kills the daemon
+// there with SIGKILL, as a crash would.
 const Env = "RTSHIMD_FAILPOINTS"
 
+// FileEnv names a file read again whenever it changes, in the form of Env: the suite sets
+// points on a running daemon with it.
+const FileEnv = "RTSHIMD_FAILPOINTS_FILE"
+
+// crash marks a point that kills the daemon.
+const crash = -1
+
 var (
-	once sync.Once
-	mu   sync.Mutex
-	left map[string]int
+	mu       sync.Mutex
+	loaded   bool
+	fromEnv  map[string]int
+	fileText string
+	left     map[string]int
 )
 
-// Fail returns an error the first n times the named point is reached, for the n that
-// RTSHIMD_FAILPOINTS gives it.
-func Fail(name string) error {
-	once.Do(func() {
-		left = map[string]int{}
-		for _, kv := range strings.Split(os.Getenv(Env), ",") {
-			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if n, err := strconv.Atoi(v); ok && err == nil {
-				left[k] = n
-			}
+func parse(spec string) map[string]int {
+	points := map[string]int{}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			continue
 		}
-	})
+		if v == "crash" {
+			points[k] = crash
+		} else if n, err := strconv.Atoi(v); err == nil {
+			points[k] = n
+		}
+	}
+	return points
+}
+
+// load sets the points from the environment once, and from the file when its content is
+// new (counts start again then).
+func load() {
+	if !loaded {
+		loaded = true
+		fromEnv = parse(os.Getenv(Env))
+		left = fromEnv
+	}
+	path := os.Getenv(FileEnv)
+	if path == "" {
+		return
+	}
+	b, _ := os.ReadFile(path)
+	if string(b) == fileText {
+		return
+	}
+	fileText = string(b)
+	left = parse(os.Getenv(Env))
+	for k, v := range parse(fileText) {
+		left[k] = v
+	}
+}
+
+// Fail returns an error the first n times the named point is reached, or kills the
+// daemon there, as the points say.
+func Fail(name string) error {
 	mu.Lock()
 	defer mu.Unlock()
-	if left[name] <= 0 {
+	load()
+	n := left[name]
+	if n == crash {
+		fmt.Fprintf(os.Stderr, "failpoint %s: crashing\n", name)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+	if n <= 0 {
 		return nil
 	}
 	left[name]--

@@ -340,7 +340,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		config: cfg,
 		labels: labels,
 		rt:     h.Kind,
-		status: Status{State: StateCreating},
+		status: store.NewTracked(Status{State: StateCreating}),
 		exited: make(chan struct{}),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
@@ -364,6 +364,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	m.mu.Lock()
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
+	_ = failpoint.Fail("run-sandbox/ready") // a crash before the reply; an error is not one to give here
 	log.Info("pod sandbox ready")
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
@@ -457,7 +458,10 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if sb.IDMappings != nil {
 		sb.UserNS = filepath.Join(nsDir, string(nsfile.User))
 	}
-	if err := m.persist(sb, true); err != nil {
+	if err := m.saveMeta(sb); err != nil {
+		return err
+	}
+	if err := failpoint.Fail("run-sandbox/recorded"); err != nil {
 		return err
 	}
 
@@ -469,6 +473,9 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		UIDs: sb.IDMappings.UIDs, GIDs: sb.IDMappings.GIDs,
 		Holder: filepath.Join(m.opts.PauseRootfs, pause.Binary),
 	}); err != nil {
+		return err
+	}
+	if err := failpoint.Fail("run-sandbox/namespaces"); err != nil {
 		return err
 	}
 	if o := &sb.OverheadApplied; o.PodCgroup != "" {
@@ -488,9 +495,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		if err != nil {
 			return err // cleanup runs DEL again, in case Setup's own DEL failed
 		}
-		sb.mu.Lock()
-		sb.status.IPs = ips
-		sb.mu.Unlock()
+		// Written with the step that ends creation.
+		_ = m.updateIf(sb, func(st *Status) bool { st.IPs = ips; return false })
+		if err := failpoint.Fail("run-sandbox/network"); err != nil {
+			return err
+		}
 	}
 	if err := mountFiles(sb.Files); err != nil {
 		return err
@@ -508,12 +517,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	}
-	sb.mu.Lock()
-	if sb.status.State == StateCreating { // the infra may already have died
-		sb.status.State = StateReady
-	}
-	sb.mu.Unlock()
-	return m.persist(sb, false)
+	return m.update(sb, func(st *Status) {
+		if st.State == StateCreating { // the infra may already have died
+			st.State = StateReady
+		}
+	})
 }
 
 // lsmLabels are the security modules' labels of a pod's sandbox container.
@@ -593,15 +601,16 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	if err != nil {
 		return fmt.Errorf("create infra container: %w", err)
 	}
-	sb.mu.Lock()
-	sb.status.InfraPid = p.Pid
-	sb.status.MonitorPid = p.SupervisorPid
-	sb.mu.Unlock()
+	// Written with the step that ends creation.
+	_ = m.updateIf(sb, func(st *Status) bool { st.InfraPid, st.MonitorPid = p.Pid, p.SupervisorPid; return false })
 	m.watch(sb)
+	if err := failpoint.Fail("run-sandbox/infra-created"); err != nil {
+		return err
+	}
 	if err := sb.rt.Start(ctx, sb.Task()); err != nil {
 		return fmt.Errorf("start infra container: %w", err)
 	}
-	return nil
+	return failpoint.Fail("run-sandbox/infra-started")
 }
 
 // cniPod describes the sandbox to CNI: its netns, identity and hostPorts.
@@ -623,20 +632,20 @@ func (m *Manager) cniPod(sb *Sandbox) network.Pod {
 // teardownNetwork runs CNI DEL once for a pod that was attached; it is retried by the
 // next Stop or Remove if it fails.
 func (m *Manager) teardownNetwork(ctx context.Context, sb *Sandbox) error {
-	sb.mu.Lock()
-	done := sb.status.NetworkDown
-	sb.mu.Unlock()
-	if sb.Network == "" || done || m.opts.Network == nil {
+	if sb.Network == "" || sb.Status().NetworkDown || m.opts.Network == nil {
 		return nil
 	}
 	if err := m.opts.Network.Teardown(ctx, sb.NetworkDir, sb.Network, m.cniPod(sb)); err != nil {
 		return fmt.Errorf("pod sandbox %s: %w", sb.ID, err)
 	}
-	sb.mu.Lock()
-	sb.status.NetworkDown = true
-	sb.status.IPs = nil
-	sb.mu.Unlock()
-	return m.persist(sb, false)
+	// A pod without its network is not ready, in the same write: a crash between the two
+	// must not leave it listed ready with no address.
+	return m.update(sb, func(st *Status) {
+		st.NetworkDown, st.IPs = true, nil
+		if st.State == StateReady {
+			st.State = StateNotReady
+		}
+	})
 }
 
 // Overhead is the overhead a pod was given and where its limits went: kept in its record
@@ -763,32 +772,39 @@ func (m *Manager) watch(sb *Sandbox) {
 			e = kind.Exit{Status: 255, ExitedAt: time.Now()}
 		}
 		sb.mu.Lock()
-		was, expected := sb.status.State, sb.stopping
+		expected := sb.stopping
 		sb.mu.Unlock()
-		sb.infraExited(e)
+		var was string
+		err = m.updateIf(sb, func(st *Status) bool {
+			was = st.State
+			code := e.Status
+			st.InfraExit, st.ExitedAt, st.State = &code, e.ExitedAt, StateNotReady
+			return was != StateCreating // a half-made record stays half-made
+		})
+		sb.markExited()
 		if was == StateReady && !expected {
 			logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "status": e.Status}).Warn("infra container exited; sandbox not ready")
 		}
-		if was != StateCreating {
-			if err := m.persist(sb, false); err != nil {
-				logrus.WithError(err).WithField("sandbox", sb.ID).Error("persist sandbox status")
-			}
+		if err != nil {
+			logrus.WithError(err).WithField("sandbox", sb.ID).Error("persist sandbox status")
 		}
 	}()
 }
 
-func (m *Manager) persist(sb *Sandbox, withMeta bool) error {
-	sb.pmu.Lock()
-	defer sb.pmu.Unlock()
-	if sb.removed {
-		return nil
-	}
-	var meta any
-	if withMeta {
-		meta = &sb.Metadata
-	}
-	st := sb.Status()
-	return m.opts.Store.Save(sb.ID, meta, &st)
+// update changes the sandbox's status and writes its record before the change is
+// visible (store.Tracked); every change of status goes through it or updateIf.
+func (m *Manager) update(sb *Sandbox, fn func(*Status)) error {
+	return sb.status.Update(m.opts.Store, sb.ID, nil, fn)
+}
+
+// updateIf is update where fn decides whether the change is written now.
+func (m *Manager) updateIf(sb *Sandbox, fn func(*Status) bool) error {
+	return sb.status.UpdateIf(m.opts.Store, sb.ID, nil, fn)
+}
+
+// saveMeta writes the sandbox's metadata with its status.
+func (m *Manager) saveMeta(sb *Sandbox) error {
+	return sb.status.Update(m.opts.Store, sb.ID, &sb.Metadata, func(*Status) {})
 }
 
 // publish sends a sandbox lifecycle event (its ID in container_id, as containerd does).
@@ -840,27 +856,37 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 			return fmt.Errorf("stop containers of pod sandbox %s: %w", sb.ID, err)
 		}
 	}
+	if err := failpoint.Fail("stop-sandbox/containers-stopped"); err != nil {
+		return err
+	}
 	if sb.Infra {
 		if err := m.stopInfra(ctx, sb); err != nil {
 			return err
 		}
 	}
+	if err := failpoint.Fail("stop-sandbox/infra-stopped"); err != nil {
+		return err
+	}
 	if m.opts.NRI != nil && !sb.kept { // plugins heard of a kept pod's removal when its run failed
 		m.opts.NRI.StopPodSandbox(ctx, sb) // before CNI DEL, as containerd
 	}
+	wasReady := sb.Status().State != StateNotReady
 	if err := m.teardownNetwork(ctx, sb); err != nil {
 		return err
 	}
-	sb.mu.Lock()
-	changed := sb.status.State != StateNotReady
-	sb.status.State = StateNotReady
-	sb.mu.Unlock()
-	if changed {
+	if err := failpoint.Fail("stop-sandbox/network-down"); err != nil {
+		return err
+	}
+	err := m.updateIf(sb, func(st *Status) bool {
+		changed := st.State != StateNotReady
+		st.State = StateNotReady
+		return changed
+	})
+	if wasReady {
 		logrus.WithField("sandbox", sb.ID).Info("pod sandbox stopped")
 		m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
-		return m.persist(sb, false)
 	}
-	return nil
+	return err
 }
 
 func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
@@ -917,6 +943,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 			return fmt.Errorf("remove containers of pod sandbox %s: %w", sb.ID, err)
 		}
 	}
+	if err := failpoint.Fail("remove-sandbox/containers-removed"); err != nil {
+		return err
+	}
 	if err := m.cleanup(sb); err != nil {
 		return err
 	}
@@ -944,18 +973,11 @@ var cleanupRetry = 5 * time.Second
 func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 	log := logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "pod": sb.Name})
 	log.WithError(cleanupErr).Error("cleanup of failed sandbox failed; keeping it listed as not ready and retrying")
-	sb.mu.Lock()
-	sb.status.State = StateNotReady
-	if sb.status.InfraPid == 0 {
+	_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
+	if sb.Status().InfraPid == 0 {
 		// No infra container ran, so none is watched: there is no exit to wait for.
-		select {
-		case <-sb.exited:
-		default:
-			close(sb.exited)
-		}
+		sb.markExited()
 	}
-	sb.mu.Unlock()
-	_ = m.persist(sb, false)
 	sb.kept = true
 	m.mu.Lock()
 	m.sandboxes[sb.ID] = sb
@@ -984,6 +1006,9 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 			case <-time.After(StopTimeout):
 			}
 		}
+		if err := failpoint.Fail("remove-sandbox/infra-deleted"); err != nil {
+			return err
+		}
 	}
 	if err := m.teardownNetwork(ctx, sb); err != nil {
 		errs = append(errs, err)
@@ -994,6 +1019,9 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if err := failpoint.Fail("remove-sandbox/namespaces-unpinned"); err != nil {
+		return err
 	}
 	if sb.Shm != "" {
 		if err := mountpoint.DetachAll(sb.Shm); err != nil {
@@ -1018,10 +1046,10 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 			return fmt.Errorf("clean up sandbox %s: %w", sb.ID, err)
 		}
 	}
-	sb.pmu.Lock()
-	defer sb.pmu.Unlock()
-	sb.removed = true
-	return m.opts.Store.Delete(sb.ID)
+	if err := failpoint.Fail("remove-sandbox/dir-removed"); err != nil {
+		return err
+	}
+	return sb.status.Forget(m.opts.Store, sb.ID)
 }
 
 // List returns the sandboxes that match filter, from memory.

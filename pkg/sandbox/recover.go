@@ -13,6 +13,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
+	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // Recover loads every stored sandbox and reconciles it with the node: ready sandboxes
@@ -39,7 +40,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.cleanupOrphan(r.ID)
 			continue
 		}
-		if sb.status.State == StateCreating {
+		if sb.Status().State == StateCreating {
 			log.Info("sandbox was half-created when the daemon stopped; cleaning up")
 			if err := m.cleanup(sb); err != nil {
 				log.WithError(err).Error("clean up half-created sandbox")
@@ -71,12 +72,13 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 	if err := json.Unmarshal(meta, &sb.Metadata); err != nil {
 		return nil, err
 	}
-	sb.status = Status{State: StateCreating}
+	st := Status{State: StateCreating}
 	if status != nil {
-		if err := json.Unmarshal(status, &sb.status); err != nil {
+		if err := json.Unmarshal(status, &st); err != nil {
 			return nil, err
 		}
 	}
+	sb.status = store.NewTracked(st)
 	cfg, err := decodeConfig(sb.Config)
 	if err != nil {
 		return nil, err
@@ -101,10 +103,7 @@ func (m *Manager) reconcile(sb *Sandbox) {
 	}
 	notReady := func(why string) {
 		logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "reason": why}).Warn("sandbox not ready after restart")
-		sb.mu.Lock()
-		sb.status.State = StateNotReady
-		sb.mu.Unlock()
-		_ = m.persist(sb, false)
+		_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
 	}
 	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
 		if p != "" && !nsfile.IsPinned(p) {

@@ -69,10 +69,7 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, overhead, reso
 	if applyErr != nil {
 		r.NotApplied = applyErr.Error()
 	}
-	sb.mu.Lock()
-	sb.status.Resize = r
-	sb.mu.Unlock()
-	if err := m.persist(sb, false); err != nil {
+	if err := m.update(sb, func(st *Status) { st.Resize = r }); err != nil {
 		return err
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "limits": limitsString(r.Applied.Limits), "pod_cgroup": r.Applied.PodCgroup})

@@ -50,10 +50,10 @@ func TestUpdateResources(t *testing.T) {
 	sb := &Sandbox{
 		Metadata: Metadata{ID: "sb1", Handler: "runsc", Infra: true, Overhead: config.Overhead{MemoryBytes: 64 << 20, MilliCPU: 100}},
 		config:   &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "n", Uid: "u"}},
-		rt:       rt, status: Status{State: StateReady}, exited: make(chan struct{}),
+		rt:       rt, status: store.NewTracked(Status{State: StateReady}), exited: make(chan struct{}),
 	}
 	m.sandboxes[sb.ID] = sb
-	if err := m.persist(sb, true); err != nil {
+	if err := m.saveMeta(sb); err != nil {
 		t.Fatal(err)
 	}
 	res := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 256 << 20, CpuQuota: 50000, CpuPeriod: 100000, CpuShares: 512}
@@ -83,7 +83,7 @@ func TestUpdateResources(t *testing.T) {
 
 	// A pod that is not ready is only recorded.
 	rt.err, rt.updates = nil, nil
-	sb.status.State = StateNotReady
+	_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
 	if err := m.UpdateResources(context.Background(), "sb1", nil, res); err != nil || len(rt.updates) != 0 {
 		t.Errorf("not ready pod: %v, updates %d", err, len(rt.updates))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // States of a sandbox record. "creating" is on disk only while RunPodSandbox is under way;
@@ -100,23 +101,18 @@ type Sandbox struct {
 	// in a pod that is being stopped or removed, by construction.
 	op sync.RWMutex
 
-	mu     sync.Mutex
-	status Status
+	// status changes only through the manager's update, which writes the record first.
+	status *store.Tracked[Status]
+
+	mu sync.Mutex
 	// stopping is set once Stop has signalled the infra, so its exit is not news.
 	stopping bool
 	// exited is closed when the infra container's exit is known.
 	exited chan struct{}
-	// pmu orders record writes against deletion; removed is set when the record is
-	// deleted, so a late watcher does not write it back.
-	pmu     sync.Mutex
-	removed bool
 }
 
-func (s *Sandbox) Status() Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.status
-}
+// Status returns a copy of the sandbox's status.
+func (s *Sandbox) Status() Status { return s.status.Get() }
 
 // PodConfig returns the pod's sandbox config.
 func (s *Sandbox) PodConfig() *runtimeapi.PodSandboxConfig { return s.config }
@@ -137,13 +133,10 @@ func (s *Sandbox) Task() kind.Task {
 	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.InfraDir(), PodDir: s.InfraDir(), HostNetwork: s.NetNS == ""}
 }
 
-func (s *Sandbox) infraExited(e kind.Exit) {
+// markExited closes exited once the infra container's end is known.
+func (s *Sandbox) markExited() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	code := e.Status
-	s.status.InfraExit = &code
-	s.status.ExitedAt = e.ExitedAt
-	s.status.State = StateNotReady
 	select {
 	case <-s.exited:
 	default:

@@ -31,20 +31,58 @@ func New(dir string) (*Store, error) {
 
 // WriteMeta stores the metadata of id.
 func (s *Store) WriteMeta(id string, data []byte) error {
-	if err := os.MkdirAll(filepath.Join(s.dir, id), 0o700); err != nil {
-		return fmt.Errorf("store %s: %w", id, err)
-	}
-	return s.write(id, metaFile, data)
+	return s.writeRecord(id, []recordFile{{metaFile, data}})
 }
 
 // WriteStatus replaces the status of id.
 func (s *Store) WriteStatus(id string, data []byte) error {
-	return s.write(id, statusFile, data)
+	return s.writeRecord(id, []recordFile{{statusFile, data}})
 }
 
-func (s *Store) write(id, name string, data []byte) error {
-	if err := WriteFileAtomic(filepath.Join(s.dir, id, name), data, 0o600); err != nil {
-		return fmt.Errorf("store %s %s: %w", id, name, err)
+type recordFile struct {
+	name string
+	data []byte
+}
+
+// writeRecord replaces files of the record of id, each atomically, with one sync of the
+// record's directory for all of them (and one of the store's when the record is new):
+// a save is then one file sync per file and one directory sync, not two of each.
+func (s *Store) writeRecord(id string, files []recordFile) error {
+	dir := filepath.Join(s.dir, id)
+	isNew := false
+	if files[0].name == metaFile {
+		if err := os.Mkdir(dir, 0o700); err == nil {
+			isNew = true
+		} else if !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("store %s: %w", id, err)
+		}
+	}
+	var tmps []string
+	defer func() {
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}()
+	for _, f := range files {
+		tmp, err := writeTemp(filepath.Join(dir, f.name), f.data, 0o600)
+		if err != nil {
+			return fmt.Errorf("store %s %s: %w", id, f.name, err)
+		}
+		tmps = append(tmps, tmp)
+	}
+	for i, f := range files {
+		if err := os.Rename(tmps[i], filepath.Join(dir, f.name)); err != nil {
+			return fmt.Errorf("store %s %s: %w", id, f.name, err)
+		}
+		tmps[i] = ""
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("store %s: %w", id, err)
+	}
+	if isNew {
+		if err := syncDir(s.dir); err != nil {
+			return fmt.Errorf("store %s: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -99,10 +137,23 @@ func (s *Store) Delete(id string) error {
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames it
 // over path, so a reader (or a crash) sees the old or the new content, never a mix.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	tmp, err := writeTemp(path, data, perm)
+	if err == nil {
+		if err = os.Rename(tmp, path); err != nil {
+			os.Remove(tmp)
+		}
+	}
 	if err != nil {
 		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// writeTemp writes data, synced, to a new temporary file beside path and returns its name.
+func writeTemp(path string, data []byte, perm os.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return "", err
 	}
 	tmp := f.Name()
 	_, err = f.Write(data)
@@ -115,14 +166,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
+		return "", err
 	}
-	return syncDir(dir)
+	return tmp, nil
 }
 
 func syncDir(dir string) error {
@@ -137,18 +185,17 @@ func syncDir(dir string) error {
 // Save writes the record of id: its metadata too when meta is not nil (the first write,
 // or a final one), and always its status, each as JSON.
 func (s *Store) Save(id string, meta, status any) error {
+	var files []recordFile
 	if meta != nil {
 		b, err := json.Marshal(meta)
 		if err != nil {
 			return fmt.Errorf("encode record %s: %w", id, err)
 		}
-		if err := s.WriteMeta(id, b); err != nil {
-			return err
-		}
+		files = append(files, recordFile{metaFile, b})
 	}
 	b, err := json.Marshal(status)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", id, err)
 	}
-	return s.WriteStatus(id, b)
+	return s.writeRecord(id, append(files, recordFile{statusFile, b}))
 }

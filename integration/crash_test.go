@@ -1,0 +1,472 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// crashPoints are the steps of the lifecycle RPCs at which the suite kills the daemon
+// (pkg/failpoint, "<point>=crash"), each named "<rpc>/<step>", in the order the RPC
+// reaches them.
+var crashPoints = []string{
+	"run-sandbox/recorded", "run-sandbox/namespaces", "run-sandbox/network",
+	"run-sandbox/infra-created", "run-sandbox/infra-started", "run-sandbox/ready",
+	"create-container/recorded", "create-container/rootfs", "create-container/runtime-created", "create-container/done",
+	"start-container/runtime-started", "start-container/done",
+	"stop-container/killed",
+	"remove-container/runtime-deleted", "remove-container/rootfs-removed",
+	"stop-sandbox/containers-stopped", "stop-sandbox/infra-stopped", "stop-sandbox/network-down",
+	"remove-sandbox/containers-removed", "remove-sandbox/infra-deleted", "remove-sandbox/namespaces-unpinned", "remove-sandbox/dir-removed",
+}
+
+// The daemon is killed (-9) at each step of RunPodSandbox, CreateContainer,
+// StartContainer, StopContainer, RemoveContainer, StopPodSandbox and RemovePodSandbox, on
+// a pod network. After each restart every pod and container is listed with the state its
+// runtime says it is in, kubelet's retry of the call succeeds, and once everything is
+// removed the node is as it was before: no mounts, records, run directories, processes,
+// runtime state, container cgroups, veths, IPAM leases or storage containers left.
+func TestCrashAtEveryStep(t *testing.T) {
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e := newContainerEnv(t)
+			n := writeNetwork(t, e)
+			points := filepath.Join(e.d.Dir, "failpoints")
+			e.d.Env = append(e.d.Env, "RTSHIMD_FAILPOINTS_FILE="+points)
+			e.d.Restart(false)
+			before := e.nodeState(handler, n)
+			for i, point := range crashPoints {
+				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i}
+				c.run()
+				if t.Failed() {
+					return // the node is not clean: later cases would fail for this one
+				}
+				// Monitors end a moment after their container is deleted.
+				var after map[string][]string
+				for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+					if after = e.nodeState(handler, n); maps2Equal(before, after) {
+						break
+					}
+				}
+				if !maps2Equal(before, after) {
+					t.Fatalf("after the crash at %s, its retry and the removal of every pod, the node differs:\n%s", point, stateDiff(before, after))
+				}
+			}
+		})
+	}
+}
+
+type crashCase struct {
+	e       *containerEnv
+	t       *testing.T
+	handler string
+	point   string
+	file    string
+	seq     int
+}
+
+func (c *crashCase) run() {
+	t, e, d := c.t, c.e, c.e.d
+	ctx := ctxT(t)
+	rpc, _, _ := strings.Cut(c.point, "/")
+	name := fmt.Sprintf("crash-%d", c.seq)
+
+	// What the call needs to exist first, made without failpoints.
+	var podID, ctrID string
+	// A pod sharing its PID namespace has a sandbox container on every handler (runc's
+	// pods otherwise have none): the steps about it need one.
+	pid := runtimeapi.NamespaceMode_CONTAINER
+	if strings.Contains(c.point, "infra") {
+		pid = runtimeapi.NamespaceMode_POD
+	}
+	podCfg := podConfig(name, pid)
+	podCfg.LogDirectory = filepath.Join(e.logs, name)
+	ctrCfg := e.ctrConfig("sleep", "sleep", "100000")
+	if rpc != "run-sandbox" {
+		podID, _ = e.podWith(podCfg, c.handler)
+	}
+	switch rpc {
+	case "start-container":
+		id, err := d.RS.CreateContainer(ctx, podID, ctrCfg, podCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrID = id
+	case "stop-container", "remove-container", "stop-sandbox", "remove-sandbox":
+		ctrID = e.run(podID, podCfg, ctrCfg)
+	}
+	switch rpc {
+	case "remove-container":
+		if err := d.RS.StopContainer(ctx, ctrID, 0); err != nil {
+			t.Fatal(err)
+		}
+	case "remove-sandbox":
+		if err := d.RS.StopPodSandbox(ctx, podID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The call, with the daemon set to die at the point.
+	if err := os.WriteFile(c.file, []byte(c.point+"=crash"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	switch rpc {
+	case "run-sandbox":
+		_, err = d.RS.RunPodSandbox(ctx, podCfg, c.handler)
+	case "create-container":
+		_, err = d.RS.CreateContainer(ctx, podID, ctrCfg, podCfg)
+	case "start-container":
+		err = d.RS.StartContainer(ctx, ctrID)
+	case "stop-container":
+		err = d.RS.StopContainer(ctx, ctrID, 0)
+	case "remove-container":
+		err = d.RS.RemoveContainer(ctx, ctrID)
+	case "stop-sandbox":
+		err = d.RS.StopPodSandbox(ctx, podID)
+	case "remove-sandbox":
+		err = d.RS.RemovePodSandbox(ctx, podID)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the daemon did not crash (the call returned %v)", c.point, err)
+	}
+	if err == nil {
+		t.Errorf("%s: the call succeeded although the daemon crashed in it", c.point)
+	}
+	if err := os.Remove(c.file); err != nil {
+		t.Fatal(err)
+	}
+	d.Kill() // reaps the crashed process
+	d.Start()
+	c.checkTruth()
+
+	// kubelet's retry.
+	switch rpc {
+	case "run-sandbox":
+		pods := c.podsNamed(name)
+		switch {
+		case len(pods) > 1:
+			t.Errorf("%s: %d pods named %s after the restart", c.point, len(pods), name)
+		case len(pods) == 1 && pods[0].State == runtimeapi.PodSandboxState_SANDBOX_READY:
+			podID = pods[0].Id // kubelet's relist finds the pod ready and keeps it
+		default:
+			if len(pods) == 1 {
+				// A pod not ready is stopped and made again, one attempt further.
+				if err := d.RS.StopPodSandbox(ctx, pods[0].Id); err != nil {
+					t.Errorf("%s: StopPodSandbox of the pod left not ready: %v", c.point, err)
+				}
+				podCfg.Metadata.Attempt++
+			}
+			id, err := d.RS.RunPodSandbox(ctx, podCfg, c.handler)
+			if err != nil {
+				t.Errorf("%s: RunPodSandbox again: %v", c.point, err)
+				break
+			}
+			podID = id
+		}
+		if podID != "" {
+			// The pod works: a container runs in it.
+			c.expectContainer(e.run(podID, podCfg, e.ctrConfig("after", "sleep", "100000")), runtimeapi.ContainerState_CONTAINER_RUNNING)
+		}
+	case "create-container":
+		ctrs := c.containersNamed(podID, "sleep")
+		if len(ctrs) == 1 {
+			if ctrs[0].State != runtimeapi.ContainerState_CONTAINER_CREATED {
+				t.Errorf("%s: the container left by the crash is %s, want CREATED", c.point, ctrs[0].State)
+			}
+			ctrCfg.Metadata.Attempt++ // kubelet makes the next attempt
+		} else if len(ctrs) > 1 {
+			t.Errorf("%s: %d containers named sleep after the restart", c.point, len(ctrs))
+		}
+		c.expectContainer(e.run(podID, podCfg, ctrCfg), runtimeapi.ContainerState_CONTAINER_RUNNING)
+	case "start-container":
+		st := c.containerState(ctrID)
+		if st == runtimeapi.ContainerState_CONTAINER_CREATED {
+			if err := d.RS.StartContainer(ctx, ctrID); err != nil {
+				t.Errorf("%s: StartContainer again: %v", c.point, err)
+			}
+		} else if st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Errorf("%s: container is %s after the restart, want CREATED or RUNNING", c.point, st)
+		}
+		c.expectContainer(ctrID, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	case "stop-container":
+		if err := d.RS.StopContainer(ctx, ctrID, 0); err != nil {
+			t.Errorf("%s: StopContainer again: %v", c.point, err)
+		}
+		c.expectContainer(ctrID, runtimeapi.ContainerState_CONTAINER_EXITED)
+	case "remove-container":
+		if err := d.RS.RemoveContainer(ctx, ctrID); err != nil {
+			t.Errorf("%s: RemoveContainer again: %v", c.point, err)
+		}
+		if len(c.containersNamed(podID, "sleep")) != 0 {
+			t.Errorf("%s: the container is still listed after its removal", c.point)
+		}
+	case "stop-sandbox":
+		if err := d.RS.StopPodSandbox(ctx, podID); err != nil {
+			t.Errorf("%s: StopPodSandbox again: %v", c.point, err)
+		}
+		if pods := c.podsNamed(name); len(pods) != 1 || pods[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+			t.Errorf("%s: after StopPodSandbox the pod is %v, want one NOTREADY", c.point, pods)
+		}
+		c.expectContainer(ctrID, runtimeapi.ContainerState_CONTAINER_EXITED)
+	case "remove-sandbox":
+		if err := d.RS.RemovePodSandbox(ctx, podID); err != nil {
+			t.Errorf("%s: RemovePodSandbox again: %v", c.point, err)
+		}
+		if pods := c.podsNamed(name); len(pods) != 0 {
+			t.Errorf("%s: the pod is still listed after its removal", c.point)
+		}
+	}
+	c.checkTruth()
+
+	// kubelet's end of the pod: stop, then remove.
+	pods, err := d.RS.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if err := d.RS.StopPodSandbox(ctx, p.Id); err != nil {
+			t.Errorf("%s: StopPodSandbox %s: %v", c.point, p.Id[:12], err)
+		}
+		if err := d.RS.RemovePodSandbox(ctx, p.Id); err != nil {
+			t.Errorf("%s: RemovePodSandbox %s: %v", c.point, p.Id[:12], err)
+		}
+	}
+}
+
+// checkTruth compares every listed pod and container with what its runtime says.
+func (c *crashCase) checkTruth() {
+	t, d := c.t, c.e.d
+	ctx := ctxT(t)
+	pods, err := d.RS.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		resp, err := d.RS.PodSandboxStatus(ctx, p.Id, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			Metadata struct {
+				Infra bool   `json:"infra"`
+				NetNS string `json:"netns"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal([]byte(resp.Info["info"]), &info)
+		// A ready pod holds its network namespace and an address in it, and its sandbox
+		// container runs where the handler has one.
+		if rs := c.runtimeState(p.Id); info.Metadata.Infra && rs != "running" {
+			t.Errorf("%s: pod %s is READY, its sandbox container is %q", c.point, p.Id[:12], rs)
+		}
+		if ns := info.Metadata.NetNS; ns == "" || !isMountPoint(ns) {
+			t.Errorf("%s: pod %s is READY, its network namespace %q is not pinned", c.point, p.Id[:12], ns)
+		}
+		if resp.Status.GetNetwork().GetIp() == "" {
+			t.Errorf("%s: pod %s is READY without an IP", c.point, p.Id[:12])
+		}
+	}
+	ctrs, err := d.RS.ListContainers(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range ctrs {
+		rs := c.runtimeState(ct.Id)
+		want := map[runtimeapi.ContainerState][]string{
+			runtimeapi.ContainerState_CONTAINER_CREATED: {"created"},
+			runtimeapi.ContainerState_CONTAINER_RUNNING: {"running"},
+			runtimeapi.ContainerState_CONTAINER_EXITED:  {"stopped", ""},
+		}[ct.State]
+		if !slices.Contains(want, rs) {
+			t.Errorf("%s: container %s is %s, its runtime says %q", c.point, ct.Id[:12], ct.State, rs)
+		}
+	}
+}
+
+// runtimeState is the status the handler's runtime gives a container, "" if it has none.
+func (c *crashCase) runtimeState(id string) string {
+	bin, root := runtimeOf(c.e.d, c.handler)
+	out, err := exec.Command(bin, "--root", root, "state", id).Output()
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(out, &st)
+	return st.Status
+}
+
+func (c *crashCase) podsNamed(name string) []*runtimeapi.PodSandbox {
+	pods, err := c.e.d.RS.ListPodSandbox(ctxT(c.t), nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []*runtimeapi.PodSandbox
+	for _, p := range pods {
+		if p.Metadata.Name == name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *crashCase) containersNamed(podID, name string) []*runtimeapi.Container {
+	ctrs, err := c.e.d.RS.ListContainers(ctxT(c.t), &runtimeapi.ContainerFilter{PodSandboxId: podID})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []*runtimeapi.Container
+	for _, ct := range ctrs {
+		if ct.Metadata.Name == name {
+			out = append(out, ct)
+		}
+	}
+	return out
+}
+
+func (c *crashCase) containerState(id string) runtimeapi.ContainerState {
+	resp, err := c.e.d.RS.ContainerStatus(ctxT(c.t), id, false)
+	if err != nil {
+		c.t.Fatalf("%s: ContainerStatus: %v", c.point, err)
+	}
+	return resp.Status.State
+}
+
+func (c *crashCase) expectContainer(id string, want runtimeapi.ContainerState) {
+	if got := c.containerState(id); got != want {
+		c.t.Errorf("%s: container %s is %s, want %s", c.point, id[:12], got, want)
+	}
+}
+
+// podWith runs a pod of the given config.
+func (e *containerEnv) podWith(cfg *runtimeapi.PodSandboxConfig, handler string) (string, *runtimeapi.PodSandboxConfig) {
+	e.t.Helper()
+	id, err := e.d.RS.RunPodSandbox(ctxT(e.t), cfg, handler)
+	if err != nil {
+		e.t.Fatalf("RunPodSandbox(%s): %v", handler, err)
+	}
+	return id, cfg
+}
+
+// nodeState is what the daemon's pods hold on the node, by kind, for comparing the node
+// before and after.
+func (e *containerEnv) nodeState(handler string, n testNet) map[string][]string {
+	d := e.d
+	s := map[string][]string{}
+	for _, m := range mountsUnder(d.Dir) {
+		if m != filepath.Join(d.State, "storage", "overlay") {
+			s["mounts"] = append(s["mounts"], m)
+		}
+	}
+	for _, dir := range []string{"state/sandboxes", "state/containers", "run/sandboxes", "run/containers"} {
+		entries, _ := os.ReadDir(filepath.Join(d.Dir, dir))
+		for _, en := range entries {
+			s[dir] = append(s[dir], en.Name())
+		}
+	}
+	daemon := 0
+	if d.cmd != nil {
+		daemon = d.cmd.Process.Pid
+	}
+	s["processes"] = processesMentioning(d.Dir, daemon)
+	bin, root := runtimeOf(d, handler)
+	if out, err := exec.Command(bin, "--root", root, "list", "--format", "json").Output(); err == nil {
+		var ctrs []struct {
+			ID     string `json:"id"`
+			Bundle string `json:"bundle"`
+		}
+		_ = json.Unmarshal(out, &ctrs)
+		for _, c := range ctrs {
+			if strings.HasPrefix(c.Bundle, d.Dir) { // the shim's root is shared by every daemon
+				s["runtime state"] = append(s["runtime state"], c.ID)
+			}
+		}
+	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroupRoot)
+	for _, root := range roots {
+		for _, dir := range cgroupDirsBottomUp(root) {
+			if strings.Count(strings.TrimPrefix(dir, root), "/") > 1 {
+				s["container cgroups"] = append(s["container cgroups"], dir)
+			}
+		}
+	}
+	s["veths"] = []string{fmt.Sprint(n.veths())}
+	s["ipam leases"] = n.allocations()
+	if b, err := os.ReadFile(filepath.Join(d.State, "storage", "overlay-containers", "containers.json")); err == nil {
+		var ctrs []struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(b, &ctrs)
+		for _, c := range ctrs {
+			s["storage containers"] = append(s["storage containers"], c.ID)
+		}
+	}
+	for k := range s {
+		slices.Sort(s[k])
+	}
+	return s
+}
+
+func maps2Equal(a, b map[string][]string) bool {
+	for k := range a {
+		if !slices.Equal(a[k], b[k]) {
+			return false
+		}
+	}
+	for k := range b {
+		if !slices.Equal(a[k], b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func stateDiff(before, after map[string][]string) string {
+	var b strings.Builder
+	keys := map[string]bool{}
+	for k := range before {
+		keys[k] = true
+	}
+	for k := range after {
+		keys[k] = true
+	}
+	for k := range keys {
+		if !slices.Equal(before[k], after[k]) {
+			fmt.Fprintf(&b, "  %s: before %v, after %v\n", k, before[k], after[k])
+		}
+	}
+	return b.String()
+}
+
+// isMountPoint reports whether path is mounted on (a pinned namespace is a bind mount).
+func isMountPoint(path string) bool {
+	return slices.Contains(mountsUnder(path), path)
+}
+
+// runtimeOf is the runtime binary and state root that hold a handler's containers: the
+// runc shim keeps runc's state under containerd's root, by namespace.
+func runtimeOf(d *Daemon, handler string) (bin, root string) {
+	switch handler {
+	case "runsc":
+		return "/usr/local/bin/runsc", filepath.Join(d.RunRoot, "runsc")
+	case "runc-shim":
+		return "/usr/sbin/runc", "/run/containerd/runc/rtshimd"
+	}
+	return "/usr/sbin/runc", filepath.Join(d.RunRoot, "runc")
+}

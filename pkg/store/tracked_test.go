@@ -1,0 +1,110 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+type testStatus struct {
+	State string `json:"state"`
+	N     int    `json:"n"`
+}
+
+func readStatus(t *testing.T, s *Store, id string) (testStatus, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.dir, id, statusFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return testStatus{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st testStatus
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st, true
+}
+
+func TestTrackedWritesBeforeVisible(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTracked(testStatus{State: "creating"})
+	if err := tr.Update(s, "a", map[string]string{"id": "a"}, func(st *testStatus) {}); err != nil {
+		t.Fatal(err)
+	}
+	// fn sees the record as written so far; the change shows only after the write.
+	if err := tr.Update(s, "a", nil, func(st *testStatus) {
+		if got, _ := readStatus(t, s, "a"); got.State != "creating" {
+			t.Errorf("record before the write = %+v", got)
+		}
+		st.State = "ready"
+		if tr.Get().State != "creating" {
+			t.Errorf("change visible before it was written")
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readStatus(t, s, "a"); got.State != "ready" || tr.Get().State != "ready" {
+		t.Errorf("after update: record %+v, memory %+v", got, tr.Get())
+	}
+
+	// UpdateIf false changes memory only.
+	_ = tr.UpdateIf(s, "a", nil, func(st *testStatus) bool { st.N = 7; return false })
+	if got, _ := readStatus(t, s, "a"); got.N != 0 || tr.Get().N != 7 {
+		t.Errorf("memory-only change: record %+v, memory %+v", got, tr.Get())
+	}
+
+	// Concurrent updates are serialised: none is lost, and the record holds the last.
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = tr.Update(s, "a", nil, func(st *testStatus) { st.N++ })
+		}()
+	}
+	wg.Wait()
+	if got, _ := readStatus(t, s, "a"); got.N != 27 || tr.Get().N != 27 {
+		t.Errorf("after 20 concurrent increments: record %+v, memory %+v", got, tr.Get())
+	}
+
+	// After Forget nothing writes the record back.
+	if err := tr.Forget(s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	_ = tr.Update(s, "a", nil, func(st *testStatus) { st.State = "exited" })
+	if _, ok := readStatus(t, s, "a"); ok {
+		t.Error("a forgotten record was written again")
+	}
+	if tr.Get().State != "exited" {
+		t.Errorf("memory after Forget = %+v", tr.Get())
+	}
+	var none *Tracked[testStatus]
+	if none.Get() != (testStatus{}) {
+		t.Error("nil Tracked")
+	}
+}
+
+func TestTrackedFailedWriteStillVisible(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTracked(testStatus{State: "running"})
+	// No record directory: the write fails.
+	err = tr.Update(s, "missing", nil, func(st *testStatus) { st.State = "exited" })
+	if err == nil {
+		t.Fatal("write into a missing record succeeded")
+	}
+	if tr.Get().State != "exited" {
+		t.Errorf("an exit that could not be written was dropped: %+v", tr.Get())
+	}
+}

@@ -13,7 +13,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables
 TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
 
-.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short
+.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
 
 all: build
 
@@ -77,6 +77,16 @@ integration: build tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 40m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 test: deps-test vet unit fuzz-short integration conformance
+
+# Soak: pod cycles on every ready handler by concurrent workers while the daemon is killed
+# with -9 and restarted; fails on a lost pod or container, or on anything left on the node
+# afterwards. `make integration` runs a short one (TestSoak's defaults: 24 cycles, 2 kills).
+SOAK_CYCLES ?= 400
+SOAK_KILLS ?= 20
+SOAK_WORKERS ?= 4
+soak: deps-test build tools
+	RTSHIMD_SOAK_CYCLES=$(SOAK_CYCLES) RTSHIMD_SOAK_KILLS=$(SOAK_KILLS) RTSHIMD_SOAK_WORKERS=$(SOAK_WORKERS) \
+		$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 90m -run '^TestSoak$$' -v ./integration/ 2>&1 | tee /tmp/rtshimd-soak.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'; exit $${PIPESTATUS[0]}
 
 install: build
 	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-pause /usr/local/bin/

@@ -44,7 +44,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 			points := filepath.Join(e.d.Dir, "failpoints")
 			e.d.Env = append(e.d.Env, "RTSHIMD_FAILPOINTS_FILE="+points)
 			e.d.Restart(false)
-			before := e.nodeState(handler, n)
+			before := e.nodeState(n, handler)
 			for i, point := range crashPoints {
 				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i}
 				c.run()
@@ -54,7 +54,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 				// Monitors end a moment after their container is deleted.
 				var after map[string][]string
 				for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-					if after = e.nodeState(handler, n); maps2Equal(before, after) {
+					if after = e.nodeState(n, handler); maps2Equal(before, after) {
 						break
 					}
 				}
@@ -366,7 +366,7 @@ func (e *containerEnv) podWith(cfg *runtimeapi.PodSandboxConfig, handler string)
 
 // nodeState is what the daemon's pods hold on the node, by kind, for comparing the node
 // before and after.
-func (e *containerEnv) nodeState(handler string, n testNet) map[string][]string {
+func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]string {
 	d := e.d
 	s := map[string][]string{}
 	for _, m := range mountsUnder(d.Dir) {
@@ -385,16 +385,18 @@ func (e *containerEnv) nodeState(handler string, n testNet) map[string][]string 
 		daemon = d.cmd.Process.Pid
 	}
 	s["processes"] = processesMentioning(d.Dir, daemon)
-	bin, root := runtimeOf(d, handler)
-	if out, err := exec.Command(bin, "--root", root, "list", "--format", "json").Output(); err == nil {
-		var ctrs []struct {
-			ID     string `json:"id"`
-			Bundle string `json:"bundle"`
-		}
-		_ = json.Unmarshal(out, &ctrs)
-		for _, c := range ctrs {
-			if strings.HasPrefix(c.Bundle, d.Dir) { // the shim's root is shared by every daemon
-				s["runtime state"] = append(s["runtime state"], c.ID)
+	for _, handler := range handlers {
+		bin, root := runtimeOf(d, handler)
+		if out, err := exec.Command(bin, "--root", root, "list", "--format", "json").Output(); err == nil {
+			var ctrs []struct {
+				ID     string `json:"id"`
+				Bundle string `json:"bundle"`
+			}
+			_ = json.Unmarshal(out, &ctrs)
+			for _, c := range ctrs {
+				if strings.HasPrefix(c.Bundle, d.Dir) { // the shim's root is shared by every daemon
+					s["runtime state"] = append(s["runtime state"], handler+":"+c.ID)
+				}
 			}
 		}
 	}
@@ -465,6 +467,8 @@ func runtimeOf(d *Daemon, handler string) (bin, root string) {
 	switch handler {
 	case "runsc":
 		return "/usr/local/bin/runsc", filepath.Join(d.RunRoot, "runsc")
+	case "runsc-debian":
+		return "/usr/bin/runsc", filepath.Join(d.RunRoot, "runsc-debian")
 	case "runc-shim":
 		return "/usr/sbin/runc", "/run/containerd/runc/rtshimd"
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/podcgroup"
 	"github.com/rtshimd/rtshimd/pkg/regfile"
 	"github.com/rtshimd/rtshimd/pkg/retry"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
@@ -758,6 +759,11 @@ func (m *Manager) cleanup(c *Container) error {
 		}
 		if err := failpoint.Fail("remove-container/runtime-deleted"); err != nil {
 			return err
+		}
+		if len(errs) == 0 {
+			if err := podcgroup.RemoveLeft(c.CgroupsPath); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if len(errs) == 0 {

@@ -193,7 +193,8 @@ func current(path string) (limits, error) {
 	return l, nil
 }
 
-// Remove deletes the cgroup at path (Apply created it); one already gone is no error.
+// Remove deletes the cgroup at path (Apply created it, or a runtime whose create was cut
+// short left it); one already gone is no error, one that still holds a process is.
 func Remove(path string) error {
 	var err error
 	if cgroups.Mode() == cgroups.Unified {
@@ -211,7 +212,37 @@ func Remove(path string) error {
 		}
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove pod cgroup %s: %w", path, err)
+		return fmt.Errorf("remove cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
+// RemoveLeft removes a task's cgroup, given as its spec's cgroupsPath, once its runtime
+// deleted the task: a create cut short (the runc shim abandons one whose caller died)
+// leaves the cgroup and no runtime state to remove it by. It removes the directory from
+// every hierarchy mounted (on a hybrid host runc makes one in the unified hierarchy too,
+// which containerd's cgroup1 does not know). Nothing under the systemd driver
+// ("slice:prefix:name"): the scope goes with its processes.
+func RemoveLeft(cgroupsPath string) error {
+	if !strings.HasPrefix(cgroupsPath, "/") {
+		return nil
+	}
+	dirs := []string{filepath.Join(Root, cgroupsPath)}
+	if cgroups.Mode() != cgroups.Unified {
+		hierarchies, _ := filepath.Glob(filepath.Join(Root, "*", "cgroup.procs"))
+		dirs = dirs[:0]
+		for _, h := range hierarchies {
+			dirs = append(dirs, filepath.Join(filepath.Dir(h), cgroupsPath))
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", cgroupsPath, err)
 	}
 	return nil
 }

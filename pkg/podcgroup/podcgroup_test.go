@@ -1,6 +1,9 @@
 package podcgroup
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -33,5 +36,37 @@ func TestRaiseOnly(t *testing.T) {
 	// Everything already as high: nothing to do.
 	if out, _ := raiseOnly(limits{memory: 256 << 20, quota: 80000, shares: 1024}, res); out != nil {
 		t.Errorf("higher limits: %+v", out)
+	}
+}
+
+// RemoveLeft removes a cgroup from every hierarchy, the unified one of a hybrid host too.
+func TestRemoveLeft(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	name := fmt.Sprintf("/rtshimd-removeleft-%d", os.Getpid())
+	hierarchies, _ := filepath.Glob(filepath.Join(Root, "*", "cgroup.procs"))
+	if len(hierarchies) == 0 {
+		hierarchies = []string{filepath.Join(Root, "cgroup.procs")}
+	}
+	for _, h := range hierarchies {
+		if err := os.MkdirAll(filepath.Join(filepath.Dir(h), name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveLeft(name); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(h), name)); err == nil {
+			t.Errorf("left in %s", filepath.Dir(h))
+			_ = os.Remove(filepath.Join(filepath.Dir(h), name))
+		}
+	}
+	if err := RemoveLeft(name); err != nil {
+		t.Errorf("removing it again: %v", err)
+	}
+	if err := RemoveLeft("kubepods.slice:cri-containerd:abc"); err != nil {
+		t.Errorf("systemd path: %v", err)
 	}
 }

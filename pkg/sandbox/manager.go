@@ -1009,6 +1009,9 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 		if err := failpoint.Fail("remove-sandbox/infra-deleted"); err != nil {
 			return err
 		}
+		if err := podcgroup.RemoveLeft(sb.CgroupsPath); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := m.teardownNetwork(ctx, sb); err != nil {
 		errs = append(errs, err)

@@ -342,6 +342,23 @@ func Cleanup(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// DeleteLeftover runs the shim binary's delete for the task of cfg (ID and Bundle) if a
+// create was sent for it (TaskFile) and the live shim does not know it: what the runtime
+// made before the create was abandoned is removed. Nothing to do without TaskFile.
+func DeleteLeftover(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	taskFile := filepath.Join(cfg.Bundle, TaskFile)
+	if _, err := os.Stat(taskFile); err != nil {
+		return nil
+	}
+	if _, err := runShim(ctx, cfg, []string{"-id", cfg.ID, "-bundle", cfg.Bundle, "delete"}); err != nil {
+		return fmt.Errorf("shim %s: delete leftover of %s: %w", cfg.ID, cfg.ID, err)
+	}
+	return os.Remove(taskFile)
+}
+
 func removeSocket(address string) {
 	if p, ok := strings.CutPrefix(address, "unix://"); ok {
 		_ = os.Remove(p)

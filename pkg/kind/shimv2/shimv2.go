@@ -346,7 +346,7 @@ func (r *Runtime) Delete(ctx context.Context, t kind.Task) error {
 	c, err := r.client(ctx, t)
 	switch {
 	case err == nil:
-		if err := r.deleteTask(ctx, c, t.ID); err != nil {
+		if err := r.deleteTask(ctx, c, t); err != nil {
 			return err
 		}
 		if t.Sandbox {
@@ -373,8 +373,19 @@ func (r *Runtime) Delete(ctx context.Context, t kind.Task) error {
 }
 
 // deleteTask deletes a task through its shim, killing it first if it still runs.
-func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, id string) error {
+func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, t kind.Task) error {
+	id := t.ID
 	_, err := c.Delete(ctx, id, "")
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// The shim has no such task, yet a create sent to it may have reached the runtime
+		// before the daemon died during the call (the runc shim abandons a create whose
+		// caller went away, and forgets it): the shim binary's delete removes what the
+		// runtime holds, as containerd does after a dead shim.
+		if err := shim.DeleteLeftover(ctx, r.taskConfig(t)); err != nil {
+			logrus.WithError(err).WithField("container", id).Warn("delete what an interrupted create may have left")
+		}
+		return nil
+	}
 	if err == nil || gone(err) {
 		return nil
 	}
@@ -390,9 +401,14 @@ func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, id string) err
 	return nil
 }
 
+// taskConfig is the shim binary's configuration for an action on one task.
+func (r *Runtime) taskConfig(t kind.Task) shim.Config {
+	return shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address, TTRPCAddress: r.opts.EventsAddress}
+}
+
 // cleanupDead runs the shim binary's delete for a task whose shim is gone.
 func (r *Runtime) cleanupDead(ctx context.Context, t kind.Task) error {
-	cfg := shim.Config{Binary: r.row.Path, ID: t.ID, Bundle: t.Dir, Address: r.opts.Address, TTRPCAddress: r.opts.EventsAddress}
+	cfg := r.taskConfig(t)
 	if t.Sandbox {
 		cfg = r.config(t)
 		r.forget(t.PodID)

@@ -137,8 +137,8 @@ type soakWorker struct {
 	w  int
 	rs internalapi.RuntimeService
 	// alive are the pods and containers the daemon said it made and that were not
-	// removed since: each must be listed whenever the worker looks.
-	alive map[string]bool
+	// removed since, each with its pod's ID: each must be listed whenever the worker looks.
+	alive map[string]string
 }
 
 func newSoakWorker(ctx context.Context, e *containerEnv, w int) (*soakWorker, error) {
@@ -146,7 +146,7 @@ func newSoakWorker(ctx context.Context, e *containerEnv, w int) (*soakWorker, er
 	if err != nil {
 		return nil, err
 	}
-	return &soakWorker{e: e, w: w, rs: rs, alive: map[string]bool{}}, nil
+	return &soakWorker{e: e, w: w, rs: rs, alive: map[string]string{}}, nil
 }
 
 // cycle runs one pod through its life. It reports false when a call failed and the pod
@@ -165,11 +165,11 @@ func (s *soakWorker) cycle(ctx context.Context, handler string, i int) (bool, er
 	defer cancel()
 	podID, err := s.rs.RunPodSandbox(cctx, pod, handler)
 	if err == nil {
-		s.alive[podID] = true
+		s.alive[podID] = podID
 		var ctrID string
 		ctrID, err = s.rs.CreateContainer(cctx, podID, ctr, pod)
 		if err == nil {
-			s.alive[ctrID] = true
+			s.alive[ctrID] = podID
 			err = s.rs.StartContainer(cctx, ctrID)
 		}
 		if err == nil {
@@ -229,8 +229,12 @@ func (s *soakWorker) relistOnce(ctx context.Context) error {
 		if err := s.rs.RemovePodSandbox(ctx, p.Id); err != nil {
 			return err
 		}
+		for id, pod := range s.alive {
+			if pod == p.Id {
+				delete(s.alive, id) // removed with its pod
+			}
+		}
 	}
-	clear(s.alive) // removed with their pods
 	return nil
 }
 

@@ -120,6 +120,17 @@ func (p *nriPlugin) StopContainer(_ context.Context, pod *api.PodSandbox, _ *api
 	return nil, nil
 }
 
+func (p *nriPlugin) UpdatePodSandbox(_ context.Context, pod *api.PodSandbox, _, res *api.LinuxResources) error {
+	// The event carries the new resources: the memory limit is recorded with it.
+	p.record(pod.GetId(), fmt.Sprintf("UpdatePodSandbox memory=%d", res.GetMemory().GetLimit().GetValue()))
+	return nil
+}
+
+func (p *nriPlugin) PostUpdatePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.record(pod.GetId(), "PostUpdatePodSandbox")
+	return nil
+}
+
 func (p *nriPlugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, _ *api.Container) error {
 	p.record(pod.GetId(), "RemoveContainer")
 	return nil
@@ -219,6 +230,12 @@ func TestNRIPlugin(t *testing.T) {
 				}
 			}
 
+			// An in-place resize of the pod is heard before and after it is applied.
+			if _, err := e.d.RS.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{
+				PodSandboxId: podID, Resources: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 512 << 20},
+			}); err != nil {
+				t.Fatal(err)
+			}
 			if err := e.d.RS.StopContainer(ctx, id, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -232,6 +249,7 @@ func TestNRIPlugin(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := []string{"RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
+				fmt.Sprintf("UpdatePodSandbox memory=%d", 512<<20), "PostUpdatePodSandbox",
 				"StopContainer", "StopPodSandbox", "RemoveContainer", "RemovePodSandbox"}
 			if got := p.eventsOf(podID); !slices.Equal(got, want) {
 				t.Errorf("events of the pod:\n got %q\nwant %q", got, want)

@@ -176,11 +176,10 @@ func (s *soakWorker) cycle(ctx context.Context, handler string, i int) (bool, er
 			err = s.rs.StopPodSandbox(cctx, podID)
 		}
 		if err == nil {
+			s.forget(podID)
 			err = s.rs.RemovePodSandbox(cctx, podID)
 		}
 		if err == nil {
-			delete(s.alive, podID)
-			delete(s.alive, ctrID)
 			return true, nil
 		}
 	}
@@ -226,16 +225,22 @@ func (s *soakWorker) relistOnce(ctx context.Context) error {
 		if err := s.rs.StopPodSandbox(ctx, p.Id); err != nil {
 			return err
 		}
+		s.forget(p.Id)
 		if err := s.rs.RemovePodSandbox(ctx, p.Id); err != nil {
 			return err
 		}
-		for id, pod := range s.alive {
-			if pod == p.Id {
-				delete(s.alive, id) // removed with its pod
-			}
-		}
 	}
 	return nil
+}
+
+// forget drops a pod and its containers from alive before its removal is asked for: a
+// removal the daemon died in may have taken any of them.
+func (s *soakWorker) forget(podID string) {
+	for id, pod := range s.alive {
+		if pod == podID {
+			delete(s.alive, id)
+		}
+	}
 }
 
 // isUnavailable reports an error of a daemon that is down or restarting.

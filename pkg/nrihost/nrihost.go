@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/container"
@@ -278,6 +279,28 @@ func (h *Host) UpdateContainer(ctx context.Context, c *container.Container, res 
 		return nil, fmt.Errorf("nri: update container %s: %w", c.ID, err)
 	}
 	return res, nil
+}
+
+// UpdatePodSandbox tells plugins a pod is being resized in place, with its new resources
+// and overhead; an error fails UpdatePodSandboxResources.
+func (h *Host) UpdatePodSandbox(ctx context.Context, sb *sandbox.Sandbox, overhead, resources *runtimeapi.LinuxContainerResources) error {
+	_, err := h.nri.UpdatePodSandbox(ctx, &api.UpdatePodSandboxRequest{
+		Pod: podSandbox(sb), OverheadLinuxResources: criResources(overhead), LinuxResources: criResources(resources),
+	})
+	count("UpdatePodSandbox", err)
+	if err != nil {
+		return fmt.Errorf("nri: update pod sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// PostUpdatePodSandbox tells plugins a pod was resized.
+func (h *Host) PostUpdatePodSandbox(ctx context.Context, sb *sandbox.Sandbox) {
+	err := h.nri.PostUpdatePodSandbox(ctx, &api.PostUpdatePodSandboxRequest{Pod: podSandbox(sb)})
+	count("PostUpdatePodSandbox", err)
+	if err != nil {
+		logrus.WithError(err).WithField("sandbox", sb.ID).Warn("nri: post-update pod sandbox")
+	}
 }
 
 // PostUpdateContainer tells plugins a container's limits changed.

@@ -69,6 +69,9 @@ type NRI interface {
 	RunPodSandbox(ctx context.Context, sb *Sandbox) error
 	StopPodSandbox(ctx context.Context, sb *Sandbox)
 	RemovePodSandbox(ctx context.Context, sb *Sandbox)
+	// UpdatePodSandbox tells plugins of a resize before it is applied; an error fails it.
+	UpdatePodSandbox(ctx context.Context, sb *Sandbox, overhead, resources *runtimeapi.LinuxContainerResources) error
+	PostUpdatePodSandbox(ctx context.Context, sb *Sandbox)
 	// BlockSync holds off plugins' synchronization while a pod is being made.
 	BlockSync() (unblock func())
 }

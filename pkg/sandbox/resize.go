@@ -60,6 +60,12 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, overhead, reso
 		return fmt.Errorf("update pod sandbox %s resources: %w", sb.ID, err)
 	}
 	prev := sb.Status()
+	if m.opts.NRI != nil && prev.State == StateReady {
+		// As containerd: plugins hear of the resize first, and one that fails it fails the call.
+		if err := m.opts.NRI.UpdatePodSandbox(ctx, sb, overhead, resources); err != nil {
+			return err
+		}
+	}
 	var applyErr error
 	if prev.State == StateReady {
 		applyErr = m.applyResize(ctx, sb, &r.Applied, currentLimits(sb, prev))
@@ -78,6 +84,9 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, overhead, reso
 		return fmt.Errorf("update pod sandbox %s resources: %w", sb.ID, applyErr)
 	}
 	log.Info("pod resized")
+	if m.opts.NRI != nil && prev.State == StateReady {
+		m.opts.NRI.PostUpdatePodSandbox(ctx, sb)
+	}
 	return nil
 }
 

@@ -524,7 +524,6 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-
 // Interface is one network interface's counters.
 type Interface struct {
 	Name                                    string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 )
 
 // States of a container record. "creating" is on disk only while CreateContainer is under
@@ -106,6 +107,11 @@ type Container struct {
 	// deleted, so a late watcher does not write it back.
 	pmu     sync.Mutex
 	removed bool
+
+	// listed is the container as List reports it, kept per listKey (the rest never
+	// changes); statsAttrs is its stats' attributes, which never change.
+	listed     protocache.Item[listKey]
+	statsAttrs protocache.Item[struct{}]
 }
 
 // task is the container as its runtime knows it.

@@ -15,6 +15,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/procstats"
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -108,10 +109,12 @@ func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
 func (m *Manager) statsOf(c *Container, s sample) *runtimeapi.ContainerStats {
 	now := s.at
 	out := &runtimeapi.ContainerStats{
-		Attributes: &runtimeapi.ContainerAttributes{Id: c.ID, Metadata: c.config.Metadata, Labels: c.config.Labels, Annotations: c.config.Annotations},
-		Cpu:        &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
-		Memory:     &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
+		Cpu:    &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
+		Memory: &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
 	}
+	// The attributes (the container's ID, metadata, labels and annotations) never change:
+	// they go out as encoded once.
+	protocache.SetField(out, "attributes", c.statsAttributes())
 	if s.cgOK {
 		fillUsage(out.Cpu, out.Memory, s.cg, m.rates.rate(c.ID, now, s.cg.CPUUsageNanos), now)
 	}
@@ -267,10 +270,9 @@ func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, samples []s
 			linux.Network = nu
 		}
 	}
-	return &runtimeapi.PodSandboxStats{
-		Attributes: &runtimeapi.PodSandboxAttributes{Id: sb.ID, Metadata: cfg.Metadata, Labels: cfg.Labels, Annotations: cfg.Annotations},
-		Linux:      linux,
-	}
+	out := &runtimeapi.PodSandboxStats{Linux: linux}
+	protocache.SetField(out, "attributes", sb.StatsAttributes()) // encoded once
+	return out
 }
 
 // netDev reads the interfaces of pid's network namespace: a pod's, through a process in it.

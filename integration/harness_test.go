@@ -138,6 +138,13 @@ func newDaemonWith(t testing.TB, extra string) *Daemon {
 // newDaemonTable is newDaemonWith with a handler table of the test's own.
 func newDaemonTable(t testing.TB, table func(run string) string, extra string) *Daemon {
 	t.Helper()
+	return newDaemonLevel(t, table, extra, "debug")
+}
+
+// newDaemonLevel is newDaemonTable at a log level of the caller's: benchmarks run the
+// daemon at "info", as a node does, so that no debug line is written per call.
+func newDaemonLevel(t testing.TB, table func(run string) string, extra, logLevel string) *Daemon {
+	t.Helper()
 	dir := t.TempDir()
 	// Searchable, as the daemon's roots are: a user-namespaced pod's root reaches its
 	// rootfs through them (t.TempDir makes both levels 0700).
@@ -151,8 +158,8 @@ func newDaemonTable(t testing.TB, table func(run string) string, extra string) *
 		RunRoot: filepath.Join(dir, "run"), State: filepath.Join(dir, "state"),
 	}
 	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
-	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = \"debug\"\nmonitor_path = %q\npause_path = %q\n",
-		d.Socket, d.State, d.RunRoot, filepath.Join(binDir, "rtshim-monitor"), filepath.Join(binDir, "rtshim-pause"))
+	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = %q\nmonitor_path = %q\npause_path = %q\n",
+		d.Socket, d.State, d.RunRoot, logLevel, filepath.Join(binDir, "rtshim-monitor"), filepath.Join(binDir, "rtshim-pause"))
 	// Each daemon has CNI dirs of its own, empty until a test writes a network config.
 	netCfg := fmt.Sprintf("\n[network]\ncni_conf_dir = %q\ncni_cache_dir = %q\n", filepath.Join(dir, "cni"), filepath.Join(dir, "cni-cache"))
 	if err := os.MkdirAll(filepath.Join(dir, "cni"), 0o755); err != nil {

@@ -56,7 +56,7 @@ func writeNetwork(t *testing.T, e *containerEnv) testNet {
 	return n
 }
 
-func waitNetworkReady(t *testing.T, d *Daemon, want bool) *runtimeapi.RuntimeCondition {
+func waitNetworkReady(t testing.TB, d *Daemon, want bool) *runtimeapi.RuntimeCondition {
 	t.Helper()
 	var cond *runtimeapi.RuntimeCondition
 	waitFor(t, 15*time.Second, fmt.Sprintf("NetworkReady=%v", want), func() (bool, string) {

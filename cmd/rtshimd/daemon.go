@@ -25,6 +25,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
 	"github.com/rtshimd/rtshimd/pkg/podcidr"
+	"github.com/rtshimd/rtshimd/pkg/pprofsock"
 	"github.com/rtshimd/rtshimd/pkg/reload"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/sdnotify"
@@ -46,6 +47,7 @@ type daemon struct {
 	podCIDR    *podcidr.Store
 	nri        *nrihost.Host // nil when [nri] enable = false
 	metrics    *http.Server
+	pprof      *pprofsock.Server
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
 	logLevelFlag string
 	hup          <-chan os.Signal // SIGHUP, caught from the start
@@ -217,6 +219,15 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 		return nil, err
 	}
+	if d.pprof, err = pprofsock.Serve(cfg.Debug.PprofSocket); err != nil {
+		if d.metrics != nil {
+			_ = d.metrics.Close()
+		}
+		if nri != nil {
+			nri.Stop()
+		}
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -262,6 +273,9 @@ func (d *daemon) close() {
 	_ = d.streaming.Stop()
 	if d.metrics != nil {
 		_ = d.metrics.Close()
+	}
+	if d.pprof != nil {
+		_ = d.pprof.Close()
 	}
 	if d.nri != nil {
 		d.nri.Stop()

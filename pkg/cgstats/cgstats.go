@@ -5,7 +5,6 @@
 package cgstats
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"path/filepath"
@@ -97,6 +96,29 @@ func (r *Reader) Read(path string) (Stats, error) {
 	return readV1(r.Root, path)
 }
 
+// Scope is how much of a cgroup a reading covers.
+type Scope int
+
+const (
+	// Full is every counter Stats has: what cAdvisor-style metrics (PodMetrics) need.
+	Full Scope = iota
+	// Usage is what the CRI's stats carry: CPU time, memory usage, limit, working set,
+	// RSS and page faults, and the process count. Five files where Full reads twenty or
+	// more: kubelet asks for it for every container every few seconds.
+	Usage
+)
+
+// ReadScope reads the cgroup at path, as much of it as scope says.
+func (r *Reader) ReadScope(path string, scope Scope) (Stats, error) {
+	if scope == Full {
+		return r.Read(path)
+	}
+	if r.v2 {
+		return readV2Usage(filepath.Join(r.Root, path))
+	}
+	return readV1Usage(r.Root, path)
+}
+
 // OOMKills reads only the OOM-kill count of the cgroup at path (one file, where Read reads
 // them all): what a container's exit needs.
 func (r *Reader) OOMKills(path string) uint64 {
@@ -184,6 +206,75 @@ func readV1(root, path string) (Stats, error) {
 	return s, nil
 }
 
+// readV1Usage is readV1's Usage scope: the same values for the fields it sets.
+func readV1Usage(root, path string) (Stats, error) {
+	var s Stats
+	var err error
+	if s.CPUUsageNanos, err = readUint(filepath.Join(root, "cpuacct", path, "cpuacct.usage")); err != nil {
+		return s, err
+	}
+	mem := filepath.Join(root, "memory", path)
+	s.MemoryUsage, _ = readUint(filepath.Join(mem, "memory.usage_in_bytes"))
+	if limit, err := readUint(filepath.Join(mem, "memory.limit_in_bytes")); err == nil && limit < 1<<62 {
+		s.MemoryLimit = limit
+	}
+	var inactiveFile uint64
+	_ = readFile(filepath.Join(mem, "memory.stat"), func(b []byte) {
+		eachKV(b, func(k []byte, v uint64) {
+			switch string(k) {
+			case "total_rss":
+				s.RSS = v
+			case "total_pgfault":
+				s.PageFaults = v
+			case "total_pgmajfault":
+				s.MajorPageFaults = v
+			case "total_inactive_file":
+				inactiveFile = v
+			}
+		})
+	})
+	s.WorkingSet = sub(s.MemoryUsage, inactiveFile)
+	s.Processes, _ = readUint(filepath.Join(root, "pids", path, "pids.current"))
+	return s, nil
+}
+
+// readV2Usage is readV2's Usage scope.
+func readV2Usage(dir string) (Stats, error) {
+	var s Stats
+	err := readFile(filepath.Join(dir, "cpu.stat"), func(b []byte) {
+		eachKV(b, func(k []byte, v uint64) {
+			if string(k) == "usage_usec" {
+				s.CPUUsageNanos = v * 1000
+			}
+		})
+	})
+	if err != nil {
+		return s, err
+	}
+	s.MemoryUsage, _ = readUint(filepath.Join(dir, "memory.current"))
+	if limit, err := readUint(filepath.Join(dir, "memory.max")); err == nil {
+		s.MemoryLimit = limit
+	}
+	var inactiveFile uint64
+	_ = readFile(filepath.Join(dir, "memory.stat"), func(b []byte) {
+		eachKV(b, func(k []byte, v uint64) {
+			switch string(k) {
+			case "anon":
+				s.RSS = v
+			case "pgfault":
+				s.PageFaults = v
+			case "pgmajfault":
+				s.MajorPageFaults = v
+			case "inactive_file":
+				inactiveFile = v
+			}
+		})
+	})
+	s.WorkingSet = sub(s.MemoryUsage, inactiveFile)
+	s.Processes, _ = readUint(filepath.Join(dir, "pids.current"))
+	return s, nil
+}
+
 func readV2(dir string) (Stats, error) {
 	var s Stats
 	cpu := readKV(filepath.Join(dir, "cpu.stat"))
@@ -241,11 +332,11 @@ func readBlkioV1(dir string) []BlkioDevice {
 
 // readBlkioFile parses "major:minor Op value" lines (and skips the closing "Total n").
 func readBlkioFile(path string, devs Devices, into func(*BlkioDevice) map[string]uint64) {
-	b, err := os.ReadFile(path)
+	b, err := readString(path)
 	if err != nil {
 		return
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		f := strings.Fields(line)
 		if len(f) != 3 {
 			continue
@@ -261,12 +352,12 @@ func readBlkioFile(path string, devs Devices, into func(*BlkioDevice) map[string
 
 // readIOStat parses v2's io.stat: "major:minor rbytes=n wbytes=n rios=n wios=n dbytes=n dios=n".
 func readIOStat(path string) []BlkioDevice {
-	b, err := os.ReadFile(path)
+	b, err := readString(path)
 	if err != nil {
 		return nil
 	}
 	devs := Devices{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
@@ -388,12 +479,12 @@ func readPressure(dir string) *Pressure {
 
 // readPSI parses "some avg10=0.00 avg60=0.00 avg300=0.00 total=123" and its "full" line.
 func readPSI(path string) (PSI, bool) {
-	b, err := os.ReadFile(path)
+	b, err := readString(path)
 	if err != nil {
 		return PSI{}, false
 	}
 	var p PSI
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			continue
@@ -415,17 +506,15 @@ func readPSI(path string) (PSI, bool) {
 }
 
 func readProcs(path string) ([]int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			out = append(out, pid)
+	err := readFile(path, func(b []byte) {
+		for _, f := range bytes.Fields(b) {
+			if pid, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, pid)
+			}
 		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 func sub(a, b uint64) uint64 {
@@ -433,34 +522,6 @@ func sub(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
-}
-
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-}
-
-// readKV parses "key value" lines; nil if the file cannot be read.
-func readKV(path string) map[string]uint64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out
 }
 
 // Interface is one network interface's counters.
@@ -473,12 +534,12 @@ type Interface struct {
 // NetDev parses /proc/<pid>/net/dev (the counters of that process's network namespace),
 // leaving out lo.
 func NetDev(path string) ([]Interface, error) {
-	b, err := os.ReadFile(path)
+	b, err := readString(path)
 	if err != nil {
 		return nil, err
 	}
 	var out []Interface
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		name, rest, ok := strings.Cut(line, ":")
 		if !ok {
 			continue

@@ -1,9 +1,11 @@
 package cgstats
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -76,6 +78,7 @@ func TestReadV1(t *testing.T) {
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("v1 =\n%+v\nwant\n%+v", s, want)
 	}
+	checkUsage(t, New(root), p, want)
 	if _, err := New(root).Read("/gone"); err == nil {
 		t.Error("a missing cgroup read without error")
 	}
@@ -164,6 +167,7 @@ func TestReadV2(t *testing.T) {
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("v2 =\n%+v\nwant\n%+v", s, want)
 	}
+	checkUsage(t, New(root), "/kubepods.slice/ctr", want)
 	if pids, err := New(root).Procs("/kubepods.slice/ctr"); err != nil || len(pids) != 3 {
 		t.Errorf("Procs = %v, %v", pids, err)
 	}
@@ -182,6 +186,43 @@ func TestReadV2KernelParts(t *testing.T) {
 	}
 	if s.MemoryKernel != 334 || s.Pressure != nil || s.Blkio != nil || s.Hugetlb != nil {
 		t.Errorf("kernel %d pressure %v blkio %v hugetlb %v", s.MemoryKernel, s.Pressure, s.Blkio, s.Hugetlb)
+	}
+}
+
+// checkUsage reads path in the Usage scope: the fields it covers as the full read has
+// them, the others zero; a missing cgroup is an error there too.
+func checkUsage(t *testing.T, r *Reader, path string, full Stats) {
+	t.Helper()
+	got, err := r.ReadScope(path, Usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stats{
+		CPUUsageNanos: full.CPUUsageNanos, MemoryUsage: full.MemoryUsage, MemoryLimit: full.MemoryLimit, WorkingSet: full.WorkingSet,
+		RSS: full.RSS, PageFaults: full.PageFaults, MajorPageFaults: full.MajorPageFaults, Processes: full.Processes,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("usage =\n%+v\nwant\n%+v", got, want)
+	}
+	if _, err := r.ReadScope("/gone", Usage); err == nil {
+		t.Error("a missing cgroup read without error")
+	}
+}
+
+// Files larger than readFile's buffer are read whole.
+func TestReadFileLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big")
+	var b strings.Builder
+	for i := 0; i < 3000; i++ {
+		fmt.Fprintf(&b, "key%d %d\n", i, i)
+	}
+	write(t, path, b.String())
+	kv := readKV(path)
+	if len(kv) != 3000 || kv["key2999"] != 2999 {
+		t.Errorf("read %d keys, key2999 = %d", len(kv), kv["key2999"])
+	}
+	if _, err := readUint(filepath.Join(t.TempDir(), "none")); !os.IsNotExist(err) {
+		t.Errorf("missing file: %v, want not-exist", err)
 	}
 }
 

@@ -56,6 +56,7 @@ type Config struct {
 	Metrics        Metrics             `toml:"metrics"`
 	CDI            CDI                 `toml:"cdi"`
 	NRI            NRI                 `toml:"nri"`
+	Debug          Debug               `toml:"debug"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -126,6 +127,14 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 type Metrics struct {
 	// Addr is host:port for /metrics; empty (the default) serves no metrics.
 	Addr string `toml:"addr"`
+}
+
+// Debug configures what is only for finding out where the daemon's time and memory go.
+type Debug struct {
+	// PprofSocket is a unix socket path (mode 0600) serving net/http/pprof's /debug/pprof/;
+	// empty (the default) serves none. A unix socket, not an address: profiles show
+	// every pod's IDs and the handlers' arguments, and only root should read them.
+	PprofSocket string `toml:"pprof_socket"`
 }
 
 // Streaming configures the server behind Exec, Attach and PortForward URLs.
@@ -344,6 +353,14 @@ func (c *Config) validate(p positions) error {
 			return p.errf("metrics.addr", "metrics.addr %q is not host:port", c.Metrics.Addr)
 		}
 	}
+	if sock := c.Debug.PprofSocket; sock != "" {
+		if !filepath.IsAbs(sock) {
+			return p.errf("debug.pprof_socket", "debug.pprof_socket must be an absolute path, got %q", sock)
+		}
+		if len(sock) > 107 {
+			return p.errf("debug.pprof_socket", "debug.pprof_socket %q is longer than a unix socket path can be (107 bytes)", sock)
+		}
+	}
 	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
 		return p.errf("streaming", "streaming.tls_cert_file and streaming.tls_key_file go together: set both or neither")
 	}
@@ -533,5 +550,6 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("metrics", old.Metrics, cfg.Metrics)
 	differ("cdi", old.CDI, cfg.CDI)
 	differ("nri", old.NRI, cfg.NRI)
+	differ("debug", old.Debug, cfg.Debug)
 	return out
 }

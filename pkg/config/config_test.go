@@ -59,6 +59,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad nri duration", base + "[nri]\nenable = true\nplugin_request_timeout = \"soon\"\n", "cfg.toml:8: ", `"soon" is not a duration`},
 		{"negative nri duration", base + "[nri]\nplugin_registration_timeout = \"-1s\"\n", "cfg.toml:7: nri.plugin_registration_timeout must be positive", ""},
 		{"unknown nri key", base + "[nri]\nenabled = false\n", "cfg.toml:7: unknown key \"nri.enabled\"", ""},
+		{"relative debug.pprof_socket", base + "[debug]\npprof_socket = \"pprof.sock\"\n", "cfg.toml:7: debug.pprof_socket must be an absolute path", `got "pprof.sock"`},
 		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
 	}
 	for _, tt := range tests {
@@ -121,6 +122,9 @@ func TestDefault(t *testing.T) {
 	}
 	if c.Handlers["crun"].Features.HostNetwork != nil {
 		t.Errorf("crun declares host_network; want nil (discover)")
+	}
+	if c.Debug.PprofSocket != "" {
+		t.Errorf("debug.pprof_socket = %q, want empty (off)", c.Debug.PprofSocket)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -105,6 +106,11 @@ type Container struct {
 	mu sync.Mutex
 	// exited is closed once the container's end is known.
 	exited chan struct{}
+
+	// listed is the container as List reports it, kept per listKey (the rest never
+	// changes); statsAttrs is its stats' attributes, which never change.
+	listed     protocache.Item[listKey]
+	statsAttrs protocache.Item[struct{}]
 }
 
 // task is the container as its runtime knows it.

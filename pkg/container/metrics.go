@@ -154,7 +154,9 @@ func (m *Manager) PodMetrics() []*runtimeapi.PodSandboxMetrics {
 		}
 		pods = append(pods, sb)
 	}
-	spread(len(ctrs), func(i int) { ctrs[i].s = m.sample(ctrs[i].c) })
+	// Every reading, /proc walks included, is taken a few at a time (spread), before the
+	// answer is built.
+	spread(len(ctrs), func(i int) { ctrs[i].s = m.sample(ctrs[i].c, cgstats.Full) })
 
 	fsInfo := map[string]*unix.Statfs_t{} // by mountpoint: one statfs per call
 	for i, sb := range pods {
@@ -216,7 +218,11 @@ func networkMetrics(ifs []cgstats.Interface, ts int64, ns, pod string) []*runtim
 func containerMetrics(st Status, s sample, fs *unix.Statfs_t, labels []string) []*runtimeapi.Metric {
 	b := &metricSet{ts: s.at.UnixNano(), labels: labels}
 	if s.cgOK {
-		cgMetrics(b, s.cg)
+		var proc *procstats.Counts
+		if s.procOK {
+			proc = &s.proc
+		}
+		cgMetrics(b, s.cg, proc)
 	}
 	if s.fsOK {
 		dev := s.fs.Mountpoint // the store's graph root: where the writable layer lives
@@ -235,7 +241,9 @@ func containerMetrics(st Status, s sample, fs *unix.Statfs_t, labels []string) [
 	return b.out
 }
 
-func cgMetrics(b *metricSet, cg cgstats.Stats) {
+// cgMetrics are a cgroup reading's metrics; proc is its processes' counts from /proc, nil
+// where the runtime named none.
+func cgMetrics(b *metricSet, cg cgstats.Stats, proc *procstats.Counts) {
 	sec := func(nanos uint64) uint64 { return nanos / uint64(time.Second) }
 	b.add("container_cpu_usage_seconds_total", sec(cg.CPUUsageNanos))
 	b.add("container_cpu_user_seconds_total", sec(cg.CPUUserNanos))
@@ -260,8 +268,7 @@ func cgMetrics(b *metricSet, cg cgstats.Stats) {
 	b.add("container_oom_events_total", cg.OOMKills)
 
 	b.add("container_threads_max", cg.PidsLimit)
-	if cg.Pids != nil {
-		p := procstats.Read("/proc", cg.Pids)
+	if p := proc; p != nil {
 		b.add("container_processes", p.Processes)
 		b.add("container_threads", p.Threads)
 		b.add("container_file_descriptors", p.FDs)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/procstats"
 )
 
 // Every descriptor is complete and named once; every metric built from a full reading
@@ -37,6 +38,8 @@ func TestContainerMetricsMatchDescriptors(t *testing.T) {
 			Pressure: &cgstats.Pressure{CPU: cgstats.PSI{SomeMicros: 2e6}},
 		},
 		fs: image.Usage{Mountpoint: os.TempDir(), Bytes: 4096},
+		// A Full sample walks /proc for the processes its runtime named.
+		proc: procstats.Read("/proc", []int{os.Getpid()}), procOK: true,
 	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(os.TempDir(), &fs); err != nil {

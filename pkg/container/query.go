@@ -2,49 +2,10 @@ package container
 
 import (
 	"encoding/json"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
-
-// List returns the containers that match filter, from memory.
-func (m *Manager) List(filter *runtimeapi.ContainerFilter) []*runtimeapi.Container {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*runtimeapi.Container, 0, len(m.containers))
-	for id, c := range m.containers {
-		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
-			continue
-		}
-		if f := filter.GetPodSandboxId(); f != "" && !strings.HasPrefix(c.SandboxID, f) {
-			continue
-		}
-		st := c.Status()
-		state := criState(st.State)
-		if f := filter.GetState(); f != nil && f.State != state {
-			continue
-		}
-		if !sandbox.MatchLabels(filter.GetLabelSelector(), c.config.Labels) {
-			continue
-		}
-		out = append(out, &runtimeapi.Container{
-			Id:           id,
-			PodSandboxId: c.SandboxID,
-			Metadata:     c.config.Metadata,
-			Image:        &runtimeapi.ImageSpec{Image: c.ImageRef},
-			ImageRef:     c.imageRef(),
-			ImageId:      c.ImageID,
-			State:        state,
-			CreatedAt:    c.CreatedAt,
-			Labels:       c.config.Labels,
-			Annotations:  c.config.Annotations,
-		})
-	}
-	return out
-}
 
 // CRIStatus is the container as ContainerStatus reports it; verbose adds the pid, the
 // record and the OCI spec.

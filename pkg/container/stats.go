@@ -14,6 +14,8 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/pkg/procstats"
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 )
 
@@ -67,21 +69,28 @@ func (m *Manager) Stats(id string) (*runtimeapi.ContainerStats, error) {
 }
 
 // sample is one reading of a container: its runtime's counters (cgOK false where the
-// container does not run or the runtime could not say) and its writable layer's usage.
+// container does not run or the runtime could not say), its processes' counts from /proc
+// (a Full reading of a container whose runtime names them), and its writable layer's usage.
 type sample struct {
-	at   time.Time
-	cg   cgstats.Stats
-	cgOK bool
-	fs   image.Usage
-	fsOK bool
+	at     time.Time
+	cg     cgstats.Stats
+	cgOK   bool
+	proc   procstats.Counts
+	procOK bool
+	fs     image.Usage
+	fsOK   bool
 }
 
-func (m *Manager) sample(c *Container) sample {
+// sample reads c, as much as scope says: the CRI's stats take cgstats.Usage, metrics Full.
+func (m *Manager) sample(c *Container, scope cgstats.Scope) sample {
 	s := sample{at: time.Now()}
 	if c.Status().State == StateRunning {
-		cg, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath)
+		cg, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath, scope)
 		if err == nil {
 			s.cg, s.cgOK = cg, true
+			if scope == cgstats.Full && cg.Pids != nil {
+				s.proc, s.procOK = procstats.Read("/proc", cg.Pids), true
+			}
 		} else {
 			logrus.WithFields(logrus.Fields{"container": c.ID, "handler": c.Handler}).WithError(err).Debug("container stats unreadable")
 		}
@@ -93,13 +102,19 @@ func (m *Manager) sample(c *Container) sample {
 }
 
 func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
-	s := m.sample(c)
+	return m.statsOf(c, m.sample(c, cgstats.Usage))
+}
+
+// statsOf is c's ContainerStats from a reading of it.
+func (m *Manager) statsOf(c *Container, s sample) *runtimeapi.ContainerStats {
 	now := s.at
 	out := &runtimeapi.ContainerStats{
-		Attributes: &runtimeapi.ContainerAttributes{Id: c.ID, Metadata: c.config.Metadata, Labels: c.config.Labels, Annotations: c.config.Annotations},
-		Cpu:        &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
-		Memory:     &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
+		Cpu:    &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
+		Memory: &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
 	}
+	// The attributes (the container's ID, metadata, labels and annotations) never change:
+	// they go out as encoded once.
+	protocache.SetField(out, "attributes", c.statsAttributes())
 	if s.cgOK {
 		fillUsage(out.Cpu, out.Memory, s.cg, m.rates.rate(c.ID, now, s.cg.CPUUsageNanos), now)
 	}
@@ -193,6 +208,17 @@ func (m *Manager) PodStats(sandboxID string) (*runtimeapi.PodSandboxStats, error
 }
 
 func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
+	ctrs := m.ofSandbox(sb.ID)
+	samples := make([]sample, len(ctrs))
+	for i, c := range ctrs {
+		samples[i] = m.sample(c, cgstats.Usage)
+	}
+	return m.podStatsOf(sb, ctrs, samples)
+}
+
+// podStatsOf is the pod's PodSandboxStats, its containers' from their readings (each read
+// once per call: the pod's figures are their sum unless the pod cgroup says).
+func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, samples []sample) *runtimeapi.PodSandboxStats {
 	now := time.Now()
 	cfg := sb.PodConfig()
 	linux := &runtimeapi.LinuxPodSandboxStats{
@@ -205,8 +231,8 @@ func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
 		pids = append(pids, st.InfraPid)
 	}
 	var sum cgstats.Stats
-	for _, c := range m.ofSandbox(sb.ID) {
-		cs := m.stats(c)
+	for i, c := range ctrs {
+		cs := m.statsOf(c, samples[i])
 		linux.Containers = append(linux.Containers, cs)
 		sum.CPUUsageNanos += cs.GetCpu().GetUsageCoreNanoSeconds().GetValue()
 		sum.MemoryUsage += cs.GetMemory().GetUsageBytes().GetValue()
@@ -220,7 +246,7 @@ func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
 	}
 	if parent := cfg.GetLinux().GetCgroupParent(); parent != "" {
 		if dir, err := cgpath.Parent(m.opts.CgroupDriver == config.SystemdDriver, parent); err == nil {
-			if s, err := m.cgroups().Read(dir); err == nil {
+			if s, err := m.cgroups().ReadScope(dir, cgstats.Usage); err == nil {
 				sum = s
 			}
 		}
@@ -244,10 +270,9 @@ func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
 			linux.Network = nu
 		}
 	}
-	return &runtimeapi.PodSandboxStats{
-		Attributes: &runtimeapi.PodSandboxAttributes{Id: sb.ID, Metadata: cfg.Metadata, Labels: cfg.Labels, Annotations: cfg.Annotations},
-		Linux:      linux,
-	}
+	out := &runtimeapi.PodSandboxStats{Linux: linux}
+	protocache.SetField(out, "attributes", sb.StatsAttributes()) // encoded once
+	return out
 }
 
 // netDev reads the interfaces of pid's network namespace: a pod's, through a process in it.
@@ -269,19 +294,24 @@ func netPid(sb *sandbox.Sandbox, running []*Container) int {
 	return 0
 }
 
-// ListPodStats returns the stats of the ready pods that match filter.
+// ListPodStats returns the stats of the ready pods that match filter. The pods are read
+// as ListStats reads containers, a few at a time: the cgroup files are syscall-bound.
 func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
-	var out []*runtimeapi.PodSandboxStats
-	for _, p := range m.opts.Sandboxes.List(&runtimeapi.PodSandboxFilter{Id: filter.GetId(), LabelSelector: filter.GetLabelSelector()}) {
-		if filter.GetId() == "" && p.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+	var picked []*sandbox.Sandbox
+	for _, sb := range m.opts.Sandboxes.All() {
+		if f := filter.GetId(); f != "" && !strings.HasPrefix(sb.ID, f) {
 			continue
 		}
-		sb, err := m.opts.Sandboxes.Get(p.Id)
-		if err != nil {
+		if filter.GetId() == "" && sb.Status().State != sandbox.StateReady {
 			continue
 		}
-		out = append(out, m.podStats(sb))
+		if !sandbox.MatchLabels(filter.GetLabelSelector(), sb.PodConfig().GetLabels()) {
+			continue
+		}
+		picked = append(picked, sb)
 	}
+	out := make([]*runtimeapi.PodSandboxStats, len(picked))
+	spread(len(picked), func(i int) { out[i] = m.podStats(picked[i]) })
 	return out
 }
 

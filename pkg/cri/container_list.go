@@ -4,9 +4,14 @@ import (
 	"context"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 )
 
-// ListContainers lists containers from memory (filters: id, state, sandbox, labels).
+// ListContainers lists containers from memory (filters: id, state, sandbox, labels). The
+// items go out as the index keeps them encoded (as its field "containers").
 func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-	return &runtimeapi.ListContainersResponse{Containers: s.Containers.List(req.GetFilter())}, nil
+	resp := &runtimeapi.ListContainersResponse{}
+	protocache.SetRepeated(resp, "containers", s.Containers.ListEncoded(req.GetFilter()))
+	return resp, nil
 }

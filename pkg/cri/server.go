@@ -213,13 +213,16 @@ func streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 }
 
 func logCall(method string, start time.Time, err error) {
+	took := time.Since(start)
 	code := status.Code(err)
 	name := filepath.Base(method)
-	metrics.RPCDuration.WithLabelValues(name, code.String()).Observe(time.Since(start).Seconds())
+	metrics.RPCDuration.WithLabelValues(name, code.String()).Observe(took.Seconds())
 	if err != nil {
 		metrics.RPCErrors.WithLabelValues(name, code.String()).Inc()
+	} else if !logrus.IsLevelEnabled(logrus.DebugLevel) {
+		return // no entry to build: kubelet's every-second calls at info level
 	}
-	entry := logrus.WithFields(logrus.Fields{"method": method, "duration": time.Since(start), "code": code.String()})
+	entry := logrus.WithFields(logrus.Fields{"method": method, "duration": took, "code": code.String()})
 	switch {
 	case err == nil:
 		// Kubelet polls List*, Status and friends every second: keep them out of info.

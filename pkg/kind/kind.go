@@ -170,8 +170,10 @@ type Runtime interface {
 	// Update applies new resource limits to the running or created task.
 	Update(ctx context.Context, t Task, res *specs.LinuxResources) error
 	// Stats reads the task's CPU and memory usage; cgroupsPath is the cgroup its spec named.
-	// It is on kubelet's stats path: a kind whose reading can block bounds it.
-	Stats(ctx context.Context, t Task, cgroupsPath string) (cgstats.Stats, error)
+	// scope says how much is wanted (cgstats.Usage for the CRI's stats, Full for metrics);
+	// a kind that gets everything in one reading may return more. It is on kubelet's stats
+	// path: a kind whose reading can block bounds it.
+	Stats(ctx context.Context, t Task, cgroupsPath string, scope cgstats.Scope) (cgstats.Stats, error)
 
 	// Version is the runtime's version line.
 	Version(ctx context.Context) (string, error)

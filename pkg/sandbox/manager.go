@@ -1058,35 +1058,6 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	return sb.status.Forget(m.opts.Store, sb.ID)
 }
 
-// List returns the sandboxes that match filter, from memory.
-func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*runtimeapi.PodSandbox, 0, len(m.sandboxes))
-	for id, sb := range m.sandboxes {
-		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
-			continue
-		}
-		state := sb.criState()
-		if f := filter.GetState(); f != nil && f.State != state {
-			continue
-		}
-		if !MatchLabels(filter.GetLabelSelector(), sb.config.Labels) {
-			continue
-		}
-		out = append(out, &runtimeapi.PodSandbox{
-			Id:             id,
-			Metadata:       sb.config.Metadata,
-			State:          state,
-			CreatedAt:      sb.CreatedAt,
-			Labels:         sb.config.Labels,
-			Annotations:    sb.config.Annotations,
-			RuntimeHandler: sb.RuntimeHandler,
-		})
-	}
-	return out
-}
-
 // MatchLabels reports whether labels has every key and value of the selector sel.
 func MatchLabels(sel, labels map[string]string) bool {
 	for k, v := range sel {

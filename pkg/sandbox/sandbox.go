@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -109,6 +111,23 @@ type Sandbox struct {
 	stopping bool
 	// exited is closed when the infra container's exit is known.
 	exited chan struct{}
+
+	// listed is the sandbox as List reports it, kept per state (the rest never changes);
+	// statsAttrs is its stats' attributes, which never change.
+	listed     protocache.Item[runtimeapi.PodSandboxState]
+	statsAttrs protocache.Item[struct{}]
+}
+
+// StatsAttributes is the pod's PodSandboxStats attributes, encoded, built once.
+func (s *Sandbox) StatsAttributes() []byte {
+	msg, enc := s.statsAttrs.Get(struct{}{}, func() proto.Message {
+		cfg := s.config
+		return &runtimeapi.PodSandboxAttributes{Id: s.ID, Metadata: cfg.Metadata, Labels: cfg.Labels, Annotations: cfg.Annotations}
+	})
+	if enc == nil {
+		enc, _ = proto.Marshal(msg)
+	}
+	return enc
 }
 
 // Status returns a copy of the sandbox's status.

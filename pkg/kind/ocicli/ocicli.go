@@ -293,10 +293,11 @@ func (r *Runtime) Update(ctx context.Context, t kind.Task, res *specs.LinuxResou
 // sandboxStatsTimeout bounds one `runsc events --stats`: it is on kubelet's stats path.
 const sandboxStatsTimeout = 2 * time.Second
 
-// Stats reads the task's cgroup directly, without forking. A sandbox runtime's container
-// has no host processes (they live in the sandbox, whose cgroup holds the whole pod):
-// the runtime reports its usage (`runsc events --stats`).
-func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (cgstats.Stats, error) {
+// Stats reads the task's cgroup directly, without forking, as much of it as scope says. A
+// sandbox runtime's container has no host processes (they live in the sandbox, whose
+// cgroup holds the whole pod): the runtime reports its usage (`runsc events --stats`),
+// all of it whatever the scope.
+func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string, scope cgstats.Scope) (cgstats.Stats, error) {
 	if r.sandboxed && !t.Sandbox {
 		ctx, cancel := context.WithTimeout(ctx, sandboxStatsTimeout)
 		defer cancel()
@@ -311,7 +312,7 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (c
 		return cgstats.Stats{}, fmt.Errorf("stats of %s: %w", t.ID, err)
 	}
 	r.cgOnce.Do(func() { r.cg = cgstats.New("/sys/fs/cgroup") })
-	return r.cg.Read(dir)
+	return r.cg.ReadScope(dir, scope)
 }
 
 // eventStats is a sandbox runtime's reading, as cgstats computes one from a cgroup. What

@@ -495,8 +495,9 @@ func (r *Runtime) Update(ctx context.Context, t kind.Task, res *specs.LinuxResou
 // Bounded: a stuck shim must not hold kubelet's stats loop. The shim's metrics name no
 // processes, and its v1 metrics carry no pressure: those come from the host cgroup the
 // spec named, where it exists and holds processes (runc's shim). A VM shim's containers
-// have no such cgroup on the host, so they get none.
-func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (cgstats.Stats, error) {
+// have no such cgroup on the host, so they get none; nor does a Usage reading, which needs
+// neither.
+func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string, scope cgstats.Scope) (cgstats.Stats, error) {
 	ctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
 	c, err := r.client(ctx, t)
@@ -504,7 +505,7 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string) (c
 		return cgstats.Stats{}, err
 	}
 	s, err := c.Stats(ctx, t.ID)
-	if err != nil {
+	if err != nil || scope == cgstats.Usage {
 		return s, err
 	}
 	dir, err := cgpath.Dir(cgroupsPath)

@@ -1,0 +1,78 @@
+package sandbox
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// List returns the sandboxes that match filter, from memory. The messages are shared
+// (built once per state of each sandbox): callers must not change them.
+func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
+	picked := m.match(filter)
+	out := make([]*runtimeapi.PodSandbox, len(picked))
+	for i, sb := range picked {
+		msg, _ := sb.listItem()
+		out[i] = msg
+	}
+	return out
+}
+
+// ListEncoded is List's items in their wire encoding, for ListPodSandbox to send as they
+// are (protocache.SetRepeated).
+func (m *Manager) ListEncoded(filter *runtimeapi.PodSandboxFilter) [][]byte {
+	picked := m.match(filter)
+	out := make([][]byte, len(picked))
+	for i, sb := range picked {
+		msg, enc := sb.listItem()
+		if enc == nil { // not encodable: protocache kept nothing
+			enc, _ = proto.Marshal(msg)
+		}
+		out[i] = enc
+	}
+	return out
+}
+
+// match picks the sandboxes filter selects. The index's lock is held only to copy it:
+// the answers are built without it, so a List does not hold up a RunPodSandbox.
+func (m *Manager) match(filter *runtimeapi.PodSandboxFilter) []*Sandbox {
+	m.mu.RLock()
+	all := make([]*Sandbox, 0, len(m.sandboxes))
+	for id, sb := range m.sandboxes {
+		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
+			continue
+		}
+		all = append(all, sb)
+	}
+	m.mu.RUnlock()
+	out := all[:0]
+	for _, sb := range all {
+		if f := filter.GetState(); f != nil && f.State != sb.criState() {
+			continue
+		}
+		if !MatchLabels(filter.GetLabelSelector(), sb.config.Labels) {
+			continue
+		}
+		out = append(out, sb)
+	}
+	return out
+}
+
+// listItem is the sandbox as List reports it, and its encoding; rebuilt when its state
+// changes, the one field of it that does.
+func (s *Sandbox) listItem() (*runtimeapi.PodSandbox, []byte) {
+	state := s.criState()
+	msg, enc := s.listed.Get(state, func() proto.Message {
+		return &runtimeapi.PodSandbox{
+			Id:             s.ID,
+			Metadata:       s.config.Metadata,
+			State:          state,
+			CreatedAt:      s.CreatedAt,
+			Labels:         s.config.Labels,
+			Annotations:    s.config.Annotations,
+			RuntimeHandler: s.RuntimeHandler,
+		}
+	})
+	return msg.(*runtimeapi.PodSandbox), enc
+}

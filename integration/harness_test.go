@@ -221,18 +221,44 @@ func (d *Daemon) Start() {
 			_ = c.Close(ctx)
 		}
 	}
+	// A connection made while the daemon's listener was being put in place can be reset
+	// (seen when a daemon is killed and restarted every few seconds): connect again until
+	// Version answers, as long as the daemon runs.
+	for {
+		rs, is, err := connect(ctx, endpoint)
+		if err == nil {
+			d.RS, d.IS = rs, is
+			return
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("rtshimd exited during start-up: %v\n%s", err, d.Log())
+		case <-ctx.Done():
+			t.Fatalf("rtshimd did not answer Version: %v\n%s", err, d.Log())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// connect builds the runtime and image clients of endpoint and checks them with Version.
+func connect(ctx context.Context, endpoint string) (internalapi.RuntimeService, internalapi.ImageManagerService, error) {
 	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(endpoint).WithConnectionTimeout(2 * time.Minute).Build(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	is, err := remote.NewRemoteImageServiceBuilder().WithEndpoint(endpoint).WithConnectionTimeout(2 * time.Minute).Build(ctx)
+	if err == nil {
+		_, err = rs.Version(ctx, "v1")
+	}
 	if err != nil {
-		t.Fatal(err)
+		for _, c := range []any{rs, is} {
+			if c, ok := c.(interface{ Close(context.Context) error }); ok {
+				_ = c.Close(ctx)
+			}
+		}
+		return nil, nil, err
 	}
-	d.RS, d.IS = rs, is
-	if _, err := rs.Version(ctx, "v1"); err != nil {
-		t.Fatalf("Version: %v\n%s", err, d.Log())
-	}
+	return rs, is, nil
 }
 
 // Stop sends SIGTERM and waits for the daemon to exit.

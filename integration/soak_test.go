@@ -66,15 +66,19 @@ func TestSoak(t *testing.T) {
 	var next, done, retried atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
+	// Every worker connects before the first kill.
+	var sws []*soakWorker
 	for w := 0; w < workers; w++ {
+		sw, err := newSoakWorker(ctx, e, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sws = append(sws, sw)
+	}
+	for w, sw := range sws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sw, err := newSoakWorker(ctx, e, w)
-			if err != nil {
-				errs <- err
-				return
-			}
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(cycles) {

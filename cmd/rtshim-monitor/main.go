@@ -361,33 +361,42 @@ func newReaper() *reaper {
 
 func (r *reaper) loop(sigchld chan os.Signal) {
 	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil { // no children right now: sleep until one ends
-			select {
-			case <-sigchld:
-			case <-time.After(time.Second):
+		// WNOHANG: a wait4 that blocks would pin an OS thread (and make the runtime
+		// start another) for the monitor's whole life.
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
 			}
-			continue
-		}
-		r.mu.Lock()
-		if ch, ok := r.waiters[pid]; ok {
-			delete(r.waiters, pid)
-			ch <- ws
-		} else {
-			if len(r.finished) >= maxFinished {
-				for k := range r.finished {
-					delete(r.finished, k)
-					break
-				}
+			if err != nil || pid <= 0 { // no children, or none has ended yet
+				break
 			}
-			r.finished[pid] = ws
+			r.reaped(pid, ws)
 		}
-		r.mu.Unlock()
+		// SIGCHLD says a child ended; the timeout is a safety net only.
+		select {
+		case <-sigchld:
+		case <-time.After(10 * time.Second):
+		}
 	}
+}
+
+func (r *reaper) reaped(pid int, ws unix.WaitStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.waiters[pid]; ok {
+		delete(r.waiters, pid)
+		ch <- ws
+		return
+	}
+	if len(r.finished) >= maxFinished {
+		for k := range r.finished {
+			delete(r.finished, k)
+			break
+		}
+	}
+	r.finished[pid] = ws
 }
 
 // wait blocks until pid (a child, or an orphan we inherited) has exited.

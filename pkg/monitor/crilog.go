@@ -18,6 +18,7 @@ type CRILog struct {
 	mu       sync.Mutex
 	dir, rel string
 	f        *os.File
+	buf      []byte // the entry being written, kept for the next
 }
 
 // OpenCRILog opens (appending) the log file at path, which must lie below the log
@@ -56,7 +57,11 @@ func (l *CRILog) Copy(stream string, r io.Reader) {
 }
 
 func (l *CRILog) write(stream, tag string, text []byte) {
-	buf := make([]byte, 0, len(text)+64)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// One buffer for every entry: the monitor lives as long as its container, and an
+	// allocation per line would only feed the garbage collector.
+	buf := l.buf[:0]
 	buf = time.Now().AppendFormat(buf, time.RFC3339Nano)
 	buf = append(buf, ' ')
 	buf = append(buf, stream...)
@@ -65,8 +70,7 @@ func (l *CRILog) write(stream, tag string, text []byte) {
 	buf = append(buf, ' ')
 	buf = append(buf, text...)
 	buf = append(buf, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.buf = buf
 	if l.f != nil {
 		_, _ = l.f.Write(buf)
 	}

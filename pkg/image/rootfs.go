@@ -65,7 +65,10 @@ func (s *Service) RemoveRootfs(id string) error {
 	if err != nil {
 		return fmt.Errorf("rootfs of %s: %w", id, err)
 	}
-	if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) {
+	// A layer the store no longer knows has nothing mounted: a daemon killed inside
+	// DeleteContainer (it deletes the layer, then the container's record) leaves the record
+	// without its layer, and DeleteContainer then removes the record alone.
+	if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) && !errors.Is(err, storage.ErrLayerUnknown) {
 		return fmt.Errorf("unmount rootfs of %s: %w", id, err)
 	}
 	if err := s.store.DeleteContainer(id); err != nil && !errors.Is(err, storage.ErrContainerUnknown) {

@@ -149,8 +149,32 @@ func (c *crashCase) run() {
 		t.Fatal(err)
 	}
 	d.Kill() // reaps the crashed process
+	if !strings.Contains(d.Log(), "failpoint "+c.point+": crashing") {
+		t.Fatalf("%s: the daemon died, but not at the point:\n%s", c.point, lastLines(d.Log(), 30))
+	}
 	d.Start()
 	c.checkTruth()
+
+	// Where the crash came after the step's record was written, its effect is kept.
+	switch c.point {
+	case "run-sandbox/ready":
+		if pods := c.podsNamed(name); len(pods) != 1 || pods[0].State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			t.Errorf("%s: the pod recorded ready is %v after the restart, want one READY", c.point, pods)
+		}
+	case "create-container/done":
+		if ctrs := c.containersNamed(podID, "sleep"); len(ctrs) != 1 || ctrs[0].State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			t.Errorf("%s: the container recorded created is %v after the restart, want one CREATED", c.point, ctrs)
+		}
+	case "start-container/runtime-started", "start-container/done":
+		// Started by the runtime: running, whether or not the record said so.
+		c.expectContainer(ctrID, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	case "stop-container/killed":
+		// Killed before the crash: its monitor records the exit, which recovery finds.
+		waitFor(t, 15*time.Second, c.point+": the killed container to be EXITED", func() (bool, string) {
+			st := c.containerState(ctrID)
+			return st == runtimeapi.ContainerState_CONTAINER_EXITED, st.String()
+		})
+	}
 
 	// kubelet's retry.
 	switch rpc {
@@ -387,20 +411,31 @@ func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]str
 	s["processes"] = processesMentioning(d.Dir, daemon)
 	for _, handler := range handlers {
 		bin, root := runtimeOf(d, handler)
-		if out, err := exec.Command(bin, "--root", root, "list", "--format", "json").Output(); err == nil {
-			var ctrs []struct {
-				ID     string `json:"id"`
-				Bundle string `json:"bundle"`
-			}
-			_ = json.Unmarshal(out, &ctrs)
-			for _, c := range ctrs {
-				if strings.HasPrefix(c.Bundle, d.Dir) { // the shim's root is shared by every daemon
-					s["runtime state"] = append(s["runtime state"], handler+":"+c.ID)
-				}
+		if _, err := os.Stat(root); err != nil {
+			continue // the runtime never ran a container here
+		}
+		out, err := exec.Command(bin, "--root", root, "list", "--format", "json").Output()
+		var ctrs []struct {
+			ID     string `json:"id"`
+			Bundle string `json:"bundle"`
+		}
+		if err == nil {
+			err = json.Unmarshal(out, &ctrs)
+		}
+		if err != nil {
+			// runc list fails on a container whose state it cannot load: a half-made one.
+			s["runtime list errors"] = append(s["runtime list errors"], handler+": "+err.Error())
+		}
+		for _, c := range ctrs {
+			if strings.HasPrefix(c.Bundle, d.Dir) { // the shim's root is shared by every daemon
+				s["runtime state"] = append(s["runtime state"], handler+":"+c.ID)
 			}
 		}
 	}
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroupRoot)
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		roots = []string{"/sys/fs/cgroup/" + cgroupRoot} // a unified host
+	}
 	for _, root := range roots {
 		for _, dir := range cgroupDirsBottomUp(root) {
 			if strings.Count(strings.TrimPrefix(dir, root), "/") > 1 {

@@ -127,7 +127,8 @@ func (p *nriPlugin) UpdatePodSandbox(_ context.Context, pod *api.PodSandbox, _, 
 }
 
 func (p *nriPlugin) PostUpdatePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	p.record(pod.GetId(), "PostUpdatePodSandbox")
+	// The pod as it is now: its resources are the new ones.
+	p.record(pod.GetId(), fmt.Sprintf("PostUpdatePodSandbox memory=%d", pod.GetLinux().GetPodResources().GetMemory().GetLimit().GetValue()))
 	return nil
 }
 
@@ -249,7 +250,7 @@ func TestNRIPlugin(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := []string{"RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
-				fmt.Sprintf("UpdatePodSandbox memory=%d", 512<<20), "PostUpdatePodSandbox",
+				fmt.Sprintf("UpdatePodSandbox memory=%d", 512<<20), fmt.Sprintf("PostUpdatePodSandbox memory=%d", 512<<20),
 				"StopContainer", "StopPodSandbox", "RemoveContainer", "RemovePodSandbox"}
 			if got := p.eventsOf(podID); !slices.Equal(got, want) {
 				t.Errorf("events of the pod:\n got %q\nwant %q", got, want)

@@ -63,13 +63,15 @@ func TestSoak(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	var next, done, retried atomic.Int64
+	// transitions counts kills and restarts (two per kill): a call may fail only if it
+	// overlapped one.
+	var next, done, retried, transitions atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	// Every worker connects before the first kill.
 	var sws []*soakWorker
 	for w := 0; w < workers; w++ {
-		sw, err := newSoakWorker(ctx, e, w)
+		sw, err := newSoakWorker(ctx, e, w, &transitions)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +107,10 @@ func TestSoak(t *testing.T) {
 		select {
 		case <-finished:
 		case <-time.After(time.Duration(500+rand.IntN(2000)) * time.Millisecond):
+			transitions.Add(1)
 			e.d.Kill()
 			e.d.Start()
+			transitions.Add(1)
 			killed++
 			continue
 		}
@@ -143,14 +147,16 @@ type soakWorker struct {
 	// alive are the pods and containers the daemon said it made and that were not
 	// removed since, each with its pod's ID: each must be listed whenever the worker looks.
 	alive map[string]string
+	// transitions counts the daemon's kills and restarts.
+	transitions *atomic.Int64
 }
 
-func newSoakWorker(ctx context.Context, e *containerEnv, w int) (*soakWorker, error) {
+func newSoakWorker(ctx context.Context, e *containerEnv, w int, transitions *atomic.Int64) (*soakWorker, error) {
 	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + e.d.Socket).WithConnectionTimeout(2 * time.Minute).Build(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &soakWorker{e: e, w: w, rs: rs, alive: map[string]string{}}, nil
+	return &soakWorker{e: e, w: w, rs: rs, alive: map[string]string{}, transitions: transitions}, nil
 }
 
 // cycle runs one pod through its life. It reports false when a call failed and the pod
@@ -167,6 +173,7 @@ func (s *soakWorker) cycle(ctx context.Context, handler string, i int) (bool, er
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	seen := s.transitions.Load()
 	podID, err := s.rs.RunPodSandbox(cctx, pod, handler)
 	if err == nil {
 		s.alive[podID] = podID
@@ -186,6 +193,9 @@ func (s *soakWorker) cycle(ctx context.Context, handler string, i int) (bool, er
 		if err == nil {
 			return true, nil
 		}
+	}
+	if s.transitions.Load() == seen {
+		return false, fmt.Errorf("a call failed while the daemon was up (%s on %s): %w", name, handler, err)
 	}
 	return false, s.relist(ctx)
 }

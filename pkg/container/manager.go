@@ -761,7 +761,7 @@ func (m *Manager) cleanup(c *Container) error {
 			return err
 		}
 		if len(errs) == 0 {
-			if err := podcgroup.RemoveLeft(c.CgroupsPath); err != nil {
+			if err := podcgroup.RemoveLeft(c.CgroupsPath, c.ID); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -3,6 +3,7 @@
 package failpoint
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -17,7 +18,7 @@ import (
 const Env = "RTSHIMD_FAILPOINTS"
 
 // FileEnv names a file read again whenever it changes, in the form of Env: the suite sets
-// points on a running daemon with it.
+// points on a running daemon with it, and clears them by removing it.
 const FileEnv = "RTSHIMD_FAILPOINTS_FILE"
 
 // crash marks a point that kills the daemon.
@@ -26,7 +27,6 @@ const crash = -1
 var (
 	mu       sync.Mutex
 	loaded   bool
-	fromEnv  map[string]int
 	fileText string
 	left     map[string]int
 )
@@ -52,16 +52,15 @@ func parse(spec string) map[string]int {
 func load() {
 	if !loaded {
 		loaded = true
-		fromEnv = parse(os.Getenv(Env))
-		left = fromEnv
+		left = parse(os.Getenv(Env))
 	}
 	path := os.Getenv(FileEnv)
 	if path == "" {
 		return
 	}
-	b, _ := os.ReadFile(path)
-	if string(b) == fileText {
-		return
+	b, err := os.ReadFile(path)
+	if (err == nil && len(b) == 0) || (err != nil && !errors.Is(err, os.ErrNotExist)) || string(b) == fileText {
+		return // being written, or unreadable: the points stay as they were (no file: none)
 	}
 	fileText = string(b)
 	left = parse(os.Getenv(Env))

@@ -20,11 +20,12 @@ func podSandbox(sb *sandbox.Sandbox) *api.PodSandbox {
 	cfg := sb.PodConfig()
 	md := cfg.GetMetadata()
 	st := sb.Status()
+	resources, overhead := sb.Resources() // after an in-place resize, the new ones
 	linux := &api.LinuxPodSandbox{
 		CgroupParent: cfg.GetLinux().GetCgroupParent(),
 		CgroupsPath:  sb.CgroupsPath,
-		PodResources: criResources(cfg.GetLinux().GetResources()),
-		PodOverhead:  criResources(cfg.GetLinux().GetOverhead()),
+		PodResources: criResources(resources),
+		PodOverhead:  criResources(overhead),
 	}
 	linux.Resources = linux.PodResources
 	for _, ns := range []struct {

@@ -217,32 +217,51 @@ func Remove(path string) error {
 	return nil
 }
 
-// RemoveLeft removes a task's cgroup, given as its spec's cgroupsPath, once its runtime
-// deleted the task: a create cut short (the runc shim abandons one whose caller died)
-// leaves the cgroup and no runtime state to remove it by. It removes the directory from
-// every hierarchy mounted (on a hybrid host runc makes one in the unified hierarchy too,
-// which containerd's cgroup1 does not know). Nothing under the systemd driver
-// ("slice:prefix:name"): the scope goes with its processes.
-func RemoveLeft(cgroupsPath string) error {
-	if !strings.HasPrefix(cgroupsPath, "/") {
+// RemoveLeft removes the cgroup of task id, given as its spec's cgroupsPath, once its
+// runtime deleted the task: a create cut short (the runc shim abandons one whose caller
+// died) leaves the cgroup and no runtime state to remove it by. Only a cgroup named for the
+// task is touched (an NRI plugin may have put the task in a cgroup others share), in every
+// hierarchy mounted (on a hybrid host runc makes one in the unified hierarchy too, which
+// containerd's cgroup1 does not know), children first; rmdir refuses one that still holds
+// a process. Nothing under the systemd driver ("slice:prefix:name"): the scope goes with
+// its processes.
+func RemoveLeft(cgroupsPath, id string) error {
+	if !strings.HasPrefix(cgroupsPath, "/") || filepath.Base(cgroupsPath) != id {
 		return nil
 	}
-	dirs := []string{filepath.Join(Root, cgroupsPath)}
-	if cgroups.Mode() != cgroups.Unified {
-		hierarchies, _ := filepath.Glob(filepath.Join(Root, "*", "cgroup.procs"))
-		dirs = dirs[:0]
-		for _, h := range hierarchies {
-			dirs = append(dirs, filepath.Join(filepath.Dir(h), cgroupsPath))
-		}
-	}
 	var errs []error
-	for _, d := range dirs {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+	for _, root := range hierarchies() {
+		dir := filepath.Join(root, cgroupsPath)
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+				break
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", cgroupsPath, err)
 	}
 	return nil
+}
+
+// hierarchies are the roots of the cgroup hierarchies mounted: the one of a unified host,
+// or each v1 controller's (and a hybrid host's unified one).
+func hierarchies() []string {
+	if cgroups.Mode() == cgroups.Unified {
+		return []string{Root}
+	}
+	procs, _ := filepath.Glob(filepath.Join(Root, "*", "cgroup.procs"))
+	var roots []string
+	for _, p := range procs {
+		roots = append(roots, filepath.Dir(p))
+	}
+	return roots
 }

@@ -39,34 +39,46 @@ func TestRaiseOnly(t *testing.T) {
 	}
 }
 
-// RemoveLeft removes a cgroup from every hierarchy, the unified one of a hybrid host too.
+// RemoveLeft removes a task's cgroup, and empty ones below it, from every hierarchy (the
+// unified one of a hybrid host too); only one named for the task.
 func TestRemoveLeft(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	name := fmt.Sprintf("/rtshimd-removeleft-%d", os.Getpid())
-	hierarchies, _ := filepath.Glob(filepath.Join(Root, "*", "cgroup.procs"))
-	if len(hierarchies) == 0 {
-		hierarchies = []string{filepath.Join(Root, "cgroup.procs")}
-	}
-	for _, h := range hierarchies {
-		if err := os.MkdirAll(filepath.Join(filepath.Dir(h), name), 0o755); err != nil {
+	id := fmt.Sprintf("rtshimd-removeleft-%d", os.Getpid())
+	name := "/" + id
+	roots := hierarchies()
+	for _, r := range roots {
+		if err := os.MkdirAll(filepath.Join(r, name, "child"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := RemoveLeft(name); err != nil {
+	defer func() {
+		for _, r := range roots {
+			_ = os.Remove(filepath.Join(r, name, "child"))
+			_ = os.Remove(filepath.Join(r, name))
+		}
+	}()
+	if err := RemoveLeft(name, "another-task"); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range hierarchies {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(h), name)); err == nil {
-			t.Errorf("left in %s", filepath.Dir(h))
-			_ = os.Remove(filepath.Join(filepath.Dir(h), name))
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, name)); err != nil {
+			t.Errorf("a cgroup not named for the task was removed from %s", r)
 		}
 	}
-	if err := RemoveLeft(name); err != nil {
+	if err := RemoveLeft(name, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, name)); err == nil {
+			t.Errorf("left in %s", r)
+		}
+	}
+	if err := RemoveLeft(name, id); err != nil {
 		t.Errorf("removing it again: %v", err)
 	}
-	if err := RemoveLeft("kubepods.slice:cri-containerd:abc"); err != nil {
+	if err := RemoveLeft("kubepods.slice:cri-containerd:abc", "abc"); err != nil {
 		t.Errorf("systemd path: %v", err)
 	}
 }

@@ -461,7 +461,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if sb.IDMappings != nil {
 		sb.UserNS = filepath.Join(nsDir, string(nsfile.User))
 	}
-	if err := m.saveMeta(sb); err != nil {
+	if err := m.saveMeta(sb, nil); err != nil {
 		return err
 	}
 	if err := failpoint.Fail("run-sandbox/recorded"); err != nil {
@@ -520,7 +520,9 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	}
-	return m.update(sb, func(st *Status) {
+	// The final record, metadata included: the pod cgroup's limits were settled after the
+	// first write.
+	return m.saveMeta(sb, func(st *Status) {
 		if st.State == StateCreating { // the infra may already have died
 			st.State = StateReady
 		}
@@ -805,9 +807,12 @@ func (m *Manager) updateIf(sb *Sandbox, fn func(*Status) bool) error {
 	return sb.status.UpdateIf(m.opts.Store, sb.ID, nil, fn)
 }
 
-// saveMeta writes the sandbox's metadata with its status.
-func (m *Manager) saveMeta(sb *Sandbox) error {
-	return sb.status.Update(m.opts.Store, sb.ID, &sb.Metadata, func(*Status) {})
+// saveMeta is update that writes the sandbox's metadata too (fn may be nil).
+func (m *Manager) saveMeta(sb *Sandbox, fn func(*Status)) error {
+	if fn == nil {
+		fn = func(*Status) {}
+	}
+	return sb.status.Update(m.opts.Store, sb.ID, &sb.Metadata, fn)
 }
 
 // publish sends a sandbox lifecycle event (its ID in container_id, as containerd does).
@@ -1012,8 +1017,10 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 		if err := failpoint.Fail("remove-sandbox/infra-deleted"); err != nil {
 			return err
 		}
-		if err := podcgroup.RemoveLeft(sb.CgroupsPath); err != nil {
-			errs = append(errs, err)
+		if len(errs) == 0 {
+			if err := podcgroup.RemoveLeft(sb.CgroupsPath, sb.ID); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := m.teardownNetwork(ctx, sb); err != nil {

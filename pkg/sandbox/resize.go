@@ -90,6 +90,27 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, overhead, reso
 	return nil
 }
 
+// Resources are the pod's resources and overhead as last set: the last resize's, else the
+// config's.
+func (s *Sandbox) Resources() (resources, overhead *runtimeapi.LinuxContainerResources) {
+	resources, overhead = s.config.GetLinux().GetResources(), s.config.GetLinux().GetOverhead()
+	r := s.Status().Resize
+	if r == nil {
+		return resources, overhead
+	}
+	decode := func(raw json.RawMessage) *runtimeapi.LinuxContainerResources {
+		if len(raw) == 0 {
+			return nil
+		}
+		out := &runtimeapi.LinuxContainerResources{}
+		if protojson.Unmarshal(raw, out) != nil {
+			return nil
+		}
+		return out
+	}
+	return decode(r.Resources), decode(r.Overhead)
+}
+
 func marshalResources(r *runtimeapi.LinuxContainerResources) (json.RawMessage, error) {
 	if r == nil {
 		return nil, nil

@@ -53,7 +53,7 @@ func TestUpdateResources(t *testing.T) {
 		rt:       rt, status: store.NewTracked(Status{State: StateReady}), exited: make(chan struct{}),
 	}
 	m.sandboxes[sb.ID] = sb
-	if err := m.saveMeta(sb); err != nil {
+	if err := m.saveMeta(sb, nil); err != nil {
 		t.Fatal(err)
 	}
 	res := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 256 << 20, CpuQuota: 50000, CpuPeriod: 100000, CpuShares: 512}

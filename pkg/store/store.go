@@ -44,17 +44,19 @@ type recordFile struct {
 	data []byte
 }
 
-// writeRecord replaces files of the record of id, each atomically, with one sync of the
-// record's directory for all of them (and one of the store's when the record is new):
-// a save is then one file sync per file and one directory sync, not two of each.
+// writeRecord replaces files of the record of id, each atomically. A status alone is one
+// file sync and one sync of the record's directory. With the metadata, the directory is
+// synced after the metadata's rename too, so no power loss shows a new status beside old
+// metadata; and the store's directory is synced when the metadata is first written.
 func (s *Store) writeRecord(id string, files []recordFile) error {
 	dir := filepath.Join(s.dir, id)
-	isNew := false
+	firstMeta := false
 	if files[0].name == metaFile {
-		if err := os.Mkdir(dir, 0o700); err == nil {
-			isNew = true
-		} else if !errors.Is(err, os.ErrExist) {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("store %s: %w", id, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, metaFile)); errors.Is(err, os.ErrNotExist) {
+			firstMeta = true
 		}
 	}
 	var tmps []string
@@ -75,11 +77,11 @@ func (s *Store) writeRecord(id string, files []recordFile) error {
 			return fmt.Errorf("store %s %s: %w", id, f.name, err)
 		}
 		tmps[i] = ""
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("store %s: %w", id, err)
+		}
 	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("store %s: %w", id, err)
-	}
-	if isNew {
+	if firstMeta {
 		if err := syncDir(s.dir); err != nil {
 			return fmt.Errorf("store %s: %w", id, err)
 		}

@@ -12,6 +12,8 @@ type Tracked[S any] struct {
 	// wmu serialises updates and orders them against Forget.
 	wmu     sync.Mutex
 	removed bool
+	// dirty: the last write failed, so the next update writes even if fn says no.
+	dirty bool
 	// mu guards cur; readers take only this one, so they never wait on a disk write.
 	mu  sync.Mutex
 	cur S
@@ -45,10 +47,11 @@ func (t *Tracked[S]) UpdateIf(st *Store, id string, meta any, fn func(*S) bool) 
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	next := t.Get()
-	write := fn(&next)
+	write := fn(&next) || t.dirty
 	var err error
 	if write && !t.removed {
 		err = st.Save(id, meta, &next)
+		t.dirty = err != nil
 	}
 	t.mu.Lock()
 	t.cur = next
@@ -56,11 +59,15 @@ func (t *Tracked[S]) UpdateIf(st *Store, id string, meta any, fn func(*S) bool) 
 	return err
 }
 
-// Forget deletes the record of id; later updates change memory only, so a late watcher
-// does not write a removed object back.
+// Forget deletes the record of id; once it is gone, later updates change memory only, so
+// a late watcher does not write a removed object back. A record that could not be deleted
+// is still written by later updates.
 func (t *Tracked[S]) Forget(st *Store, id string) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	if err := st.Delete(id); err != nil {
+		return err
+	}
 	t.removed = true
-	return st.Delete(id)
+	return nil
 }

@@ -79,7 +79,8 @@ func TestTrackedWritesBeforeVisible(t *testing.T) {
 	if err := tr.Forget(s, "a"); err != nil {
 		t.Fatal(err)
 	}
-	_ = tr.Update(s, "a", nil, func(st *testStatus) { st.State = "exited" })
+	// With metadata a write would make the record's directory again: only Forget stops it.
+	_ = tr.Update(s, "a", map[string]string{"id": "a"}, func(st *testStatus) { st.State = "exited" })
 	if _, ok := readStatus(t, s, "a"); ok {
 		t.Error("a forgotten record was written again")
 	}
@@ -106,5 +107,15 @@ func TestTrackedFailedWriteStillVisible(t *testing.T) {
 	}
 	if tr.Get().State != "exited" {
 		t.Errorf("an exit that could not be written was dropped: %+v", tr.Get())
+	}
+	// The next update writes it, even one that writes nothing itself.
+	if err := os.Mkdir(filepath.Join(dir, "missing"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.UpdateIf(s, "missing", nil, func(*testStatus) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := readStatus(t, s, "missing"); !ok || got.State != "exited" {
+		t.Errorf("a failed write was not made again: %+v %v", got, ok)
 	}
 }

@@ -380,7 +380,10 @@ func (r *Runtime) deleteTask(ctx context.Context, c *shim.Client, t kind.Task) e
 		// The shim has no such task, yet a create sent to it may have reached the runtime
 		// before the daemon died during the call (the runc shim abandons a create whose
 		// caller went away, and forgets it): the shim binary's delete removes what the
-		// runtime holds, as containerd does after a dead shim.
+		// runtime holds, as containerd does after a dead shim. This needs a shim that
+		// answers Delete only once a create in flight has ended (containerd's runc shim
+		// holds one lock across them); the error is only logged, because a create that
+		// never reached the runtime has nothing for the binary's delete to find.
 		if err := shim.DeleteLeftover(ctx, r.taskConfig(t)); err != nil {
 			logrus.WithError(err).WithField("container", id).Warn("delete what an interrupted create may have left")
 		}

@@ -576,6 +576,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if st := c.Status().State; st != StateCreated {
 		return fmt.Errorf("container %s is %s, not created: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
+	tm := phasetime.Start()
 	// The start time is taken before the runtime is asked: a container that exits at
 	// once may be reported exited before the command returns, and its finish time must
 	// not precede its start.
@@ -583,8 +584,8 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		if err := m.opts.NRI.StartContainer(ctx, c); err != nil {
 			return err
 		}
+		tm.Mark("nri")
 	}
-	tm := phasetime.Start()
 	started := time.Now().UnixNano()
 	if err := c.rt.Start(ctx, c.task()); err != nil {
 		return err

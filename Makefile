@@ -102,7 +102,8 @@ clean:
 # Benchmarks: figures are ratios against a floor measured in the same run (README).
 # BenchmarkScale runs RTSHIMD_BENCH_PODS pods (default 1000; 100 for a quick look) and
 # reports each figure at 1,000 against 100 and 0 pods; RTSHIMD_BENCH_PROFILE=DIR adds the
-# daemon's CPU and allocation profiles under the List and stats loops.
+# daemon's CPU and allocation profiles under the List and stats loops and a CPU profile of pod
+# starts; RTSHIMD_BENCH_LOG_LEVEL=debug logs each start's steps, RTSHIMD_BENCH_HOLD=5m keeps the pods.
 bench: deps-test build
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -run '^$$' -bench . -benchtime 1x -timeout 30m ./integration/ 2>&1 | tee /tmp/rtshimd-bench.log | grep -E '^(Benchmark|ok|FAIL|PASS|scale:)|_test.go'; exit $${PIPESTATUS[0]}
 

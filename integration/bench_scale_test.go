@@ -36,7 +36,9 @@ import (
 //
 // RTSHIMD_BENCH_CNI=0 runs the pods without a network. RTSHIMD_BENCH_PROFILE=DIR serves
 // pprof from the daemon and writes CPU and allocation profiles, taken while the List and
-// stats loops run at the top count, into DIR.
+// stats loops run at the top count, and a CPU profile taken while more pods start there,
+// into DIR, with the daemon's log. RTSHIMD_BENCH_LOG_LEVEL=debug has the daemon log the
+// steps of every pod's and container's start with their durations ("... timing").
 func BenchmarkScale(b *testing.B) {
 	top := 1000
 	if v := os.Getenv("RTSHIMD_BENCH_PODS"); v != "" {
@@ -64,7 +66,15 @@ func BenchmarkScale(b *testing.B) {
 		pprofSock = filepath.Join(b.TempDir(), "pprof.sock")
 		extra += fmt.Sprintf("\n[debug]\npprof_socket = %q\n", pprofSock)
 	}
-	d := newDaemonLevel(b, handlerTable, extra, "info")
+	level := "info"
+	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
+		level = v
+	}
+	d := newDaemonLevel(b, handlerTable, extra, level)
+	if profileDir != "" {
+		// Registered after the daemon's cleanup, so it runs first, while the log is there.
+		b.Cleanup(func() { _ = os.WriteFile(filepath.Join(profileDir, "daemon.log"), []byte(d.Log()), 0o644) })
+	}
 	b.Cleanup(func() { removeTestCgroups(b) })
 	ctx := b.Context()
 	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
@@ -73,7 +83,7 @@ func BenchmarkScale(b *testing.B) {
 	if withCNI {
 		scaleNetwork(b, d, top)
 	}
-	s := &scaleRun{b: b, d: d, ref: ref, logs: b.TempDir(), ctx: ctx}
+	s := &scaleRun{b: b, d: d, ref: ref, logs: b.TempDir(), ctx: ctx, pprofSock: pprofSock, profileDir: profileDir}
 
 	// One pod started and removed before anything is timed: the first runc, CNI plugin
 	// and overlay mount of a run pay for caches the rest find warm.
@@ -92,6 +102,7 @@ func BenchmarkScale(b *testing.B) {
 	var pods []scalePod
 	var startRate, removeRate float64
 	for _, level := range levels {
+		s.profileStarts = profileDir != "" && level == top
 		if n := level - len(pods); n > 0 {
 			begin := time.Now()
 			pods = append(pods, s.startPods(len(pods), n)...)
@@ -101,6 +112,9 @@ func BenchmarkScale(b *testing.B) {
 		s.measure(level, pods, put)
 		if profileDir != "" && level == top {
 			s.profile(pprofSock, profileDir)
+		}
+		if level == top {
+			s.hold()
 		}
 	}
 	begin := time.Now()
@@ -166,6 +180,9 @@ type scaleRun struct {
 	ref  string
 	logs string
 	ctx  context.Context
+
+	pprofSock, profileDir string
+	profileStarts         bool // profile the one-more-pod starts at this level
 }
 
 type scalePod struct{ pod, ctr string }
@@ -333,6 +350,9 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 		extra, starts = append(extra, p), append(starts, dt)
 	}
 	put("one-more-pod-start-ms", level, float64(pct(starts, 50).Microseconds())/1000)
+	if s.profileStarts {
+		extra = append(extra, s.profileStart(level)...)
+	}
 	i := 0
 	p50, p99 := s.timeCalls("PodSandboxStatus", 200, func() error {
 		i++
@@ -480,6 +500,74 @@ func procStatusKiB(b *testing.B, pid int, name string) uint64 {
 	}
 	b.Fatalf("no %s in /proc/%d/status", name, pid)
 	return 0
+}
+
+// hold keeps the pods running for RTSHIMD_BENCH_HOLD (a duration), for measuring the
+// node by hand at the top count: the floor of a pod start (runc and the CNI plugins run
+// by hand), perf. The daemon's directory is logged; the hold ends early once a file
+// named "release" appears in it.
+func (s *scaleRun) hold() {
+	v := os.Getenv("RTSHIMD_BENCH_HOLD")
+	if v == "" {
+		return
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		s.b.Fatalf("RTSHIMD_BENCH_HOLD=%q: %v", v, err)
+	}
+	fmt.Printf("scale: holding for %v; daemon dir %s (touch release there to go on)\n", d, s.d.Dir)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Second) {
+		if _, err := os.Stat(filepath.Join(s.d.Dir, "release")); err == nil {
+			return
+		}
+	}
+}
+
+// profileStart takes a CPU profile of the daemon while one more pod after another
+// starts, serially, and returns the pods.
+func (s *scaleRun) profileStart(level int) []scalePod {
+	var pods []scalePod
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pprofFetch("/debug/pprof/profile?seconds=10", "start-cpu.pprof")
+	}()
+	for loop := true; loop; {
+		select {
+		case <-done:
+			loop = false
+		default:
+			pods = append(pods, s.mustStart(fmt.Sprintf("profiled-%d-%d", level, len(pods))))
+		}
+	}
+	s.b.Logf("start profile in %s: %d pods started in 10 s", s.profileDir, len(pods))
+	return pods
+}
+
+// pprofFetch saves the daemon's pprof answer at path as file in the profile dir.
+func (s *scaleRun) pprofFetch(path, file string) {
+	b := s.b
+	if err := os.MkdirAll(s.profileDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	c := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", s.pprofSock)
+	}}}
+	resp, err := c.Get("http://pprof" + path)
+	if err != nil {
+		b.Errorf("pprof %s: %v", path, err)
+		return
+	}
+	defer resp.Body.Close()
+	out, err := os.Create(filepath.Join(s.profileDir, file))
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		b.Error(err)
+	}
 }
 
 // profile takes a CPU profile of the daemon while kubelet's List and stats calls run in a

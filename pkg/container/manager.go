@@ -30,6 +30,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/lsm"
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/oci"
+	"github.com/rtshimd/rtshimd/pkg/phasetime"
 	"github.com/rtshimd/rtshimd/pkg/podcgroup"
 	"github.com/rtshimd/rtshimd/pkg/regfile"
 	"github.com/rtshimd/rtshimd/pkg/retry"
@@ -133,6 +134,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if p := cfg.GetLogPath(); p != "" && (!filepath.IsLocal(p) || filepath.Clean(p) == ".") {
 		return "", invalid("config.log_path %q must be a relative path below the pod's log_directory", p)
 	}
+	tm := phasetime.Start()
 	sb, err := m.opts.Sandboxes.Get(sandboxID)
 	if err != nil {
 		return "", err
@@ -146,6 +148,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		// A plugin that connects meanwhile finds the container in Synchronize, or hears of it.
 		defer m.opts.NRI.BlockSync()()
 	}
+	tm.Mark("lookup")
 	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
 	id := newID()
 	m.mu.Lock()
@@ -179,7 +182,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		c.LogPath = filepath.Join(c.LogDir, p)
 	}
 	log := logrus.WithFields(logrus.Fields{"container": id, "name": name, "sandbox": sb.ID})
-	if err := m.create(ctx, c, sb); err != nil {
+	if err := m.create(ctx, c, sb, tm); err != nil {
 		log.WithError(err).Warn("create container failed; cleaning up")
 		if c.nriCreated {
 			// Plugins that adjusted it hear it is gone.
@@ -200,9 +203,12 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	_ = failpoint.Fail("create-container/done") // a crash before the reply; an error is not one to give here
 	log.Info("container created")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
+	tm.Mark("publish")
 	if m.opts.NRI != nil {
 		m.opts.NRI.PostCreateContainer(ctx, c)
+		tm.Mark("nri_post")
 	}
+	tm.Log(logrus.Fields{"container": id}, "container create timing")
 	return id, nil
 }
 
@@ -214,7 +220,7 @@ func (m *Manager) releaseName(name, id string) {
 	m.mu.Unlock()
 }
 
-func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox) error {
+func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox, tm *phasetime.Timer) error {
 	cfg := c.config
 	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
 		return fmt.Errorf("create container dir: %w", err)
@@ -222,16 +228,16 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	if err := m.saveMeta(c, nil); err != nil {
 		return err
 	}
+	tm.Mark("record")
 	if err := failpoint.Fail("create-container/recorded"); err != nil {
 		return err
 	}
-	t0 := time.Now()
 	var uids, gids []specs.LinuxIDMapping
 	if idm := sb.IDMappings; idm != nil {
 		uids, gids = idm.UIDs, idm.GIDs
 	}
 	rootfs, imageID, err := m.opts.Images.CreateRootfs(c.ID, c.ImageRef, uids, gids)
-	tRootfs := time.Now()
+	tm.Mark("rootfs")
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("config.image.image %q is not pulled on this node (pull it first): %w", c.ImageRef, errdefs.ErrNotFound)
 	}
@@ -254,6 +260,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	if c.StopSignal, err = oci.StopSignal(imgCfg.StopSignal); err != nil {
 		return fmt.Errorf("image %s: %w", c.ImageRef, err)
 	}
+	tm.Mark("image_config")
 	opts, err := m.specOptions(c, sb, imgCfg)
 	if err != nil {
 		return err
@@ -280,6 +287,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 	if len(devices) > 0 {
 		logrus.WithFields(logrus.Fields{"container": c.ID, "cdi_devices": devices}).Info("CDI devices injected")
 	}
+	tm.Mark("spec")
 	// NRI plugins see the spec as the CRI built it, before the kind's changes, and their
 	// adjustments go through the kind's like the rest.
 	if m.opts.NRI != nil {
@@ -290,6 +298,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		if spec.Linux != nil && spec.Linux.CgroupsPath != "" {
 			c.CgroupsPath = spec.Linux.CgroupsPath // a plugin may move it
 		}
+		tm.Mark("nri")
 	}
 	c.rt.AdjustSpec(spec)
 	c.TerminationLog = terminationLog(cfg)
@@ -318,12 +327,12 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 			return fmt.Errorf("config.log_path %q: %w: %w", cfg.GetLogPath(), err, errdefs.ErrFailedPrecondition)
 		}
 	}
-	t1 := time.Now()
+	tm.Mark("bundle")
 	p, err := c.rt.Create(ctx, c.task())
 	if err != nil {
 		return err
 	}
-	t2 := time.Now()
+	tm.Mark("runtime_create")
 	if err := failpoint.Fail("create-container/runtime-created"); err != nil {
 		return err
 	}
@@ -334,7 +343,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox)
 		s.State = StateCreated
 	})
 	m.watch(c, false)
-	logrus.WithFields(logrus.Fields{"container": c.ID, "rootfs": tRootfs.Sub(t0), "spec": t1.Sub(tRootfs), "runtime_create": t2.Sub(t1), "persist": time.Since(t2)}).Debug("container create timing")
+	tm.Mark("persist")
 	return err
 }
 
@@ -567,6 +576,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if st := c.Status().State; st != StateCreated {
 		return fmt.Errorf("container %s is %s, not created: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
+	tm := phasetime.Start()
 	// The start time is taken before the runtime is asked: a container that exits at
 	// once may be reported exited before the command returns, and its finish time must
 	// not precede its start.
@@ -574,11 +584,13 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		if err := m.opts.NRI.StartContainer(ctx, c); err != nil {
 			return err
 		}
+		tm.Mark("nri")
 	}
 	started := time.Now().UnixNano()
 	if err := c.rt.Start(ctx, c.task()); err != nil {
 		return err
 	}
+	tm.Mark("runtime_start")
 	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
 		return err
 	}
@@ -589,8 +601,11 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		s.StartedAt = started
 	})
 	_ = failpoint.Fail("start-container/done") // a crash before the reply
+	tm.Mark("persist")
 	logrus.WithField("container", c.ID).Info("container started")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	tm.Mark("publish")
+	tm.Log(logrus.Fields{"container": c.ID}, "container start timing")
 	if err != nil {
 		return err
 	}

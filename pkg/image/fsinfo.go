@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // Usage is the space a part of the store takes.
@@ -19,7 +21,8 @@ type Usage struct {
 
 // fsCollector walks the store in the background and serves its last walk, so no request
 // walks the store (a container with millions of files would stall kubelet's stats, and a
-// walk is no place to hold a lock): every fsInterval, and soon after a change (invalidate),
+// walk is no place to hold a lock): every fsInterval, and soon after a change that frees
+// or adds space (invalidate: a pull, a removal; not a container's create, see CreateRootfs),
 // but never sooner than fsMinGap, nor than twice the last walk's length, after the last one
 // began. A reading is at most fsInterval plus one walk old; each carries the time it was
 // taken (Usage.Timestamp), which the CRI passes on.
@@ -63,6 +66,7 @@ func (s *Service) startFsCollector() {
 		for {
 			start := time.Now()
 			images, ctrs, layers := s.walkStore()
+			logrus.WithFields(logrus.Fields{"took": time.Since(start), "containers": len(layers)}).Debug("store walked for disk usage")
 			c.mu.Lock()
 			c.images, c.ctrs, c.layers, c.at = images, ctrs, layers, images.Timestamp
 			c.mu.Unlock()

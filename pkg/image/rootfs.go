@@ -17,9 +17,12 @@ import (
 // by the mapped host ID: containers/storage mounts the layers idmapped where the kernel
 // can, and otherwise keeps a shifted copy of the image's layers.
 func (s *Service) CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error) {
+	// No walk of the store is asked for: the new layer is empty, so until the next
+	// periodic walk it reads as it is (empty, with that walk's time). A walk after every
+	// create made the walk, O(containers) of lstat, run every 2 s or so on a node that
+	// starts pods, competing with those starts for the CPU.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	img, err := s.lookup(ref)
 	if err != nil {
 		return "", "", err

@@ -33,6 +33,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/pause"
+	"github.com/rtshimd/rtshimd/pkg/phasetime"
 	"github.com/rtshimd/rtshimd/pkg/podcgroup"
 	"github.com/rtshimd/rtshimd/pkg/retry"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -347,13 +348,15 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		exited: make(chan struct{}),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
-	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork)
+	tm := phasetime.Start()
+	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork, tm)
 	if err == nil && m.opts.NRI != nil {
 		// Plugins hear of the pod once it exists; one that fails it fails the call, and
 		// those before it hear of its removal.
 		if err = m.opts.NRI.RunPodSandbox(ctx, sb); err != nil {
 			m.opts.NRI.RemovePodSandbox(ctx, sb)
 		}
+		tm.Mark("nri")
 	}
 	if err != nil {
 		log.WithError(err).Warn("run pod sandbox failed; cleaning up")
@@ -371,6 +374,8 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	log.Info("pod sandbox ready")
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	tm.Mark("publish")
+	tm.Log(logrus.Fields{"sandbox": id}, "pod sandbox run timing")
 	return id, nil
 }
 
@@ -384,7 +389,7 @@ func (m *Manager) releaseName(name, id string) {
 
 // create makes every part of the sandbox; the record is on disk (as "creating") before
 // the first resource exists, so a crash half-way is found and undone at start-up.
-func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName string) error {
+func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName string, tm *phasetime.Timer) error {
 	cfg := sb.config
 	nsOpts := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	hostNet := nsOpts.GetNetwork() == runtimeapi.NamespaceMode_NODE
@@ -461,9 +466,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if sb.IDMappings != nil {
 		sb.UserNS = filepath.Join(nsDir, string(nsfile.User))
 	}
+	tm.Mark("prepare")
 	if err := m.saveMeta(sb, nil); err != nil {
 		return err
 	}
+	tm.Mark("record")
 	if err := failpoint.Fail("run-sandbox/recorded"); err != nil {
 		return err
 	}
@@ -478,6 +485,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	}); err != nil {
 		return err
 	}
+	tm.Mark("namespaces")
 	if err := failpoint.Fail("run-sandbox/namespaces"); err != nil {
 		return err
 	}
@@ -492,6 +500,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		}
 		// The sandbox container carries what the pod cgroup bounds, no more.
 		o.PodCgroupSet, o.Limits = set, effective
+		tm.Mark("pod_cgroup")
 	}
 	if cniNet != nil {
 		ips, err := m.opts.Network.Setup(ctx, cniNet, m.cniPod(sb))
@@ -500,6 +509,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		}
 		// Written with the step that ends creation.
 		_ = m.updateIf(sb, func(st *Status) bool { st.IPs = ips; return false })
+		tm.Mark("network")
 		if err := failpoint.Fail("run-sandbox/network"); err != nil {
 			return err
 		}
@@ -515,18 +525,21 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	}
+	tm.Mark("files")
 	if sb.Infra {
-		if err := m.startInfra(ctx, sb, hostname, hostNet, hostIPC, hostPID); err != nil {
+		if err := m.startInfra(ctx, sb, hostname, hostNet, hostIPC, hostPID, tm); err != nil {
 			return err
 		}
 	}
 	// The final record, metadata included: the pod cgroup's limits were settled after the
 	// first write.
-	return m.saveMeta(sb, func(st *Status) {
+	err := m.saveMeta(sb, func(st *Status) {
 		if st.State == StateCreating { // the infra may already have died
 			st.State = StateReady
 		}
 	})
+	tm.Mark("persist")
+	return err
 }
 
 // lsmLabels are the security modules' labels of a pod's sandbox container.
@@ -546,7 +559,7 @@ func (m *Manager) podLabels(cfg *runtimeapi.PodSandboxConfig) (lsmLabels, error)
 	return l, err
 }
 
-func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) error {
+func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool, tm *phasetime.Timer) error {
 	cfg := sb.config
 	var ns []specs.LinuxNamespace
 	add := func(t specs.LinuxNamespaceType, path string, host bool) {
@@ -602,10 +615,12 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	if err := oci.WriteBundle(sb.InfraDir(), spec); err != nil {
 		return err
 	}
+	tm.Mark("infra_bundle")
 	p, err := sb.rt.Create(ctx, sb.Task())
 	if err != nil {
 		return fmt.Errorf("create infra container: %w", err)
 	}
+	tm.Mark("infra_create")
 	// Written with the step that ends creation.
 	_ = m.updateIf(sb, func(st *Status) bool { st.InfraPid, st.MonitorPid = p.Pid, p.SupervisorPid; return false })
 	m.watch(sb)
@@ -615,6 +630,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	if err := sb.rt.Start(ctx, sb.Task()); err != nil {
 		return fmt.Errorf("start infra container: %w", err)
 	}
+	tm.Mark("infra_start")
 	return failpoint.Fail("run-sandbox/infra-started")
 }
 

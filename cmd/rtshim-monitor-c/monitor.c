@@ -886,7 +886,7 @@ static void loop_for(int ms) {
 // ---- monitor mode state ----
 
 static struct json_config cfg;
-static bool logger_mode, started, busy, exit_requested, exit_ok;
+static bool logger_mode, started, starting, busy, exit_requested, exit_ok;
 static int exit_status, exit_signal;
 static char exit_at[64];
 static char *exit_line; // set once the container has exited
@@ -1016,7 +1016,7 @@ static void wait_done(struct cmd *c) {
 static void start_console_stream(int fd) {
 	master_fd = stdin_fd = fd;
 	// A terminal has one stream: the container's output, logged as stdout.
-	stream_start(&streams[2], dup(fd), "stdout", FRAME_STDOUT);
+	stream_start(&streams[2], fcntl(fd, F_DUPFD_CLOEXEC, 3), "stdout", FRAME_STDOUT);
 }
 
 // do_start runs `<runtime> start`; NULL on success, or the error text.
@@ -1101,11 +1101,11 @@ static void handle_start(struct conn *c) {
 		}
 		return;
 	}
-	busy = true;
+	busy = starting = true;
 	ep_del(c->fd);
 	c->state = C_BUSY;
 	const char *e = do_start();
-	busy = false;
+	busy = starting = false;
 	reply(c, e);
 	while (npending > 0)
 		handle_start(pending_starts[--npending]);
@@ -1127,9 +1127,6 @@ static void handle_command(struct conn *c, const char *cmd) {
 		c->state = C_WATCH;
 		c->len = 0;
 	} else if (strcmp(cmd, "start") == 0) {
-		if (!busy && !started && !logger_mode && init_pid == 0 && !cfg.wait_with_runtime) {
-			// create has not reported yet: start once it has (Go runs them concurrently).
-		}
 		handle_start(c);
 	} else if (strcmp(cmd, "attach") == 0) {
 		if (attach_closed) {
@@ -1147,7 +1144,7 @@ static void handle_command(struct conn *c, const char *cmd) {
 		char e[1024];
 		reply(c, log_reopen(e, sizeof e) ? NULL : e);
 	} else if (strcmp(cmd, "exit") == 0) {
-		if (started) {
+		if (started || starting) {
 			reply(c, "container was started; it ends when its process does");
 			return;
 		}
@@ -1232,12 +1229,14 @@ static void conn_event(struct conn *c) {
 
 // ---- setup shared by both modes ----
 
-static bool setup_loop(void) {
+static bool setup_loop(bool catch_term) {
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
+	if (catch_term) {
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGINT);
+	}
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1479,7 +1478,7 @@ static int run_monitor(const char *cfgpath) {
 	if (!cfg.bundle)
 		cfg.bundle = "";
 	snprintf(log_prefix, sizeof log_prefix, "%.12s ", cfg.id);
-	if (!setup_loop()) {
+	if (!setup_loop(false)) {
 		snprintf(msg, sizeof msg, "monitor: event loop: %s", errstr(errno));
 		return fail(msg + 9);
 	}
@@ -1517,10 +1516,6 @@ static int run_monitor(const char *cfgpath) {
 	snprintf(ok, sizeof ok, "{\"pid\":%d}\n", (int)pid);
 	report(ok);
 	diag("container %s created, pid %d", cfg.id, (int)pid);
-	busy = false;
-	while (npending > 0)
-		handle_start(pending_starts[--npending]);
-
 	if (!cfg.wait_with_runtime) {
 		init_pid = pid;
 		for (int i = 0; i < nfinished; i++)
@@ -1532,6 +1527,9 @@ static int run_monitor(const char *cfgpath) {
 				break;
 			}
 	}
+	busy = false;
+	while (npending > 0)
+		handle_start(pending_starts[--npending]);
 	while (!init_done && !exit_requested)
 		loop_once(now_ms() + 10000);
 	if (init_done) {
@@ -1565,7 +1563,7 @@ static int run_monitor(const char *cfgpath) {
 
 static int run_logger(const char *dir) {
 	// Before anything can say we are ready: a SIGTERM right after must drain, not kill us.
-	if (!setup_loop())
+	if (!setup_loop(true))
 		return 1;
 	logger_mode = true;
 	char path[PATH_MAX];

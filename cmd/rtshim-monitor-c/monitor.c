@@ -217,36 +217,73 @@ static char *read_file(const char *path, size_t max, int *err) {
 static char *log_dir, *log_rel; // log_rel set: a log is configured and was accepted
 static int log_fd = -1;
 
+// path_clean is Go's filepath.Clean: the shortest lexically equal path (malloc'd).
+static char *path_clean(const char *p) {
+	size_t n = strlen(p);
+	bool abs = p[0] == '/';
+	char *out = malloc(n + 2);
+	size_t o = 0;
+	size_t *starts = malloc(sizeof(size_t) * (n / 2 + 2)); // where each kept element begins
+	size_t depth = 0, dotdots = 0;
+	if (abs)
+		out[o++] = '/';
+	size_t i = 0;
+	while (i < n) {
+		while (i < n && p[i] == '/')
+			i++;
+		size_t j = i;
+		while (j < n && p[j] != '/')
+			j++;
+		size_t l = j - i;
+		if (l == 0 || (l == 1 && p[i] == '.')) {
+			// skip
+		} else if (l == 2 && p[i] == '.' && p[i + 1] == '.') {
+			if (depth > dotdots) {
+				o = starts[--depth];
+				if (o > (size_t)abs && out[o - 1] == '/')
+					o--;
+				else if (o == (size_t)abs && depth == 0)
+					o = abs;
+			} else if (!abs) {
+				if (o > 0)
+					out[o++] = '/';
+				starts[depth++] = o - (o > 0 ? 0 : 0);
+				memcpy(out + o, "..", 2);
+				o += 2;
+				dotdots++;
+			}
+		} else {
+			if (o > (size_t)abs)
+				out[o++] = '/';
+			starts[depth++] = o;
+			memcpy(out + o, p + i, l);
+			o += l;
+		}
+		i = j;
+	}
+	if (o == 0)
+		out[o++] = '.';
+	out[o] = 0;
+	free(starts);
+	return out;
+}
+
 // log_rel_of checks that path lies below dir (filepath.Rel + IsLocal) and returns the
 // relative path, or NULL with the error text in err.
 static char *log_rel_of(const char *dir, const char *path, char *err, size_t errn) {
-	size_t dl = strlen(dir);
-	while (dl > 1 && dir[dl - 1] == '/')
-		dl--;
-	const char *rest = NULL;
-	if (path[0] == '/' && dir[0] == '/' && strncmp(path, dir, dl) == 0 && (dl == 1 || path[dl] == '/'))
-		rest = path + (dl == 1 ? 1 : dl + 1);
-	// Clean and local: no empty, "." or ".." component.
-	bool ok = rest && *rest;
-	if (ok) {
-		const char *c = rest;
-		while (*c) {
-			const char *e = strchr(c, '/');
-			size_t cl = e ? (size_t)(e - c) : strlen(c);
-			if (cl == 0 || (cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.'))
-				ok = false;
-			if (!e)
-				break;
-			c = e + 1;
-			if (!*c)
-				ok = false; // trailing slash
-		}
-	}
-	if (!ok) {
+	char *d = path_clean(dir), *p = path_clean(path), *rel = NULL;
+	size_t dl = strlen(d);
+	bool rootdir = strcmp(d, "/") == 0;
+	if ((d[0] == '/') == (p[0] == '/') && strcmp(d, ".") != 0 && strncmp(p, d, dl) == 0 &&
+	    (rootdir || p[dl] == '/') && p[rootdir ? 1 : dl + 1] != 0)
+		rel = strdup(p + (rootdir ? 1 : dl + 1));
+	else if (strcmp(d, ".") == 0 && p[0] != '/' && strcmp(p, ".") != 0 && strncmp(p, "../", 3) != 0 && strcmp(p, "..") != 0)
+		rel = strdup(p);
+	free(d);
+	free(p);
+	if (!rel)
 		snprintf(err, errn, "log file \"%s\" is not below the log directory \"%s\"", path, dir);
-		return NULL;
-	}
-	return strdup(rest);
+	return rel;
 }
 
 struct open_how_ {

@@ -68,8 +68,10 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration,$(BUILDTAGS) ./integration/...
 
-unit:
+unit: monitor-c
 	$(GO) test -count=1 ./...
+	# The monitor's protocol tests again, on the C monitor.
+	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
 
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
 # gives each a short bounded time; `make fuzz` longer (FUZZTIME). Inputs that failed are

@@ -531,6 +531,7 @@ struct conn {
 	int64_t deadline;
 	char *in;
 	size_t len, cap;
+	bool paused; // a stdin frame waits for the container to read what came before
 	struct conn *next;
 };
 
@@ -572,11 +573,75 @@ static void attach_end(void) {
 	}
 }
 
+// Stdin that the container has not read yet: its sessions wait (as the Go monitor's
+// blocked write does), the loop and the other streams do not.
+static char *stdin_pend;
+static size_t stdin_plen;
+static int stdin_polled = -1, tag_stdin;
+
+static void stdin_write(const char *p, size_t n) {
+	set_nonblock(stdin_fd, true);
+	while (n > 0) {
+		ssize_t w = write(stdin_fd, p, n);
+		if (w > 0) {
+			p += w;
+			n -= w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			stdin_pend = realloc(stdin_pend, n);
+			memcpy(stdin_pend, p, n);
+			stdin_plen = n;
+			stdin_polled = stdin_fd;
+			ep_add(stdin_polled, EPOLLOUT, &tag_stdin);
+		}
+		return; // written, waiting, or failed (the container closed its stdin): dropped
+	}
+}
+
+static bool attach_frames(struct conn *c);
+
+static void stdin_flush(void) {
+	while (stdin_plen > 0) {
+		ssize_t w = write(stdin_polled, stdin_pend, stdin_plen);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			return;
+		if (w <= 0) {
+			stdin_plen = 0;
+			break;
+		}
+		memmove(stdin_pend, stdin_pend + w, stdin_plen - w);
+		stdin_plen -= w;
+	}
+	ep_del(stdin_polled);
+	stdin_polled = -1;
+	free(stdin_pend);
+	stdin_pend = NULL;
+	for (struct conn *c = conns, *nx; c; c = nx) {
+		nx = c->next;
+		if (!c->paused)
+			continue;
+		c->paused = false;
+		ep_add(c->fd, EPOLLIN, c);
+		if (!attach_frames(c))
+			conn_free(c);
+	}
+}
+
 // attach_frames handles the complete frames in c->in; false: drop the session.
 static bool attach_frames(struct conn *c) {
 	size_t off = 0;
 	bool ok = true;
-	while (c->len - off >= 5) {
+	while (c->len - off >= 5 && !c->paused) {
+		if (stdin_plen > 0) {
+			c->paused = true;
+			ep_del(c->fd);
+			break;
+		}
 		unsigned char *h = (unsigned char *)c->in + off;
 		uint32_t n = (uint32_t)h[1] << 24 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 8 | h[4];
 		if (n > MAX_FRAME) {
@@ -588,10 +653,8 @@ static bool attach_frames(struct conn *c) {
 		char *p = c->in + off + 5;
 		switch (h[0]) {
 		case FRAME_STDIN:
-			if (stdin_fd >= 0) {
-				set_nonblock(stdin_fd, true);
-				write_all_deadline(stdin_fd, p, n, 10000);
-			}
+			if (stdin_fd >= 0)
+				stdin_write(p, n);
 			break;
 		case FRAME_RESIZE:
 			if (master_fd >= 0 && n == 4) {
@@ -862,6 +925,8 @@ static void loop_once(int64_t until) {
 				}
 			}
 			reap_all();
+		} else if (p == &tag_stdin) {
+			stdin_flush();
 		} else if (p == &tag_listen) {
 			conn_accept();
 		} else if (p >= (void *)streams && p < (void *)(streams + 3)) {
@@ -1210,6 +1275,8 @@ static void conn_accept(void) {
 }
 
 static void conn_event(struct conn *c) {
+	if (c->paused)
+		return;
 	for (;;) {
 		if (c->cap - c->len < 4096) {
 			size_t want = c->cap ? c->cap * 2 : 4096;

@@ -14,9 +14,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
 TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
 
-
-.PHONY: monitor-c
-.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
+.PHONY: all build monitor-c run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
 
 all: build
 

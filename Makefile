@@ -10,10 +10,11 @@ GOFLAGS_BUILD := -trimpath
 BUILDTAGS := containers_image_openpgp,exclude_graphdriver_btrfs
 export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
-RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables
+# gcc and libc6-dev build the C monitor (cmd/rtshim-monitor-c).
+RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
 TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
 
-.PHONY: all build run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
+.PHONY: all build monitor-c run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
 
 all: build
 
@@ -23,6 +24,17 @@ build:
 	# rootfs: both static, without cgo.
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '-s -w' -o $(BIN)/rtshim-monitor ./cmd/rtshim-monitor
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '-s -w' -o $(BIN)/rtshim-pause ./cmd/rtshim-pause
+	$(MAKE) monitor-c
+
+# The monitor in C (docs/monitor-memory.md): the same protocol as rtshim-monitor in a
+# fraction of its memory; chosen with the config's monitor_path, not the default.
+MONITOR_CC ?= gcc
+MONITOR_C_SRC := $(wildcard cmd/rtshim-monitor-c/*.c) $(wildcard cmd/rtshim-monitor-c/*.h)
+MONITOR_C_CFLAGS := -std=c11 -O2 -Wall -Wextra -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+monitor-c: $(BIN)/rtshim-monitor-c
+$(BIN)/rtshim-monitor-c: $(MONITOR_C_SRC)
+	@mkdir -p $(BIN)
+	$(MONITOR_CC) $(MONITOR_C_CFLAGS) -s -o $@ $(filter %.c,$(MONITOR_C_SRC))
 
 # Install missing Debian packages only (apt-get update once, when something is missing).
 define apt_install
@@ -54,8 +66,10 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration,$(BUILDTAGS) ./integration/...
 
-unit:
+unit: monitor-c
 	$(GO) test -count=1 ./...
+	# The monitor's protocol tests again, on the C monitor.
+	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
 
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
 # gives each a short bounded time; `make fuzz` longer (FUZZTIME). Inputs that failed are
@@ -89,7 +103,7 @@ soak: deps-test build tools
 		$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 90m -run '^TestSoak$$' -v ./integration/ 2>&1 | tee /tmp/rtshimd-soak.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'; exit $${PIPESTATUS[0]}
 
 install: build
-	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-pause /usr/local/bin/
+	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-monitor-c $(BIN)/rtshim-pause /usr/local/bin/
 	install -D -m 0644 contrib/systemd/rtshimd.service /etc/systemd/system/rtshimd.service
 	@mkdir -p /etc/rtshimd
 	@[ -f /etc/rtshimd/config.toml ] || /usr/local/bin/rtshimd config default > /etc/rtshimd/config.toml

@@ -31,6 +31,11 @@ var cgroupRoot = fmt.Sprintf("rtshimd-test-%d", os.Getpid())
 // binDir holds rtshimd, rtshim-monitor and rtshim-pause, built once by TestMain.
 var binDir string
 
+// monitorBin is the monitor the daemons are configured with (monitor_path): the Go
+// rtshim-monitor built into binDir, or what RTSHIMD_TEST_MONITOR names: "c" for the C
+// monitor built from cmd/rtshim-monitor-c (make monitor-c), or a binary's path.
+var monitorBin string
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Println("integration tests need root (namespaces, mounts, cgroups); skipping")
@@ -59,6 +64,22 @@ func TestMain(m *testing.M) {
 		}
 	}
 	binDir = dir
+	monitorBin = filepath.Join(dir, "rtshim-monitor")
+	switch env := os.Getenv("RTSHIMD_TEST_MONITOR"); env {
+	case "":
+	case "c":
+		cmd := exec.Command("make", "--no-print-directory", "monitor-c", "BIN="+dir)
+		cmd.Dir = root
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Println("build the C monitor failed:", err)
+			os.Exit(1)
+		}
+		monitorBin = filepath.Join(dir, "rtshim-monitor-c")
+	default:
+		monitorBin = env
+	}
+	fmt.Println("monitor:", monitorBin)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -159,7 +180,7 @@ func newDaemonLevel(t testing.TB, table func(run string) string, extra, logLevel
 	}
 	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
 	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = %q\nmonitor_path = %q\npause_path = %q\n",
-		d.Socket, d.State, d.RunRoot, logLevel, filepath.Join(binDir, "rtshim-monitor"), filepath.Join(binDir, "rtshim-pause"))
+		d.Socket, d.State, d.RunRoot, logLevel, monitorBin, filepath.Join(binDir, "rtshim-pause"))
 	// Each daemon has CNI dirs of its own, empty until a test writes a network config.
 	netCfg := fmt.Sprintf("\n[network]\ncni_conf_dir = %q\ncni_cache_dir = %q\n", filepath.Join(dir, "cni"), filepath.Join(dir, "cni-cache"))
 	if err := os.MkdirAll(filepath.Join(dir, "cni"), 0o755); err != nil {

@@ -23,6 +23,10 @@ import (
 // is the logger a shim would start.
 const beLoggerEnv = "RTSHIM_MONITOR_TEST_LOGGER"
 
+// monitorBinaryEnv names another monitor binary to test instead (the C monitor,
+// bin/rtshim-monitor-c), which must speak the same protocol.
+const monitorBinaryEnv = "RTSHIMD_TEST_MONITOR"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(beLoggerEnv) == "1" {
 		main()
@@ -59,7 +63,11 @@ func startLogger(t *testing.T, cfg *monitor.LoggerConfig) *logger {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], monitor.LoggerMode, dir)
+	bin := os.Args[0]
+	if b := os.Getenv(monitorBinaryEnv); b != "" {
+		bin = b
+	}
+	cmd := exec.Command(bin, monitor.LoggerMode, dir)
 	cmd.Env = []string{beLoggerEnv + "=1", "CONTAINER_ID=0123456789abcdef", "CONTAINER_NAMESPACE=rtshimd"}
 	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,1818 @@
+// rtshim-monitor-c: the container supervisor of rtshimd in C, with the protocol of the Go
+// monitor (cmd/rtshim-monitor, pkg/monitor), which is its specification; see
+// docs/monitor-memory.md for the duties and why this exists (one per container: memory).
+// One thread, one epoll loop: signalfd for SIGCHLD/SIGTERM/SIGINT, deadlines as the
+// loop's timeout. Runtime commands are waited for through the loop (nested while a
+// command such as create or start runs), so output keeps flowing to the CRI log.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "json.h"
+
+extern char **environ;
+
+#define SOCKET_FILE "monitor.sock"
+#define CONSOLE_FILE "console.sock"
+#define EXIT_FILE "exit.json"
+#define PID_FILE "init.pid"
+#define LOG_FILE "monitor.log"
+#define LOGGER_CONFIG "logger.json"
+#define MAX_LOG_LINE (16 * 1024)
+#define MAX_FRAME (1 << 20)
+#define MAX_FINISHED 64
+#define CREATE_TIMEOUT_MS (4 * 60 * 1000)
+#define START_TIMEOUT_MS (60 * 1000)
+#define CMD_READ_MS (10 * 1000)
+#define TAIL_MAX (8 << 10)
+
+enum { FRAME_STDIN = 0, FRAME_STDOUT = 1, FRAME_STDERR = 2, FRAME_RESIZE = 3, FRAME_CLOSE_STDIN = 4 };
+
+// ---- time and diagnostics ----
+
+static int64_t now_ms(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+// rfc3339nano writes the current time as Go's time.RFC3339Nano does for local time.
+static size_t rfc3339nano(char *out, size_t n) {
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	size_t l = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (ts.tv_nsec != 0) {
+		char frac[16];
+		snprintf(frac, sizeof frac, "%09ld", ts.tv_nsec);
+		int k = 9;
+		while (k > 0 && frac[k - 1] == '0')
+			k--;
+		frac[k] = 0;
+		l += snprintf(out + l, n - l, ".%s", frac);
+	}
+	long off = tm.tm_gmtoff;
+	if (off == 0) {
+		l += snprintf(out + l, n - l, "Z");
+	} else {
+		char sign = off < 0 ? '-' : '+';
+		if (off < 0)
+			off = -off;
+		l += snprintf(out + l, n - l, "%c%02ld:%02ld", sign, off / 3600, (off / 60) % 60);
+	}
+	return l;
+}
+
+static char log_prefix[64];
+
+// logf writes one diagnostic line as Go's log package does (LstdFlags|Lmicroseconds).
+static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void diag(const char *fmt, ...) {
+	char line[2048];
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	int l = snprintf(line, sizeof line, "%s%04d/%02d/%02d %02d:%02d:%02d.%06ld ", log_prefix, tm.tm_year + 1900,
+			 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(line + l, sizeof line - l - 1, fmt, ap);
+	va_end(ap);
+	if (m < 0)
+		m = 0;
+	l += m;
+	if (l > (int)sizeof line - 2)
+		l = sizeof line - 2;
+	line[l++] = '\n';
+	ssize_t w = write(2, line, l);
+	(void)w;
+}
+
+// errstr is strerror as Go spells errno texts (lower case first letter).
+static const char *errstr(int e) {
+	static char buf[128];
+	snprintf(buf, sizeof buf, "%s", strerror(e));
+	if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
+		buf[0] += 'a' - 'A';
+	return buf;
+}
+
+static const char *signame(int sig) {
+	static char buf[64];
+	snprintf(buf, sizeof buf, "%s", strsignal(sig));
+	if (buf[0] >= 'A' && buf[0] <= 'Z')
+		buf[0] += 'a' - 'A';
+	return buf;
+}
+
+static const char *base_name(const char *p) {
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+// ---- small helpers ----
+
+static int epfd = -1;
+
+static void ep_add(int fd, uint32_t events, void *ptr) {
+	struct epoll_event ev = {.events = events, .data.ptr = ptr};
+	epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void ep_del(int fd) {
+	epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+static void set_nonblock(int fd, bool on) {
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+}
+
+// write_all_deadline writes all of buf to a non-blocking fd, waiting at most ms in all.
+static bool write_all_deadline(int fd, const void *buf, size_t n, int ms) {
+	const char *p = buf;
+	int64_t end = now_ms() + ms;
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w > 0) {
+			p += w;
+			n -= w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno != EAGAIN)
+			return false;
+		int64_t left = end - now_ms();
+		if (left <= 0)
+			return false;
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+			return false;
+	}
+	return true;
+}
+
+static char *read_file(const char *path, size_t max, int *err) {
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*err = errno;
+		return NULL;
+	}
+	size_t cap = 4096, len = 0;
+	char *b = malloc(cap);
+	for (;;) {
+		if (len + 1 >= cap) {
+			if (cap >= max)
+				break;
+			cap *= 2;
+			b = realloc(b, cap);
+		}
+		ssize_t r = read(fd, b + len, cap - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			*err = errno;
+			close(fd);
+			free(b);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		len += r;
+	}
+	close(fd);
+	b[len] = 0;
+	return b;
+}
+
+// ---- the CRI log (pkg/monitor/crilog.go, beneath.go) ----
+
+static char *log_dir, *log_rel; // log_rel set: a log is configured and was accepted
+static int log_fd = -1;
+
+// path_clean is Go's filepath.Clean: the shortest lexically equal path (malloc'd).
+static char *path_clean(const char *p) {
+	size_t n = strlen(p);
+	bool abs = p[0] == '/';
+	char *out = malloc(n + 2);
+	size_t o = 0;
+	size_t *starts = malloc(sizeof(size_t) * (n / 2 + 2)); // where each kept element begins
+	size_t depth = 0, dotdots = 0;
+	if (abs)
+		out[o++] = '/';
+	size_t i = 0;
+	while (i < n) {
+		while (i < n && p[i] == '/')
+			i++;
+		size_t j = i;
+		while (j < n && p[j] != '/')
+			j++;
+		size_t l = j - i;
+		if (l == 0 || (l == 1 && p[i] == '.')) {
+			// skip
+		} else if (l == 2 && p[i] == '.' && p[i + 1] == '.') {
+			if (depth > dotdots) {
+				o = starts[--depth];
+				if (o > (size_t)abs && out[o - 1] == '/')
+					o--;
+				else if (o == (size_t)abs && depth == 0)
+					o = abs;
+			} else if (!abs) {
+				if (o > 0)
+					out[o++] = '/';
+				starts[depth++] = o - (o > 0 ? 0 : 0);
+				memcpy(out + o, "..", 2);
+				o += 2;
+				dotdots++;
+			}
+		} else {
+			if (o > (size_t)abs)
+				out[o++] = '/';
+			starts[depth++] = o;
+			memcpy(out + o, p + i, l);
+			o += l;
+		}
+		i = j;
+	}
+	if (o == 0)
+		out[o++] = '.';
+	out[o] = 0;
+	free(starts);
+	return out;
+}
+
+// log_rel_of checks that path lies below dir (filepath.Rel + IsLocal) and returns the
+// relative path, or NULL with the error text in err.
+static char *log_rel_of(const char *dir, const char *path, char *err, size_t errn) {
+	char *d = path_clean(dir), *p = path_clean(path), *rel = NULL;
+	size_t dl = strlen(d);
+	bool rootdir = strcmp(d, "/") == 0;
+	if ((d[0] == '/') == (p[0] == '/') && strcmp(d, ".") != 0 && strncmp(p, d, dl) == 0 &&
+	    (rootdir || p[dl] == '/') && p[rootdir ? 1 : dl + 1] != 0)
+		rel = strdup(p + (rootdir ? 1 : dl + 1));
+	else if (strcmp(d, ".") == 0 && p[0] != '/' && strcmp(p, ".") != 0 && strncmp(p, "../", 3) != 0 && strcmp(p, "..") != 0)
+		rel = strdup(p);
+	free(d);
+	free(p);
+	if (!rel)
+		snprintf(err, errn, "log file \"%s\" is not below the log directory \"%s\"", path, dir);
+	return rel;
+}
+
+struct open_how_ {
+	uint64_t flags, mode, resolve;
+};
+
+static bool openat2_missing;
+
+// open_beneath opens rel below dir without following a symlink; -1 with errno and err.
+static int open_beneath(const char *dir, const char *rel, char *err, size_t errn) {
+	int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+	int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		snprintf(err, errn, "open log %s/%s: open log directory: open %s: %s", dir, rel, dir, errstr(errno));
+		return -1;
+	}
+	int fd = -1, e = 0;
+	if (!openat2_missing) {
+		struct open_how_ how = {.flags = (uint64_t)flags, .mode = 0640, .resolve = 0x08 | 0x04 | 0x02};
+		for (int i = 0; i < 8; i++) {
+			fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof how);
+			e = fd < 0 ? errno : 0;
+			if (fd >= 0 || (e != EAGAIN && e != EINTR))
+				break;
+		}
+		if (fd < 0 && e == ENOSYS)
+			openat2_missing = true;
+	}
+	if (openat2_missing) {
+		int cur = dup(dfd);
+		char *copy = strdup(rel), *save = NULL;
+		char *part = strtok_r(copy, "/", &save);
+		e = 0;
+		while (part && cur >= 0) {
+			char *next = strtok_r(NULL, "/", &save);
+			int nfd;
+			if (next)
+				nfd = openat(cur, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			else
+				nfd = fd = openat(cur, part, flags, 0640);
+			if (nfd < 0)
+				e = errno;
+			close(cur);
+			cur = next ? nfd : -1;
+			part = next;
+		}
+		if (cur >= 0)
+			close(cur);
+		free(copy);
+	}
+	close(dfd);
+	if (fd < 0) {
+		if (e == ELOOP || e == EXDEV)
+			snprintf(err, errn, "open log %s/%s: a path component is a symlink, which is not followed: %s", dir,
+				 rel, errstr(e));
+		else
+			snprintf(err, errn, "open log %s/%s: %s", dir, rel, errstr(e));
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errn, "open log %s/%s: not a regular file (mode %#o)", dir, rel, st.st_mode & S_IFMT);
+		close(fd);
+		return -1;
+	}
+	set_nonblock(fd, false);
+	return fd;
+}
+
+// log_open opens the CRI log at path below dir (empty: path's directory).
+static bool log_open(const char *dir, const char *path, char *err, size_t errn) {
+	char *d;
+	if (!dir || !*dir) {
+		d = strdup(path);
+		char *s = strrchr(d, '/');
+		if (s == d)
+			s[1] = 0;
+		else if (s)
+			*s = 0;
+		else
+			strcpy(d, ".");
+	} else {
+		d = strdup(dir);
+	}
+	char *rel = log_rel_of(d, path, err, errn);
+	if (!rel) {
+		free(d);
+		return false;
+	}
+	int fd = open_beneath(d, rel, err, errn);
+	if (fd < 0) {
+		free(d);
+		free(rel);
+		return false;
+	}
+	log_dir = d;
+	log_rel = rel;
+	log_fd = fd;
+	return true;
+}
+
+static bool log_reopen(char *err, size_t errn) {
+	int fd = open_beneath(log_dir, log_rel, err, errn);
+	if (fd < 0)
+		return false;
+	close(log_fd);
+	log_fd = fd;
+	return true;
+}
+
+static void log_entry(const char *stream, char tag, const char *text, size_t n) {
+	if (log_fd < 0)
+		return;
+	char hdr[64];
+	size_t l = rfc3339nano(hdr, sizeof hdr);
+	l += snprintf(hdr + l, sizeof hdr - l, " %s %c ", stream, tag);
+	struct iovec iov[3] = {{hdr, l}, {(void *)text, n}, {"\n", 1}};
+	ssize_t w;
+	do
+		w = writev(log_fd, iov, 3);
+	while (w < 0 && errno == EINTR);
+}
+
+// ---- the container's output streams ----
+
+struct stream {
+	int fd;
+	const char *name;
+	int kind;
+	char *buf; // MAX_LOG_LINE bytes, as bufio.Reader's in CRILog.Copy
+	size_t len;
+	bool waited; // logger mode: its end ends the logger
+	bool open;
+	char *fifo; // logger mode: open this FIFO first (blocking, like the Go logger)
+};
+
+static struct stream streams[3]; // stdout, stderr, the pty master
+static char *tail_buf;
+static size_t tail_len;
+static bool tail_on;
+
+static void attach_broadcast(int kind, const char *p, size_t n);
+
+// stream_lines writes the complete lines in s->buf as bufio.Reader.ReadLine would give them.
+static void stream_lines(struct stream *s, bool eof) {
+	size_t off = 0;
+	for (;;) {
+		char *b = s->buf + off;
+		size_t n = s->len - off;
+		char *nl = memchr(b, '\n', n);
+		if (nl) {
+			size_t ll = nl - b;
+			size_t tl = ll;
+			if (tl > 0 && b[tl - 1] == '\r')
+				tl--;
+			log_entry(s->name, 'F', b, tl);
+			off += ll + 1;
+			continue;
+		}
+		if (n >= MAX_LOG_LINE) {
+			size_t pl = n;
+			if (b[pl - 1] == '\r')
+				pl--; // "\r\n" may straddle the buffer: keep the \r for the next line
+			log_entry(s->name, 'P', b, pl);
+			off += pl;
+			continue;
+		}
+		if (eof && n > 0) {
+			log_entry(s->name, 'F', b, n);
+			off += n;
+		}
+		break;
+	}
+	if (off > 0) {
+		memmove(s->buf, s->buf + off, s->len - off);
+		s->len -= off;
+	}
+}
+
+static void tail_add(const char *p, size_t n) {
+	if (!tail_on)
+		return;
+	if (n >= TAIL_MAX) {
+		memcpy(tail_buf, p + n - TAIL_MAX, TAIL_MAX);
+		tail_len = TAIL_MAX;
+		return;
+	}
+	if (tail_len + n > TAIL_MAX) {
+		size_t drop = tail_len + n - TAIL_MAX;
+		memmove(tail_buf, tail_buf + drop, tail_len - drop);
+		tail_len -= drop;
+	}
+	memcpy(tail_buf + tail_len, p, n);
+	tail_len += n;
+}
+
+static void stream_close(struct stream *s) {
+	if (!s->open)
+		return;
+	stream_lines(s, true);
+	ep_del(s->fd);
+	close(s->fd);
+	s->fd = -1;
+	s->open = false;
+	free(s->buf);
+	s->buf = NULL;
+}
+
+static void stream_start(struct stream *s, int fd, const char *name, int kind) {
+	s->fd = fd;
+	s->name = name;
+	s->kind = kind;
+	s->buf = malloc(MAX_LOG_LINE);
+	s->len = 0;
+	s->open = true;
+	set_nonblock(fd, true);
+	ep_add(fd, EPOLLIN, s);
+}
+
+static void stream_read(struct stream *s) {
+	for (int rounds = 0; rounds < 16; rounds++) {
+		ssize_t r = read(s->fd, s->buf + s->len, MAX_LOG_LINE - s->len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			stream_close(s);
+			return;
+		}
+		tail_add(s->buf + s->len, r);
+		attach_broadcast(s->kind, s->buf + s->len, r);
+		s->len += r;
+		stream_lines(s, false);
+	}
+}
+
+// ---- attach sessions (cmd/rtshim-monitor/attach.go) ----
+
+enum conn_state { C_CMD, C_WATCH, C_ATTACH, C_BUSY };
+
+struct conn {
+	int fd;
+	enum conn_state state;
+	int64_t deadline;
+	char *in;
+	size_t len, cap;
+	bool paused; // a stdin frame waits for the container to read what came before
+	struct conn *next;
+};
+
+static struct conn *conns;
+static int stdin_fd = -1;  // the stdin pipe's write end, or the pty master
+static int master_fd = -1; // the pty master of a terminal container
+static bool stdin_once, attach_closed;
+
+static void conn_free(struct conn *c) {
+	struct conn **pp = &conns;
+	while (*pp && *pp != c)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = c->next;
+	ep_del(c->fd);
+	close(c->fd);
+	free(c->in);
+	free(c);
+}
+
+static void attach_broadcast(int kind, const char *p, size_t n) {
+	for (struct conn *c = conns, *next; c; c = next) {
+		next = c->next;
+		if (c->state != C_ATTACH)
+			continue;
+		unsigned char hdr[5] = {(unsigned char)kind, n >> 24, n >> 16, n >> 8, n};
+		// A slow client must not stall the container's output (or its log): 1 s.
+		if (!write_all_deadline(c->fd, hdr, 5, 1000) || !write_all_deadline(c->fd, p, n, 1000))
+			conn_free(c);
+	}
+}
+
+static void attach_end(void) {
+	attach_closed = true;
+	for (struct conn *c = conns, *next; c; c = next) {
+		next = c->next;
+		if (c->state == C_ATTACH)
+			conn_free(c);
+	}
+}
+
+// Stdin that the container has not read yet: its sessions wait (as the Go monitor's
+// blocked write does), the loop and the other streams do not.
+static char *stdin_pend;
+static size_t stdin_plen;
+static int stdin_polled = -1, tag_stdin;
+
+static void stdin_write(const char *p, size_t n) {
+	set_nonblock(stdin_fd, true);
+	while (n > 0) {
+		ssize_t w = write(stdin_fd, p, n);
+		if (w > 0) {
+			p += w;
+			n -= w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			stdin_pend = realloc(stdin_pend, n);
+			memcpy(stdin_pend, p, n);
+			stdin_plen = n;
+			stdin_polled = stdin_fd;
+			ep_add(stdin_polled, EPOLLOUT, &tag_stdin);
+		}
+		return; // written, waiting, or failed (the container closed its stdin): dropped
+	}
+}
+
+static bool attach_frames(struct conn *c);
+
+static void stdin_flush(void) {
+	while (stdin_plen > 0) {
+		ssize_t w = write(stdin_polled, stdin_pend, stdin_plen);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			return;
+		if (w <= 0) {
+			stdin_plen = 0;
+			break;
+		}
+		memmove(stdin_pend, stdin_pend + w, stdin_plen - w);
+		stdin_plen -= w;
+	}
+	ep_del(stdin_polled);
+	stdin_polled = -1;
+	free(stdin_pend);
+	stdin_pend = NULL;
+	for (struct conn *c = conns, *nx; c; c = nx) {
+		nx = c->next;
+		if (!c->paused)
+			continue;
+		c->paused = false;
+		ep_add(c->fd, EPOLLIN, c);
+		if (!attach_frames(c))
+			conn_free(c);
+	}
+}
+
+// attach_frames handles the complete frames in c->in; false: drop the session.
+static bool attach_frames(struct conn *c) {
+	size_t off = 0;
+	bool ok = true;
+	while (c->len - off >= 5 && !c->paused) {
+		if (stdin_plen > 0) {
+			c->paused = true;
+			ep_del(c->fd);
+			break;
+		}
+		unsigned char *h = (unsigned char *)c->in + off;
+		uint32_t n = (uint32_t)h[1] << 24 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 8 | h[4];
+		if (n > MAX_FRAME) {
+			ok = false;
+			break;
+		}
+		if (c->len - off < 5 + (size_t)n)
+			break;
+		char *p = c->in + off + 5;
+		switch (h[0]) {
+		case FRAME_STDIN:
+			if (stdin_fd >= 0)
+				stdin_write(p, n);
+			break;
+		case FRAME_RESIZE:
+			if (master_fd >= 0 && n == 4) {
+				struct winsize ws = {0};
+				ws.ws_col = (unsigned char)p[0] << 8 | (unsigned char)p[1];
+				ws.ws_row = (unsigned char)p[2] << 8 | (unsigned char)p[3];
+				ioctl(master_fd, TIOCSWINSZ, &ws);
+			}
+			break;
+		case FRAME_CLOSE_STDIN:
+			if (stdin_once) {
+				if (stdin_fd >= 0 && stdin_fd != master_fd)
+					close(stdin_fd);
+				stdin_fd = -1;
+			}
+			break;
+		}
+		off += 5 + n;
+	}
+	if (off > 0) {
+		memmove(c->in, c->in + off, c->len - off);
+		c->len -= off;
+	}
+	return ok;
+}
+
+// receive_console accepts the runtime's connection on the console socket and returns the
+// pty master it sends, or -1 with err.
+static int receive_console(int ln, char *err, size_t errn) {
+	struct pollfd pfd = {.fd = ln, .events = POLLIN};
+	int64_t end = now_ms() + 10000;
+	int c = -1;
+	for (;;) {
+		c = accept4(ln, NULL, NULL, SOCK_CLOEXEC);
+		if (c >= 0)
+			break;
+		if (errno != EAGAIN && errno != EINTR) {
+			snprintf(err, errn, "wait for the terminal: %s", errstr(errno));
+			return -1;
+		}
+		int64_t left = end - now_ms();
+		if (left <= 0) {
+			snprintf(err, errn, "wait for the terminal: accept unix %s: i/o timeout", CONSOLE_FILE);
+			return -1;
+		}
+		poll(&pfd, 1, (int)left);
+	}
+	char data[4096];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov = {data, sizeof data};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof cm.b};
+	ssize_t r;
+	do
+		r = recvmsg(c, &msg, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	close(c);
+	if (r < 0) {
+		snprintf(err, errn, "%s", errstr(errno));
+		return -1;
+	}
+	struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+	if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS || h->cmsg_len < CMSG_LEN(sizeof(int))) {
+		snprintf(err, errn, "no terminal received");
+		return -1;
+	}
+	int fd;
+	memcpy(&fd, CMSG_DATA(h), sizeof fd);
+	diag("terminal received");
+	return fd;
+}
+
+// ---- processes: spawn and reap (the reaper of main.go) ----
+
+struct cmd {
+	pid_t pid;
+	int status;
+	bool done;
+	int64_t kill_at; // 0: no timeout
+	int outfd;       // read end of its output, or -1
+	char *out;
+	size_t outlen;
+	bool out_eof;
+	int64_t out_until; // after the end: how long to wait for the output's EOF
+	struct cmd *next;
+	void (*on_done)(struct cmd *); // async commands (runtime wait)
+};
+
+static struct cmd *cmds;
+static struct {
+	pid_t pid;
+	int status;
+} finished[MAX_FINISHED];
+static int nfinished;
+static pid_t init_pid; // 0 until known
+static bool init_done;
+
+static void init_exited(int status);
+
+static void reaped(pid_t pid, int status) {
+	for (struct cmd *c = cmds; c; c = c->next) {
+		if (c->pid == pid && !c->done) {
+			c->done = true;
+			c->status = status;
+			c->out_until = now_ms() + 1000;
+			return;
+		}
+	}
+	if (init_pid > 0 && pid == init_pid && !init_done) {
+		init_exited(status);
+		return;
+	}
+	if (nfinished >= MAX_FINISHED) {
+		memmove(finished, finished + 1, sizeof finished[0] * (MAX_FINISHED - 1));
+		nfinished--;
+	}
+	finished[nfinished].pid = pid;
+	finished[nfinished].status = status;
+	nfinished++;
+}
+
+static void reap_all(void) {
+	for (;;) {
+		int st;
+		pid_t p = waitpid(-1, &st, WNOHANG);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p <= 0)
+			return;
+		reaped(p, st);
+	}
+}
+
+// spawn starts argv with the given stdio in dir; the cmd is registered before the
+// reaper can see its end. NULL with err on failure.
+static struct cmd *spawn(char **argv, int in, int out, int errfd, const char *dir, int timeout_ms, char *err,
+			 size_t errn) {
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&at);
+	// dup2 onto itself clears FD_CLOEXEC in glibc's posix_spawn.
+	posix_spawn_file_actions_adddup2(&fa, in, 0);
+	posix_spawn_file_actions_adddup2(&fa, out, 1);
+	posix_spawn_file_actions_adddup2(&fa, errfd, 2);
+	posix_spawn_file_actions_addchdir_np(&fa, dir);
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigemptyset(&all);
+	sigaddset(&all, SIGCHLD);
+	sigaddset(&all, SIGTERM);
+	sigaddset(&all, SIGINT);
+	sigaddset(&all, SIGPIPE);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &all);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	pid_t pid;
+	int e = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	if (e != 0) {
+		snprintf(err, errn, "fork/exec %s: %s", argv[0], errstr(e));
+		return NULL;
+	}
+	struct cmd *c = calloc(1, sizeof *c);
+	c->pid = pid;
+	c->outfd = -1;
+	c->kill_at = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	c->next = cmds;
+	cmds = c;
+	// An earlier process with the same pid: its stale status is not this one's.
+	for (int i = 0; i < nfinished; i++)
+		if (finished[i].pid == pid) {
+			memmove(finished + i, finished + i + 1, sizeof finished[0] * (nfinished - i - 1));
+			nfinished--;
+			break;
+		}
+	return c;
+}
+
+static void cmd_free(struct cmd *c) {
+	struct cmd **pp = &cmds;
+	while (*pp && *pp != c)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = c->next;
+	if (c->outfd >= 0) {
+		ep_del(c->outfd);
+		close(c->outfd);
+	}
+	free(c->out);
+	free(c);
+}
+
+static void cmd_read(struct cmd *c) {
+	for (;;) {
+		char buf[4096];
+		ssize_t r = read(c->outfd, buf, sizeof buf);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			c->out_eof = true;
+			ep_del(c->outfd);
+			close(c->outfd);
+			c->outfd = -1;
+			return;
+		}
+		if (c->outlen + r > (1 << 20))
+			r = (1 << 20) - c->outlen;
+		c->out = realloc(c->out, c->outlen + r + 1);
+		memcpy(c->out + c->outlen, buf, r);
+		c->outlen += r;
+		c->out[c->outlen] = 0;
+	}
+}
+
+// status_err describes a wait status as Go's exec errors do; NULL for success.
+static const char *status_err(int st) {
+	static char buf[96];
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return NULL;
+	if (WIFEXITED(st))
+		snprintf(buf, sizeof buf, "exit status %d", WEXITSTATUS(st));
+	else if (WIFSIGNALED(st))
+		snprintf(buf, sizeof buf, "killed by %s", signame(WTERMSIG(st)));
+	else
+		snprintf(buf, sizeof buf, "exit status 255");
+	return buf;
+}
+
+// ---- the event loop ----
+
+static int sigfd = -1, listen_fd = -1;
+static bool terminated; // SIGTERM or SIGINT (logger mode)
+static int tag_sig, tag_listen;
+
+static void conn_event(struct conn *c);
+static void conn_accept(void);
+
+static void loop_once(int64_t until) {
+	int64_t t = now_ms();
+	int64_t next = until;
+	for (struct conn *c = conns; c; c = c->next)
+		if (c->state == C_CMD && c->deadline < next)
+			next = c->deadline;
+	for (struct cmd *c = cmds; c; c = c->next) {
+		if (!c->done && c->kill_at && c->kill_at < next)
+			next = c->kill_at;
+		if (c->done && c->on_done && c->outfd >= 0 && c->out_until < next)
+			next = c->out_until;
+	}
+	int timeout = next <= t ? 0 : (next - t > 10000 ? 10000 : (int)(next - t));
+	struct epoll_event evs[16];
+	int n = epoll_wait(epfd, evs, 16, timeout);
+	for (int i = 0; i < n; i++) {
+		void *p = evs[i].data.ptr;
+		if (p == &tag_sig) {
+			struct signalfd_siginfo si;
+			while (read(sigfd, &si, sizeof si) == sizeof si) {
+				if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+					if (!terminated)
+						diag("%s", signame(si.ssi_signo));
+					terminated = true;
+				}
+			}
+			reap_all();
+		} else if (p == &tag_stdin) {
+			stdin_flush();
+		} else if (p == &tag_listen) {
+			conn_accept();
+		} else if (p >= (void *)streams && p < (void *)(streams + 3)) {
+			struct stream *s = p;
+			if (s->open)
+				stream_read(s);
+		} else {
+			// A conn or a cmd's output: cmds are told by their outfd.
+			bool isCmd = false;
+			for (struct cmd *c = cmds; c; c = c->next)
+				if ((void *)c == p) {
+					isCmd = true;
+					if (c->outfd >= 0)
+						cmd_read(c);
+				}
+			if (!isCmd) {
+				for (struct conn *c = conns; c; c = c->next)
+					if ((void *)c == p) {
+						conn_event(c);
+						break;
+					}
+			}
+		}
+	}
+	reap_all(); // the safety net: a SIGCHLD coalesced with another
+	t = now_ms();
+	for (struct conn *c = conns, *nx; c; c = nx) {
+		nx = c->next;
+		if (c->state == C_CMD && c->deadline <= t)
+			conn_free(c);
+	}
+	for (struct cmd *c = cmds, *nx; c; c = nx) {
+		nx = c->next;
+		if (!c->done && c->kill_at && c->kill_at <= t) {
+			kill(c->pid, SIGKILL);
+			c->kill_at = 0;
+		}
+		if (c->on_done && c->done && (c->outfd < 0 || c->out_until <= t)) {
+			c->on_done(c);
+			cmd_free(c);
+		}
+	}
+}
+
+// run_cmd waits through the loop until c has ended and (if it has output) its output
+// ended or a second passed; returns its wait status.
+static int run_cmd(struct cmd *c) {
+	while (!c->done || (c->outfd >= 0 && now_ms() < c->out_until))
+		loop_once(c->done ? c->out_until : now_ms() + 10000);
+	return c->status;
+}
+
+static void loop_for(int ms) {
+	int64_t end = now_ms() + ms;
+	while (now_ms() < end)
+		loop_once(end);
+}
+
+// ---- monitor mode state ----
+
+static struct json_config cfg;
+static bool logger_mode, started, starting, busy, exit_requested, exit_ok;
+static int exit_status, exit_signal;
+static char exit_at[64];
+static char *exit_line; // set once the container has exited
+static int start_stdio[2] = {-1, -1}, start_stdin = -1, console_fd = -1;
+static struct conn *pending_starts[16];
+static int npending;
+
+static void reply(struct conn *c, const char *err) {
+	char buf[4096];
+	int l;
+	if (err) {
+		l = snprintf(buf, sizeof buf - 1, "error ");
+		for (const char *p = err; *p && l < (int)sizeof buf - 2; p++) {
+			if (*p == '\n') {
+				int k = snprintf(buf + l, sizeof buf - 2 - l, " | ");
+				l += k;
+			} else
+				buf[l++] = *p;
+		}
+		if (l > (int)sizeof buf - 2)
+			l = sizeof buf - 2;
+		buf[l++] = '\n';
+	} else {
+		l = snprintf(buf, sizeof buf, "ok\n");
+	}
+	write_all_deadline(c->fd, buf, l, 1000);
+	conn_free(c);
+}
+
+static void notify(const char *line) {
+	free(exit_line);
+	exit_line = strdup(line);
+	for (struct conn *c = conns, *nx; c; c = nx) {
+		nx = c->next;
+		if (c->state == C_WATCH) {
+			write_all_deadline(c->fd, line, strlen(line), 1000);
+			conn_free(c);
+		}
+	}
+}
+
+static char **runtime_argv(const char *a1, const char *a2, const char *a3) {
+	size_t n = cfg.runtime_nargs + 8;
+	char **v = calloc(n, sizeof *v);
+	size_t k = 0;
+	v[k++] = cfg.runtime;
+	for (size_t i = 0; i < cfg.runtime_nargs; i++)
+		v[k++] = cfg.runtime_args[i];
+	if (a1)
+		v[k++] = (char *)a1;
+	if (a2)
+		v[k++] = (char *)a2;
+	if (a3)
+		v[k++] = (char *)a3;
+	return v;
+}
+
+// runtime_output runs `<runtime> <args…> a1 a2` in "/" with its output to a pipe.
+static struct cmd *runtime_output(const char *a1, const char *a2, int timeout_ms, char *err, size_t errn) {
+	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int p[2];
+	if (devnull < 0 || pipe2(p, O_CLOEXEC) < 0) {
+		snprintf(err, errn, "%s", errstr(errno));
+		if (devnull >= 0)
+			close(devnull);
+		return NULL;
+	}
+	char **argv = runtime_argv(a1, a2, NULL);
+	struct cmd *c = spawn(argv, devnull, p[1], p[1], "/", timeout_ms, err, errn);
+	free(argv);
+	close(devnull);
+	close(p[1]);
+	if (!c) {
+		close(p[0]);
+		return NULL;
+	}
+	c->outfd = p[0];
+	set_nonblock(p[0], true);
+	ep_add(p[0], EPOLLIN, c);
+	return c;
+}
+
+static void trim(char *s) {
+	if (!s)
+		return;
+	size_t n = strlen(s);
+	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+		s[--n] = 0;
+	size_t k = 0;
+	while (s[k] == ' ' || s[k] == '\n' || s[k] == '\t' || s[k] == '\r')
+		k++;
+	memmove(s, s + k, n - k + 1);
+}
+
+static void record_exit(pid_t pid, int status, int sig) {
+	if (exit_requested || init_done)
+		return;
+	init_done = true;
+	exit_ok = true;
+	exit_status = status;
+	exit_signal = sig;
+	rfc3339nano(exit_at, sizeof exit_at);
+	(void)pid;
+}
+
+static void init_exited(int st) {
+	if (WIFEXITED(st))
+		record_exit(init_pid, WEXITSTATUS(st), 0);
+	else if (WIFSIGNALED(st))
+		record_exit(init_pid, 128 + WTERMSIG(st), WTERMSIG(st));
+	else
+		record_exit(init_pid, 255, 0);
+}
+
+static void wait_done(struct cmd *c) {
+	int status = 255;
+	const char *e = status_err(c->status);
+	trim(c->out);
+	long v = 0;
+	if (!e && c->out && json_object_int(c->out, "exitStatus", &v) >= 0)
+		status = (int)v;
+	else
+		diag("%s wait: %s: %s", base_name(cfg.runtime), e ? e : "bad output", c->out ? c->out : "");
+	record_exit(0, status, 0);
+}
+
+static void start_console_stream(int fd) {
+	master_fd = stdin_fd = fd;
+	// A terminal has one stream: the container's output, logged as stdout.
+	stream_start(&streams[2], fcntl(fd, F_DUPFD_CLOEXEC, 3), "stdout", FRAME_STDOUT);
+}
+
+// do_start runs `<runtime> start`; NULL on success, or the error text.
+static const char *do_start(void) {
+	static char err[8192];
+	if (started)
+		return NULL;
+	if (start_stdio[0] >= 0) {
+		// runsc hands a subcontainer the start command's own stdio.
+		int in = start_stdin >= 0 ? start_stdin : open("/dev/null", O_RDONLY | O_CLOEXEC);
+		char **argv = runtime_argv("start", cfg.id, NULL);
+		char e2[1024];
+		struct cmd *c = spawn(argv, in, start_stdio[0], start_stdio[1], cfg.bundle, START_TIMEOUT_MS, e2, sizeof e2);
+		free(argv);
+		close(in);
+		start_stdin = -1;
+		close(start_stdio[0]);
+		close(start_stdio[1]);
+		start_stdio[0] = start_stdio[1] = -1;
+		if (!c) {
+			snprintf(err, sizeof err, "%s start: %s: ", base_name(cfg.runtime), e2);
+			return err;
+		}
+		int st = run_cmd(c);
+		cmd_free(c);
+		const char *se = status_err(st);
+		if (se) {
+			snprintf(err, sizeof err, "%s start: %s: ", base_name(cfg.runtime), se);
+			return err;
+		}
+	} else {
+		char e2[1024];
+		struct cmd *c = runtime_output("start", cfg.id, START_TIMEOUT_MS, e2, sizeof e2);
+		if (!c) {
+			snprintf(err, sizeof err, "%s start: %s: ", base_name(cfg.runtime), e2);
+			return err;
+		}
+		int st = run_cmd(c);
+		trim(c->out);
+		const char *se = status_err(st);
+		if (se) {
+			snprintf(err, sizeof err, "%s start: %s: %s", base_name(cfg.runtime), se, c->out ? c->out : "");
+			cmd_free(c);
+			return err;
+		}
+		cmd_free(c);
+	}
+	if (console_fd >= 0) {
+		char e2[1024];
+		int m = receive_console(console_fd, e2, sizeof e2);
+		close(console_fd);
+		console_fd = -1;
+		unlink(CONSOLE_FILE);
+		if (m < 0) {
+			snprintf(err, sizeof err, "%s start: %s", base_name(cfg.runtime), e2);
+			return err;
+		}
+		start_console_stream(m);
+	}
+	started = true;
+	if (cfg.wait_with_runtime) {
+		char e2[1024];
+		struct cmd *c = runtime_output("wait", cfg.id, 0, e2, sizeof e2);
+		if (!c) {
+			diag("%s wait: %s", base_name(cfg.runtime), e2);
+			record_exit(0, 255, 0);
+		} else {
+			c->on_done = wait_done;
+		}
+	}
+	return NULL;
+}
+
+static void handle_start(struct conn *c) {
+	if (busy) {
+		if (npending < 16) {
+			ep_del(c->fd);
+			c->state = C_BUSY;
+			pending_starts[npending++] = c;
+		} else {
+			reply(c, "busy");
+		}
+		return;
+	}
+	busy = starting = true;
+	ep_del(c->fd);
+	c->state = C_BUSY;
+	const char *e = do_start();
+	busy = starting = false;
+	reply(c, e);
+	while (npending > 0)
+		handle_start(pending_starts[--npending]);
+}
+
+static void handle_command(struct conn *c, const char *cmd) {
+	if (logger_mode && strcmp(cmd, "attach") != 0 && strcmp(cmd, "reopen") != 0) {
+		char e[512];
+		snprintf(e, sizeof e, "command \"%.400s\" is not served in logger mode", cmd);
+		reply(c, e);
+		return;
+	}
+	if (strcmp(cmd, "watch") == 0) {
+		if (exit_line) {
+			write_all_deadline(c->fd, exit_line, strlen(exit_line), 1000);
+			conn_free(c);
+			return;
+		}
+		c->state = C_WATCH;
+		c->len = 0;
+	} else if (strcmp(cmd, "start") == 0) {
+		handle_start(c);
+	} else if (strcmp(cmd, "attach") == 0) {
+		if (attach_closed) {
+			conn_free(c);
+			return;
+		}
+		c->state = C_ATTACH;
+		if (!attach_frames(c))
+			conn_free(c);
+	} else if (strcmp(cmd, "reopen") == 0) {
+		if (!log_rel) {
+			reply(c, "container has no log");
+			return;
+		}
+		char e[1024];
+		reply(c, log_reopen(e, sizeof e) ? NULL : e);
+	} else if (strcmp(cmd, "exit") == 0) {
+		if (started || starting) {
+			reply(c, "container was started; it ends when its process does");
+			return;
+		}
+		exit_requested = true;
+		reply(c, NULL);
+	} else {
+		char e[512];
+		snprintf(e, sizeof e, "unknown command \"%.400s\"", cmd);
+		reply(c, e);
+	}
+}
+
+static void conn_accept(void) {
+	for (;;) {
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			return;
+		struct conn *c = calloc(1, sizeof *c);
+		c->fd = fd;
+		c->state = C_CMD;
+		c->deadline = now_ms() + CMD_READ_MS;
+		c->next = conns;
+		conns = c;
+		ep_add(fd, EPOLLIN, c);
+	}
+}
+
+static void conn_event(struct conn *c) {
+	if (c->paused)
+		return;
+	for (;;) {
+		if (c->cap - c->len < 4096) {
+			size_t want = c->cap ? c->cap * 2 : 4096;
+			if (c->state == C_ATTACH) {
+				size_t need = c->len >= 5 ? 5 + ((size_t)(unsigned char)c->in[1] << 24 |
+								 (size_t)(unsigned char)c->in[2] << 16 |
+								 (size_t)(unsigned char)c->in[3] << 8 | (unsigned char)c->in[4])
+							  : 4096;
+				if (need > want)
+					want = need + 4096;
+			}
+			if (c->state != C_ATTACH && c->cap >= 64 * 1024) {
+				conn_free(c); // a command line that never ends
+				return;
+			}
+			if (want > MAX_FRAME + 4096 + 5)
+				want = MAX_FRAME + 4096 + 5;
+			if (want > c->cap) {
+				c->in = realloc(c->in, want);
+				c->cap = want;
+			}
+		}
+		ssize_t r = read(c->fd, c->in + c->len, c->cap - c->len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			conn_free(c);
+			return;
+		}
+		if (c->state == C_WATCH)
+			continue; // nothing more is read from a watcher
+		c->len += r;
+		if (c->state == C_CMD) {
+			char *nl = memchr(c->in, '\n', c->len);
+			if (!nl)
+				continue;
+			size_t ll = nl - c->in;
+			char *cmd = strndup(c->in, ll);
+			memmove(c->in, nl + 1, c->len - ll - 1);
+			c->len -= ll + 1;
+			trim(cmd);
+			handle_command(c, cmd);
+			free(cmd);
+			return; // c may be gone
+		}
+		if (c->state == C_ATTACH && !attach_frames(c)) {
+			conn_free(c);
+			return;
+		}
+	}
+}
+
+// ---- setup shared by both modes ----
+
+static bool setup_loop(bool catch_term) {
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	if (catch_term) {
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGINT);
+	}
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (epfd < 0 || sigfd < 0)
+		return false;
+	ep_add(sigfd, EPOLLIN, &tag_sig);
+	return true;
+}
+
+static int listen_here(const char *name, char *err, size_t errn) {
+	unlink(name);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", name);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 128) < 0) {
+		snprintf(err, errn, "listen unix %s: bind: %s", name, errstr(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+// ---- monitor mode (cmd/rtshim-monitor/main.go) ----
+
+static int sync_fd = 3;
+
+static void report(const char *json) {
+	write_all_deadline(sync_fd, json, strlen(json), 10000);
+	close(sync_fd);
+	sync_fd = -1;
+}
+
+static void report_error(const char *msg) {
+	size_t n = strlen(msg) * 6 + 32;
+	char *b = malloc(n);
+	size_t l = snprintf(b, n, "{\"error\":");
+	l += json_quote(b + l, n - l, msg);
+	snprintf(b + l, n - l, "}\n");
+	report(b);
+	free(b);
+}
+
+static int fail(const char *msg) {
+	report_error(msg);
+	diag("monitor: %s", msg);
+	return 1;
+}
+
+// create runs `<runtime> create`; the init's pid, or 0 with err.
+static pid_t create(char *err, size_t errn) {
+	char e2[1024];
+	if (cfg.log_path && *cfg.log_path) {
+		if (!log_open(cfg.log_dir, cfg.log_path, e2, sizeof e2)) {
+			snprintf(err, errn, "open container log %s: %s", cfg.log_path, e2);
+			return 0;
+		}
+	}
+	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (devnull < 0) {
+		snprintf(err, errn, "open /dev/null: %s", errstr(errno));
+		return 0;
+	}
+	int in = devnull, pin[2] = {-1, -1};
+	stdin_once = cfg.stdin_once;
+	if (cfg.stdin && !cfg.terminal) {
+		if (pipe2(pin, O_CLOEXEC) < 0) {
+			snprintf(err, errn, "pipe: %s", errstr(errno));
+			return 0;
+		}
+		in = pin[0];
+		stdin_fd = pin[1];
+	}
+	int console = -1;
+	if (cfg.terminal) {
+		console = listen_here(CONSOLE_FILE, e2, sizeof e2);
+		if (console < 0) {
+			snprintf(err, errn, "console socket: %s", e2);
+			return 0;
+		}
+	}
+	tail_buf = malloc(TAIL_MAX);
+	tail_on = true;
+	int po[2], pe[2];
+	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+		snprintf(err, errn, "pipe: %s", errstr(errno));
+		return 0;
+	}
+	stream_start(&streams[0], po[0], "stdout", FRAME_STDOUT);
+	stream_start(&streams[1], pe[0], "stderr", FRAME_STDERR);
+
+	char pidfile[PATH_MAX];
+	snprintf(pidfile, sizeof pidfile, "%s/%s", cfg.dir, PID_FILE);
+	size_t n = cfg.runtime_nargs + 12, k = 0;
+	char **argv = calloc(n, sizeof *argv);
+	argv[k++] = cfg.runtime;
+	for (size_t i = 0; i < cfg.runtime_nargs; i++)
+		argv[k++] = cfg.runtime_args[i];
+	argv[k++] = "create";
+	argv[k++] = "--bundle";
+	argv[k++] = cfg.bundle;
+	argv[k++] = "--pid-file";
+	argv[k++] = pidfile;
+	if (console >= 0) {
+		argv[k++] = "--console-socket";
+		argv[k++] = CONSOLE_FILE;
+	}
+	argv[k++] = cfg.id;
+	struct cmd *c = spawn(argv, in, po[1], pe[1], cfg.bundle, CREATE_TIMEOUT_MS, e2, sizeof e2);
+	free(argv);
+	const char *se = e2;
+	if (c) {
+		// Only the process's end: nothing waits for its output pipes' EOF.
+		while (!c->done)
+			loop_once(now_ms() + 10000);
+		se = status_err(c->status);
+		cmd_free(c);
+	}
+	if (cfg.wait_with_runtime && !se) {
+		// A sandboxed subcontainer gets its stdio from `start`.
+		start_stdio[0] = po[1];
+		start_stdio[1] = pe[1];
+		if (pin[0] >= 0)
+			start_stdin = pin[0];
+	} else {
+		close(po[1]);
+		close(pe[1]);
+		if (pin[0] >= 0)
+			close(pin[0]);
+	}
+	close(devnull);
+	if (se) {
+		loop_for(20); // let the copiers take the runtime's last words
+		char *t = strndup(tail_buf, tail_len);
+		trim(t);
+		snprintf(err, errn, "%s create: %s: %s", base_name(cfg.runtime), se, t);
+		free(t);
+		return 0;
+	}
+	tail_on = false;
+	free(tail_buf);
+	tail_buf = NULL;
+	tail_len = 0;
+	if (console >= 0) {
+		if (cfg.wait_with_runtime) {
+			console_fd = console; // runsc hands a subcontainer's terminal over at start
+		} else {
+			int m = receive_console(console, e2, sizeof e2);
+			close(console);
+			unlink(CONSOLE_FILE);
+			if (m < 0) {
+				snprintf(err, errn, "%s create: %s", base_name(cfg.runtime), e2);
+				return 0;
+			}
+			start_console_stream(m);
+		}
+	}
+	int perr = 0;
+	char *b = read_file(pidfile, 4096, &perr);
+	if (!b) {
+		snprintf(err, errn, "%s create: read pid file: open %s: %s", base_name(cfg.runtime), pidfile, errstr(perr));
+		return 0;
+	}
+	char *end;
+	char *t = strdup(b);
+	trim(t);
+	long pid = strtol(t, &end, 10);
+	if (!*t || *end || pid <= 0 || pid > INT_MAX) {
+		snprintf(err, errn, "%s create: bad pid file \"%s\"", base_name(cfg.runtime), b);
+		free(b);
+		free(t);
+		return 0;
+	}
+	free(b);
+	free(t);
+	return (pid_t)pid;
+}
+
+static void write_exit_file(const char *data) {
+	char tmp[PATH_MAX], path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", cfg.dir, EXIT_FILE);
+	snprintf(tmp, sizeof tmp, "%s/.%s.tmp%ld", cfg.dir, EXIT_FILE, (long)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		unlink(tmp);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC, 0600);
+	}
+	if (fd < 0) {
+		diag("write exit file: open %s: %s", tmp, errstr(errno));
+		return;
+	}
+	size_t n = strlen(data);
+	bool ok = write(fd, data, n) == (ssize_t)n && fchmod(fd, 0600) == 0 && fsync(fd) == 0;
+	int e = errno;
+	if (close(fd) < 0 && ok) {
+		ok = false;
+		e = errno;
+	}
+	if (!ok || rename(tmp, path) < 0) {
+		if (ok)
+			e = errno;
+		unlink(tmp);
+		diag("write exit file: %s", errstr(e));
+		return;
+	}
+	int dfd = open(cfg.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+}
+
+static int run_monitor(const char *cfgpath) {
+	fcntl(sync_fd, F_SETFD, FD_CLOEXEC);
+	int e = 0;
+	char *b = read_file(cfgpath, 1 << 20, &e);
+	char msg[8192];
+	if (!b) {
+		snprintf(msg, sizeof msg, "monitor: read config: open %s: %s", cfgpath, errstr(e));
+		report_error(msg);
+		diag("monitor: read config: open %s: %s", cfgpath, errstr(e));
+		return 1;
+	}
+	const char *perr = json_parse_config(b, &cfg, false);
+	free(b);
+	if (perr) {
+		snprintf(msg, sizeof msg, "monitor: read config: %s", perr);
+		report_error(msg);
+		diag("%s", msg);
+		return 1;
+	}
+	if (!cfg.id)
+		cfg.id = "";
+	if (!cfg.dir)
+		cfg.dir = "";
+	if (!cfg.runtime)
+		cfg.runtime = "";
+	if (!cfg.bundle)
+		cfg.bundle = "";
+	snprintf(log_prefix, sizeof log_prefix, "%.12s ", cfg.id);
+	if (!setup_loop(false)) {
+		snprintf(msg, sizeof msg, "monitor: event loop: %s", errstr(errno));
+		return fail(msg + 9);
+	}
+	// Orphans of the runtime become our children: we wait for the init, reap the rest.
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+		snprintf(msg, sizeof msg, "monitor: set child subreaper: %s", errstr(errno));
+		report_error(msg);
+		diag("%s", msg);
+		return 1;
+	}
+	if (chdir(cfg.dir) < 0) {
+		snprintf(msg, sizeof msg, "monitor: chdir %s: %s", cfg.dir, errstr(errno));
+		report_error(msg);
+		diag("%s", msg);
+		return 1;
+	}
+	char e2[1024];
+	listen_fd = listen_here(SOCKET_FILE, e2, sizeof e2);
+	if (listen_fd < 0) {
+		snprintf(msg, sizeof msg, "monitor: listen %s: %s", SOCKET_FILE, e2);
+		report_error(msg);
+		diag("%s", msg);
+		return 1;
+	}
+	ep_add(listen_fd, EPOLLIN, &tag_listen);
+
+	busy = true; // a start that comes during create waits for it
+	pid_t pid = create(msg, sizeof msg);
+	if (pid == 0) {
+		report_error(msg);
+		diag("monitor: %s", msg);
+		return 1;
+	}
+	char ok[64];
+	snprintf(ok, sizeof ok, "{\"pid\":%d}\n", (int)pid);
+	report(ok);
+	diag("container %s created, pid %d", cfg.id, (int)pid);
+	if (!cfg.wait_with_runtime) {
+		init_pid = pid;
+		for (int i = 0; i < nfinished; i++)
+			if (finished[i].pid == pid) {
+				int st = finished[i].status;
+				memmove(finished + i, finished + i + 1, sizeof finished[0] * (nfinished - i - 1));
+				nfinished--;
+				init_exited(st);
+				break;
+			}
+	}
+	busy = false;
+	while (npending > 0)
+		handle_start(pending_starts[--npending]);
+	while (!init_done && !exit_requested)
+		loop_once(now_ms() + 10000);
+	if (init_done) {
+		char data[256];
+		int l = snprintf(data, sizeof data, "{\"pid\":%d,\"status\":%d,", (int)(cfg.wait_with_runtime ? 0 : pid),
+				 exit_status);
+		if (exit_signal)
+			l += snprintf(data + l, sizeof data - l, "\"signal\":%d,", exit_signal);
+		snprintf(data + l, sizeof data - l, "\"exited_at\":\"%s\"}", exit_at);
+		write_exit_file(data);
+		diag("container exited with status %d", exit_status);
+		strcat(data, "\n");
+		notify(data);
+		attach_end();
+	} else {
+		diag("supervision ended without a start");
+		notify("{}\n");
+	}
+	ep_del(listen_fd);
+	close(listen_fd);
+	unlink(SOCKET_FILE);
+	// A moment for the last lines; never wait for EOF (runsc holds the pipes).
+	loop_for(100);
+	for (int i = 0; i < 3; i++)
+		if (streams[i].open)
+			stream_lines(&streams[i], true);
+	return 0;
+}
+
+// ---- logger mode (cmd/rtshim-monitor/logger.go) ----
+
+static int run_logger(const char *dir) {
+	// Before anything can say we are ready: a SIGTERM right after must drain, not kill us.
+	if (!setup_loop(true))
+		return 1;
+	logger_mode = true;
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", dir, LOGGER_CONFIG);
+	int e = 0;
+	char *b = read_file(path, 1 << 20, &e);
+	const char *cfgErr = NULL;
+	char cerr[PATH_MAX + 128];
+	if (!b) {
+		snprintf(cerr, sizeof cerr, "open %s: %s", path, errstr(e));
+		cfgErr = cerr;
+	} else {
+		cfgErr = json_parse_config(b, &cfg, true);
+		free(b);
+	}
+	int ready = cfg.stdout_fifo && *cfg.stdout_fifo ? 3 : 5;
+	snprintf(path, sizeof path, "%s/%s", dir, LOG_FILE);
+	int lf = open(path, O_CREAT | O_WRONLY | O_APPEND | O_CLOEXEC, 0600);
+	if (lf >= 0) {
+		dup2(lf, 2);
+		close(lf);
+	}
+	const char *id = getenv("CONTAINER_ID");
+	snprintf(log_prefix, sizeof log_prefix, "%.12s logger ", id ? id : "");
+	// Whatever fails here, keep reading the output: a logger that went away would leave
+	// the container's writes failing.
+	if (cfgErr)
+		diag("read config: %s; the output is discarded", cfgErr);
+	char err[2048];
+	if (cfg.log_path && *cfg.log_path && !log_open(cfg.log_dir, cfg.log_path, err, sizeof err))
+		diag("open container log %s: %s; the output is discarded", cfg.log_path, err);
+	if (cfg.stdin_fifo && *cfg.stdin_fifo) {
+		// O_RDWR: opening a FIFO for writing alone blocks until a reader is there.
+		int fd = open(cfg.stdin_fifo, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			diag("open stdin %s: %s", cfg.stdin_fifo, errstr(errno));
+		else {
+			stdin_fd = fd;
+			stdin_once = cfg.stdin_once;
+		}
+	}
+	if (chdir(dir) < 0) {
+		diag("attach unavailable: chdir %s: %s", dir, errstr(errno));
+	} else {
+		listen_fd = listen_here(SOCKET_FILE, err, sizeof err);
+		if (listen_fd < 0)
+			diag("attach unavailable: listen %s: %s", SOCKET_FILE, err);
+		else
+			ep_add(listen_fd, EPOLLIN, &tag_listen);
+	}
+	bool fifo_mode = cfg.stdout_fifo && *cfg.stdout_fifo;
+	int nwaited = 0;
+	for (int i = 0; i < 2; i++) {
+		const char *name = i == 0 ? "stdout" : "stderr";
+		char *fifo = i == 0 ? cfg.stdout_fifo : cfg.stderr_fifo;
+		if (fifo_mode && !(fifo && *fifo))
+			continue; // FIFO mode without this stream (a terminal has no stderr)
+		streams[i].waited = !cfg.terminal || i == 0;
+		if (!fifo_mode) {
+			fcntl(3 + i, F_SETFD, FD_CLOEXEC);
+			stream_start(&streams[i], 3 + i, name, i == 0 ? FRAME_STDOUT : FRAME_STDERR);
+		} else {
+			streams[i].fifo = fifo;
+			streams[i].name = name;
+			streams[i].kind = i == 0 ? FRAME_STDOUT : FRAME_STDERR;
+		}
+		if (streams[i].waited)
+			nwaited++;
+	}
+	close(ready);
+	diag("logging to \"%s\"", cfg.log_path ? cfg.log_path : "");
+	// FIFOs: opening one for reading waits for its writer (the shim), without blocking
+	// the loop: O_NONBLOCK opens at once; a read of 0 before any writer came is no end,
+	// so the open is retried until a writer has been seen (POLLHUP after data or a
+	// writer). Simplest faithful way: open O_RDWR-less O_RDONLY|O_NONBLOCK, then poll
+	// for the writer with the loop's timeout.
+	int fifo_fds[2] = {-1, -1};
+	for (int i = 0; i < 2; i++) {
+		if (!streams[i].fifo)
+			continue;
+		fifo_fds[i] = open(streams[i].fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		if (fifo_fds[i] < 0) {
+			diag("open %s: %s", streams[i].fifo, errstr(errno));
+			if (streams[i].waited)
+				nwaited--;
+			streams[i].fifo = NULL;
+		}
+	}
+	int64_t term_at = 0;
+	for (;;) {
+		// A FIFO becomes a stream once a writer has opened it: until then a read gives 0.
+		for (int i = 0; i < 2; i++) {
+			if (fifo_fds[i] < 0)
+				continue;
+			struct pollfd p = {.fd = fifo_fds[i], .events = POLLIN};
+			int wr = 0;
+			// A writer is there when the FIFO has data or its writers count > 0: probe
+			// by F_GETPIPE_SZ? No: use the open-for-write trick's inverse — POLLIN or
+			// POLLHUP only ever comes once a writer existed.
+			if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)))
+				wr = 1;
+			if (wr) {
+				stream_start(&streams[i], fifo_fds[i], streams[i].name, streams[i].kind);
+				fifo_fds[i] = -1;
+				stream_read(&streams[i]);
+			}
+		}
+		int open_waited = 0;
+		for (int i = 0; i < 2; i++)
+			if (streams[i].waited && (streams[i].open || fifo_fds[i] >= 0))
+				open_waited++;
+		if (open_waited == 0)
+			break;
+		if (terminated && term_at == 0)
+			term_at = now_ms() + 2000;
+		if (term_at && now_ms() >= term_at) {
+			diag("terminated: the output did not end within 2s");
+			break;
+		}
+		bool waiting_fifo = fifo_fds[0] >= 0 || fifo_fds[1] >= 0;
+		loop_once(now_ms() + (waiting_fifo ? 50 : (term_at ? 100 : 10000)));
+	}
+	(void)nwaited;
+	diag("output ended");
+	attach_end();
+	if (listen_fd >= 0) {
+		ep_del(listen_fd);
+		close(listen_fd);
+		unlink(SOCKET_FILE);
+	}
+	if (stdin_fd >= 0)
+		close(stdin_fd);
+	return 0;
+}
+
+int main(int argc, char **argv) {
+	if (argc == 3 && strcmp(argv[1], "logger") == 0) {
+		if (run_logger(argv[2]) != 0) {
+			return 1;
+		}
+		return 0;
+	}
+	if (argc != 2) {
+		fprintf(stderr, "usage: rtshim-monitor <dir>/monitor.json | logger <dir> (started by rtshimd or a shim)\n");
+		return 2;
+	}
+	return run_monitor(argv[1]);
+}

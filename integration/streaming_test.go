@@ -303,3 +303,49 @@ func TestStreamingTLS(t *testing.T) {
 	_ = d.RS.RemovePodSandbox(ctxT(t), podID)
 	removeTestCgroups(t)
 }
+
+// An exec session ends when its client goes away: the process the client started is
+// killed, not left running in the container with nobody reading it.
+func TestExecEndsWhenClientGoes(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range []string{"runc", "runsc"} {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			podID, pod := e.pod("exec-gone-"+handler, handler)
+			id := e.run(podID, pod, e.ctrConfig("app", "sleep", "100000"))
+			resp, err := e.d.RS.Exec(ctxT(t), &runtimeapi.ExecRequest{ContainerId: id, Cmd: []string{"sh", "-c", "echo ready; exec sleep 4242"}, Stdout: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := spdyConnect(t, resp.Url, "v4.channel.k8s.io")
+			h := http.Header{}
+			h.Set("streamType", "error")
+			if _, err := conn.CreateStream(h); err != nil {
+				t.Fatal(err)
+			}
+			h.Set("streamType", "stdout")
+			out, err := conn.CreateStream(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 16)
+			if n, _ := io.ReadAtLeast(out, b, len("ready")); !strings.HasPrefix(string(b[:n]), "ready") {
+				t.Fatalf("exec output %q", b[:n])
+			}
+			running := func() bool {
+				ps, _ := e.exec(id, "ps")
+				return strings.Contains(ps, "sleep 4242")
+			}
+			if !running() {
+				t.Fatal("the exec'd process is not running before the client goes")
+			}
+			conn.Close()
+			waitFor(t, 15*time.Second, "the exec'd process to end after its client went", func() (bool, string) {
+				return !running(), "sleep 4242 still runs"
+			})
+			if err := e.d.RS.RemovePodSandbox(ctxT(t), podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

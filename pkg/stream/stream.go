@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -58,7 +59,8 @@ func New(addr, certFile, keyFile string, ctrs *container.Manager, sandboxes *san
 		ln.Close()
 		return nil, err
 	}
-	hs := &http.Server{Handler: srv, TLSConfig: cfg.TLSConfig, ReadHeaderTimeout: 30 * time.Second}
+	ln = notifyListener{ln}
+	hs := &http.Server{Handler: srv, TLSConfig: cfg.TLSConfig, ReadHeaderTimeout: 30 * time.Second, ConnContext: withConn}
 	go func() {
 		var err error
 		if cfg.TLSConfig != nil {
@@ -120,7 +122,7 @@ func (e exitError) Exited() bool    { return true }
 func (e exitError) ExitStatus() int { return e.code }
 
 func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := untilClientGone(ctx)
 	defer cancel()
 	var o, e io.Writer
 	if out != nil {
@@ -138,7 +140,7 @@ func (r *runtimeAdapter) Exec(ctx context.Context, id string, cmd []string, in i
 }
 
 func (r *runtimeAdapter) Attach(ctx context.Context, id string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommandserver.TerminalSize) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := untilClientGone(ctx)
 	defer cancel()
 	var o, e io.Writer
 	if out != nil {
@@ -218,4 +220,57 @@ func dialIn(netns, addr string) (net.Conn, error) {
 	}()
 	r := <-ch
 	return r.c, r.err
+}
+
+// The streaming library gives an exec or attach the request's context, which a hijacked
+// connection never cancels: an exec whose process writes nothing would run on after its
+// client went away. The listener's connections say when they are closed (the SPDY layer
+// closes its connection once the client's side is gone), and each request's context
+// carries its connection.
+type notifyListener struct{ net.Listener }
+
+func (l notifyListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &notifyConn{Conn: c, closed: make(chan struct{})}, nil
+}
+
+type notifyConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *notifyConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+type connKey struct{}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if nc, ok := c.(*notifyConn); ok {
+		return context.WithValue(ctx, connKey{}, nc)
+	}
+	return ctx
+}
+
+// untilClientGone is ctx, also cancelled when the request's connection closes.
+func untilClientGone(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if nc, ok := ctx.Value(connKey{}).(*notifyConn); ok {
+		go func() {
+			select {
+			case <-nc.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
 }

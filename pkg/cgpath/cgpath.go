@@ -2,8 +2,8 @@
 // puts the container in, for both cgroup drivers: with cgroupfs the path is the directory;
 // with systemd it is "slice:prefix:name", which runc turns into a scope under the slice's
 // expanded path (github.com/opencontainers/cgroups, runc's own cgroup code, expands it).
-// Stats, OOM detection and pod stats read cgroups through it, so both drivers are read the
-// same way.
+// Spec building writes cgroupsPath with For, and stats, OOM detection and pod stats read
+// cgroups through Dir, so both drivers are written and read in one place.
 package cgpath
 
 import (
@@ -13,6 +13,26 @@ import (
 
 	"github.com/opencontainers/cgroups/systemd"
 )
+
+// For is the cgroupsPath of the task id under a pod's cgroup_parent: with cgroupfs the
+// directory parent/id (parent "" is /rtshimd); with systemd "slice:rtshimd:id", which runc
+// makes the scope rtshimd-<id>.scope in the slice (parent "" is system.slice, runc's own
+// default).
+func For(systemdDriver bool, parent, id string) string {
+	if systemdDriver {
+		if parent == "" {
+			parent = "system.slice"
+		}
+		return parent + ":rtshimd:" + id
+	}
+	if parent == "" {
+		parent = "/rtshimd"
+	}
+	if !strings.HasPrefix(parent, "/") {
+		parent = "/" + parent
+	}
+	return path.Join(parent, id)
+}
 
 // Dir is the cgroup directory, relative to a hierarchy's root, of cgroupsPath.
 func Dir(cgroupsPath string) (string, error) {

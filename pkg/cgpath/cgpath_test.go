@@ -1,6 +1,9 @@
 package cgpath
 
-import "testing"
+import (
+	"path"
+	"testing"
+)
 
 func TestDir(t *testing.T) {
 	for in, want := range map[string]string{
@@ -37,6 +40,41 @@ func TestParent(t *testing.T) {
 		got, err := Parent(c.systemd, c.in)
 		if err != nil || got != c.want {
 			t.Errorf("Parent(%v, %q) = %q, %v; want %q", c.systemd, c.in, got, err, c.want)
+		}
+	}
+}
+
+// For writes what Dir reads: the directory runc puts the task in, for either driver.
+func TestForThenDir(t *testing.T) {
+	tests := []struct {
+		systemd           bool
+		parent, want, dir string
+	}{
+		{false, "", "/rtshimd/abc", "/rtshimd/abc"},
+		{false, "/kubepods/besteffort/pod1", "/kubepods/besteffort/pod1/abc", "/kubepods/besteffort/pod1/abc"},
+		{false, "kubepods/pod1", "/kubepods/pod1/abc", "/kubepods/pod1/abc"},
+		{false, "/kubepods/pod1/", "/kubepods/pod1/abc", "/kubepods/pod1/abc"},
+		{true, "kubepods-besteffort-pod1.slice", "kubepods-besteffort-pod1.slice:rtshimd:abc",
+			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/rtshimd-abc.scope"},
+		{true, "", "system.slice:rtshimd:abc", "/system.slice/rtshimd-abc.scope"},
+	}
+	for _, tt := range tests {
+		got := For(tt.systemd, tt.parent, "abc")
+		if got != tt.want {
+			t.Errorf("For(%v, %q) = %q, want %q", tt.systemd, tt.parent, got, tt.want)
+			continue
+		}
+		dir, err := Dir(got)
+		if err != nil || dir != tt.dir {
+			t.Errorf("Dir(%q) = %q, %v; want %q", got, dir, err, tt.dir)
+		}
+		if !tt.systemd {
+			continue
+		}
+		// The scope sits in the directory Parent gives for the pod's slice.
+		pdir, err := Parent(true, tt.parent)
+		if tt.parent != "" && (err != nil || path.Dir(dir) != pdir) {
+			t.Errorf("Parent(%q) = %q, %v; the scope is in %q", tt.parent, pdir, err, path.Dir(dir))
 		}
 	}
 }

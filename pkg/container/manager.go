@@ -20,6 +20,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/cdidevices"
 	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
+	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/failpoint"
@@ -170,7 +171,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 			Kind: sb.Kind, Runtime: sb.Runtime, PodDir: sb.InfraDir(), Config: raw,
 			ImageRef: cfg.Image.Image, CreatedAt: time.Now().UnixNano(),
 			Dir:         filepath.Join(m.opts.RunDir, id),
-			CgroupsPath: oci.CgroupsPath(m.opts.CgroupDriver, sb.PodConfig().GetLinux().GetCgroupParent(), id),
+			CgroupsPath: cgpath.For(m.opts.CgroupDriver == config.SystemdDriver, sb.PodConfig().GetLinux().GetCgroupParent(), id),
 		},
 		config: cfg,
 		rt:     sb.KindRuntime(),

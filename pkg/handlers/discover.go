@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
@@ -215,7 +216,7 @@ func (h *Handler) probe(ctx context.Context, p Probe) (kind.ProbeResult, error) 
 // probeCgroup puts the probe at the top of the hierarchy so its removal leaves nothing.
 func probeCgroup(driver, id string) string {
 	if driver == config.SystemdDriver {
-		return oci.CgroupsPath(driver, "", id)
+		return cgpath.For(true, "", id)
 	}
 	return "/" + id
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -124,24 +123,6 @@ func (m *IDMappings) apply(l *specs.Linux) {
 	if m != nil {
 		l.UIDMappings, l.GIDMappings = slices.Clone(m.UIDs), slices.Clone(m.GIDs)
 	}
-}
-
-// CgroupsPath is the cgroupsPath of container id under the pod's cgroup parent, in the
-// form the cgroup driver's runtimes expect.
-func CgroupsPath(driver, parent, id string) string {
-	if driver == "systemd" {
-		if parent == "" {
-			parent = "system.slice"
-		}
-		return parent + ":rtshimd:" + id
-	}
-	if parent == "" {
-		parent = "/rtshimd"
-	}
-	if !strings.HasPrefix(parent, "/") {
-		parent = "/" + parent
-	}
-	return filepath.Join(parent, id)
 }
 
 // WriteBundle writes spec as dir/config.json.

@@ -13,24 +13,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-func TestCgroupsPath(t *testing.T) {
-	tests := []struct {
-		driver, parent, want string
-	}{
-		{"cgroupfs", "", "/rtshimd/abc"},
-		{"cgroupfs", "/kubepods/besteffort/pod1", "/kubepods/besteffort/pod1/abc"},
-		{"cgroupfs", "kubepods/pod1", "/kubepods/pod1/abc"},
-		{"cgroupfs", "/kubepods/pod1/", "/kubepods/pod1/abc"},
-		{"systemd", "kubepods-besteffort-pod1.slice", "kubepods-besteffort-pod1.slice:rtshimd:abc"},
-		{"systemd", "", "system.slice:rtshimd:abc"},
-	}
-	for _, tt := range tests {
-		if got := CgroupsPath(tt.driver, tt.parent, "abc"); got != tt.want {
-			t.Errorf("CgroupsPath(%q, %q) = %q, want %q", tt.driver, tt.parent, got, tt.want)
-		}
-	}
-}
-
 func mountAt(s *specs.Spec, dest string) *specs.Mount {
 	for i := range s.Mounts {
 		if s.Mounts[i].Destination == dest {

@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/cgpath"
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/events"
@@ -398,7 +399,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	plan := sb.rt.Plan()
 	sb.Infra = plan.SandboxContainer || nsOpts.GetPid() == runtimeapi.NamespaceMode_POD
 	if sb.Infra {
-		sb.CgroupsPath = oci.CgroupsPath(m.opts.CgroupDriver, cfg.GetLinux().GetCgroupParent(), sb.ID)
+		sb.CgroupsPath = cgpath.For(m.opts.CgroupDriver == config.SystemdDriver, cfg.GetLinux().GetCgroupParent(), sb.ID)
 	}
 
 	hostname := cfg.Hostname

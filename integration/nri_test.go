@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -319,6 +320,45 @@ func TestNRIPlugin(t *testing.T) {
 	}
 	if v, ok := metricOf(families, "rtshimd_nri_request_errors_total", map[string]string{"event": "CreateContainer"}); !ok || v != 1 {
 		t.Errorf("rtshimd_nri_request_errors_total{event=CreateContainer} = %v (%v), want 1", v, ok)
+	}
+	// Per plugin, as NRI names it ("<idx>-<name>"): the failing create was the test plugin's.
+	for _, want := range []struct {
+		metric, plugin, op string
+		min, max           float64
+	}{
+		{"rtshimd_nri_plugin_calls_total", "10-rtshimd-test", "CreateContainer", 5, 1e9},
+		{"rtshimd_nri_plugin_call_errors_total", "10-rtshimd-test", "CreateContainer", 1, 1},
+		{"rtshimd_nri_plugin_calls_total", "20-rtshimd-late", "Synchronize", 1, 1},
+	} {
+		v, ok := metricOf(families, want.metric, map[string]string{"plugin": want.plugin, "operation": want.op})
+		if !ok || v < want.min || v > want.max {
+			t.Errorf("%s{plugin=%s,operation=%s} = %v (%v), want %v..%v", want.metric, want.plugin, want.op, v, ok, want.min, want.max)
+		}
+	}
+	st, err := e.d.RS.Status(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nriInfo struct {
+		Plugins int64 `json:"plugins"`
+		Seen    []struct {
+			Name         string    `json:"name"`
+			Synchronized time.Time `json:"synchronized"`
+			Errors       int       `json:"errors"`
+			LastError    string    `json:"last_error"`
+		} `json:"plugins_seen"`
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["nri"]), &nriInfo); err != nil {
+		t.Fatalf("Status verbose nri %q: %v", st.GetInfo()["nri"], err)
+	}
+	// The late plugin stopped with its subtest; the adaptation drops a closed plugin at the
+	// next event, so the count is 1 or 2, the same in both places.
+	if v, ok := metricOf(families, "rtshimd_nri_plugins", nil); !ok || v != float64(nriInfo.Plugins) || v < 1 {
+		t.Errorf("rtshimd_nri_plugins = %v (%v), Status says %d", v, ok, nriInfo.Plugins)
+	}
+	if len(nriInfo.Seen) != 2 || nriInfo.Seen[0].Name != "10-rtshimd-test" || nriInfo.Seen[1].Name != "20-rtshimd-late" ||
+		nriInfo.Seen[0].Synchronized.IsZero() || nriInfo.Seen[0].Errors != 1 || !strings.Contains(nriInfo.Seen[0].LastError, nriFailure) {
+		t.Errorf("Status verbose nri = %s; want 2 plugins seen by name, the test plugin's failure with its error", st.GetInfo()["nri"])
 	}
 }
 

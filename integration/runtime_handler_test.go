@@ -229,8 +229,12 @@ func TestRtshimdHandlersCommand(t *testing.T) {
 		t.Fatalf("rtshimd handlers: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 7 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
-		t.Fatalf("want a header with the kind, 5 rows and one discovery note, got:\n%s", out)
+	if len(lines) != 8 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
+		t.Fatalf("want a header with the kind, 5 rows, one discovery note and NRI's line, got:\n%s", out)
+	}
+	// The harness' daemon has NRI on with its own socket and no plugin installed.
+	if want := "nri: on, socket " + filepath.Join(filepath.Dir(d.Config), "nri.sock") + "; plugins started from "; !strings.HasPrefix(lines[7], want) || !strings.HasSuffix(lines[7], ": none") {
+		t.Errorf("NRI line %q, want %q...: none", lines[7], want)
 	}
 	// Debian's 2022 runsc: host networking found by discovery, and said.
 	if note := lines[6]; !strings.HasPrefix(note, "runsc-debian: runs with --network=host:") || !strings.Contains(note, "root network namespace") {

@@ -9,39 +9,41 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/nrihost"
 )
 
 // discoverForCommand discovers every handler of the config in args as the daemon would,
 // in a scratch run root of its own (the shims it probes must not publish to a running
 // daemon's), for a command that prints what it found. done releases it all.
-func discoverForCommand(args []string) (table *handlers.Table, done func(), err error) {
+func discoverForCommand(args []string) (cfg *config.Config, table *handlers.Table, done func(), err error) {
 	logrus.SetLevel(logrus.ErrorLevel)
-	cfg, err := loadConfig(args, nil)
+	cfg, err = loadConfig(args, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	tmp, err := os.MkdirTemp("", "rtshimd-discover-")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// Searchable like the daemon's roots, or discovery would find user namespaces
 	// impossible because of this scratch directory alone.
 	if err := os.Chmod(tmp, 0o711); err != nil {
 		os.RemoveAll(tmp)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	table, rts, _, err := discover(context.Background(), cfg, tmp, tmp+"/pause", tmp+"/probe")
 	if err != nil {
 		os.RemoveAll(tmp)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return table, func() { rts.Close(); os.RemoveAll(tmp) }, nil
+	return cfg, table, func() { rts.Close(); os.RemoveAll(tmp) }, nil
 }
 
 // handlersCmd discovers every handler as the daemon would and prints the table.
 func handlersCmd(args []string) error {
-	table, done, err := discoverForCommand(args)
+	cfg, table, done, err := discoverForCommand(args)
 	if err != nil {
 		return err
 	}
@@ -72,7 +74,30 @@ func handlersCmd(args []string) error {
 			fmt.Printf("%s: runs with %s: %s\n", h.Name, strings.Join(h.Args, " "), h.ArgsReason)
 		}
 	}
+	fmt.Println(nriLine(cfg.NRI))
 	return nil
+}
+
+// nriLine says whether NRI plugins see this node's pods, where they connect and which
+// plugins the daemon starts itself; which are connected only a running daemon knows
+// (Status verbose, "nri").
+func nriLine(c config.NRI) string {
+	if !c.Enable {
+		return "nri: off ([nri] enable = false)"
+	}
+	socket := "socket " + c.SocketPath
+	if c.DisableConnections {
+		socket = "no external plugins (disable_connections)"
+	}
+	names, err := nrihost.Installed(c.PluginPath)
+	installed := "none"
+	if len(names) > 0 {
+		installed = strings.Join(names, ", ")
+	}
+	if err != nil {
+		installed += "; " + err.Error() + ": the daemon will refuse to start"
+	}
+	return fmt.Sprintf("nri: on, %s; plugins started from %s: %s", socket, c.PluginPath, installed)
 }
 
 func featureList(h *handlers.Handler) string {

@@ -23,7 +23,7 @@ const NodeLabelPrefix = "runtime.rtshimd.io/"
 // node.k8s.io/v1 RuntimeClass for each ready one; the others, with their reasons, and the
 // command that labels this node go in comments.
 func runtimeclassesCmd(args []string) error {
-	table, done, err := discoverForCommand(args)
+	_, table, done, err := discoverForCommand(args)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,22 @@ var (
 	NRIRequestErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rtshimd_nri_request_errors_total", Help: "Events and requests relayed to NRI plugins that failed, by event.",
 	}, []string{"event"})
+	// NRIPluginCalls counts the calls of each NRI plugin, by plugin ("<idx>-<name>", as NRI
+	// names it) and operation; NRIPluginCallErrors those that failed; NRIPluginCallDuration
+	// their latency; NRIPlugins the plugins connected now. They come from the adaptation.
+	NRIPluginCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_nri_plugin_calls_total", Help: "Calls of NRI plugins, by plugin and operation.",
+	}, []string{"plugin", "operation"})
+	NRIPluginCallErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rtshimd_nri_plugin_call_errors_total", Help: "Failed calls of NRI plugins, by plugin and operation.",
+	}, []string{"plugin", "operation"})
+	NRIPluginCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "rtshimd_nri_plugin_call_duration_seconds", Help: "Latency of calls of NRI plugins, by plugin and operation.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"plugin", "operation"})
+	NRIPlugins = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rtshimd_nri_plugins", Help: "NRI plugins connected.",
+	})
 	// ConfigHash is the served config file's hash, as a number (see HashValue).
 	ConfigHash = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rtshimd_config_hash", Help: "Hash of the configuration being served (the first 48 bits of its SHA-256).",
@@ -109,6 +125,7 @@ func Serve(addr string, counts Counts) (*http.Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(RPCDuration, RPCErrors, StartDuration, PullBytes, PullDuration, RuntimeFailures, ConfigReloads, ConfigHash, NRIRequests, NRIRequestErrors,
+		NRIPluginCalls, NRIPluginCallErrors, NRIPluginCallDuration, NRIPlugins,
 		&gauges{
 			counts:   counts,
 			pods:     prometheus.NewDesc("rtshimd_running_pods", "Ready pod sandboxes, by handler.", []string{"handler"}, nil),

@@ -11,6 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +58,7 @@ type Host struct {
 	podStopped map[string]bool
 
 	plugins atomic.Int64 // connected plugins, as the adaptation counts them
+	seen    seenPlugins
 }
 
 // New makes the host and NRI's adaptation; Start (after recovery) opens it to plugins.
@@ -67,7 +71,7 @@ func New(cfg config.NRI, version string) (*Host, error) {
 		adaptation.WithSocketPath(cfg.SocketPath),
 		adaptation.WithPluginPath(cfg.PluginPath),
 		adaptation.WithPluginConfigPath(cfg.PluginConfigPath),
-		adaptation.WithMetrics(pluginCount{h}),
+		adaptation.WithMetrics(pluginMetrics{h}),
 	}
 	if cfg.DisableConnections {
 		opts = append(opts, adaptation.WithDisabledExternalConnections())
@@ -103,14 +107,54 @@ func (h *Host) socketShown() string {
 	return h.cfg.SocketPath
 }
 
+// Installed lists the plugins in dir that NRI would start, by the adaptation's rules: every
+// executable file that is not a directory, named "<two digits>-<name>". A name that breaks
+// the rule is an error, as it is for the adaptation, which then refuses to start.
+func Installed(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nri plugin_path %s: %w", dir, err)
+	}
+	var names []string
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || e.IsDir() || info.Mode()&0o111 == 0 {
+			continue
+		}
+		if _, _, err := api.ParsePluginName(e.Name()); err != nil {
+			return names, fmt.Errorf("nri plugin_path %s: %s: %w", dir, e.Name(), err)
+		}
+		names = append(names, e.Name())
+	}
+	return names, nil
+}
+
 // Info is NRI's part of Status verbose.
 type Info struct {
 	Enabled bool   `json:"enabled"`
 	Socket  string `json:"socket,omitempty"` // "" when external plugins may not connect
 	// PluginPath holds the plugins the daemon starts itself.
 	PluginPath string `json:"plugin_path,omitempty"`
-	// Plugins is how many plugins are connected; the adaptation gives no names.
+	// Plugins is how many plugins are connected, as the adaptation counts them: it drops a
+	// plugin whose connection closed at the next event it relays.
 	Plugins int64 `json:"plugins"`
+	// Seen are the plugins synchronized or called since the daemon started, by name. The
+	// adaptation says how many plugins are connected but not which one left, so a plugin
+	// here may have gone since: Plugins is the live count.
+	Seen []PluginSeen `json:"plugins_seen,omitempty"`
+}
+
+// PluginSeen is what the host heard of one plugin.
+type PluginSeen struct {
+	Name         string    `json:"name"` // "<idx>-<name>", as NRI names it
+	Synchronized time.Time `json:"synchronized,omitempty"`
+	LastCall     time.Time `json:"last_call"`
+	Calls        uint64    `json:"calls"`
+	Errors       uint64    `json:"errors"`
+	LastError    string    `json:"last_error,omitempty"`
 }
 
 // Info reports the host's state; a nil host is NRI off.
@@ -118,16 +162,70 @@ func (h *Host) Info() Info {
 	if h == nil {
 		return Info{}
 	}
-	return Info{Enabled: true, Socket: h.socketShown(), PluginPath: h.cfg.PluginPath, Plugins: h.plugins.Load()}
+	return Info{Enabled: true, Socket: h.socketShown(), PluginPath: h.cfg.PluginPath, Plugins: h.plugins.Load(), Seen: h.seen.list()}
 }
 
-// pluginCount receives the adaptation's plugin metrics; the count is all Status needs.
-type pluginCount struct{ h *Host }
+// pluginMetrics receives the adaptation's plugin metrics: Prometheus' per-plugin series,
+// the live count and what Status tells of each plugin.
+type pluginMetrics struct{ h *Host }
 
-func (p pluginCount) RecordPluginInvocation(string, string, error)                               {}
-func (p pluginCount) RecordPluginLatency(string, string, time.Duration)                          {}
-func (p pluginCount) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {}
-func (p pluginCount) UpdatePluginCount(n int)                                                    { p.h.plugins.Store(int64(n)) }
+func (p pluginMetrics) RecordPluginInvocation(plugin, op string, err error) {
+	metrics.NRIPluginCalls.WithLabelValues(plugin, op).Inc()
+	if err != nil {
+		metrics.NRIPluginCallErrors.WithLabelValues(plugin, op).Inc()
+	}
+	p.h.seen.call(plugin, op, err, time.Now())
+}
+
+func (p pluginMetrics) RecordPluginLatency(plugin, op string, d time.Duration) {
+	metrics.NRIPluginCallDuration.WithLabelValues(plugin, op).Observe(d.Seconds())
+}
+
+func (p pluginMetrics) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {}
+
+func (p pluginMetrics) UpdatePluginCount(n int) {
+	p.h.plugins.Store(int64(n))
+	metrics.NRIPlugins.Set(float64(n))
+}
+
+// seenPlugins keeps PluginSeen by name; a plugin is there from its first call
+// (Synchronize, for every plugin that connects).
+type seenPlugins struct {
+	mu     sync.Mutex
+	byName map[string]*PluginSeen
+}
+
+func (s *seenPlugins) call(name, op string, err error, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byName == nil {
+		s.byName = map[string]*PluginSeen{}
+	}
+	p := s.byName[name]
+	if p == nil {
+		p = &PluginSeen{Name: name}
+		s.byName[name] = p
+	}
+	p.Calls++
+	p.LastCall = at
+	if err != nil {
+		p.Errors++
+		p.LastError = fmt.Sprintf("%s: %v", op, err)
+	} else if op == "Synchronize" {
+		p.Synchronized = at
+	}
+}
+
+func (s *seenPlugins) list() []PluginSeen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PluginSeen, 0, len(s.byName))
+	for _, p := range s.byName {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
 
 // count records one relayed event in the Prometheus counters.
 func count(event string, err error) {

@@ -3,6 +3,7 @@ package nrihost
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -230,5 +231,54 @@ func TestHostWithPlugin(t *testing.T) {
 	var nilHost *Host
 	if info := nilHost.Info(); info.Enabled {
 		t.Errorf("nil host info = %+v", info)
+	}
+}
+
+// What Status tells of each plugin comes from the adaptation's metrics calls.
+func TestPluginsSeen(t *testing.T) {
+	h := &Host{}
+	m := pluginMetrics{h}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.seen.call("10-b", "Synchronize", nil, t0)
+	h.seen.call("05-a", "Synchronize", nil, t0.Add(time.Second))
+	h.seen.call("10-b", "CreateContainer", errors.New("no"), t0.Add(2*time.Second))
+	m.UpdatePluginCount(2)
+	info := h.Info()
+	if info.Plugins != 2 || len(info.Seen) != 2 {
+		t.Fatalf("Info = %+v, want 2 plugins, 2 seen", info)
+	}
+	a, b := info.Seen[0], info.Seen[1]
+	if a.Name != "05-a" || a.Calls != 1 || a.Errors != 0 || !a.Synchronized.Equal(t0.Add(time.Second)) {
+		t.Errorf("05-a: %+v", a)
+	}
+	if b.Name != "10-b" || b.Calls != 2 || b.Errors != 1 || b.LastError != "CreateContainer: no" ||
+		!b.Synchronized.Equal(t0) || !b.LastCall.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("10-b: %+v", b)
+	}
+}
+
+// Installed lists what the adaptation would start, and fails where it would.
+func TestInstalled(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("10-cpu", 0o755)
+	write("05-mem", 0o700)
+	write("20-readme", 0o644) // not executable: not a plugin
+	if err := os.Mkdir(filepath.Join(dir, "30-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Installed(dir); err != nil || !slices.Equal(got, []string{"05-mem", "10-cpu"}) {
+		t.Errorf("Installed = %q, %v", got, err)
+	}
+	if got, err := Installed(filepath.Join(dir, "absent")); err != nil || got != nil {
+		t.Errorf("Installed(absent) = %q, %v; want none", got, err)
+	}
+	write("x-bad", 0o755)
+	if _, err := Installed(dir); err == nil || !strings.Contains(err.Error(), "x-bad") {
+		t.Errorf("Installed with x-bad = %v, want an error naming it", err)
 	}
 }

@@ -104,7 +104,7 @@ type Process struct {
 	Pid     int // the monitor's pid
 	InitPid int // the container's init pid, as the runtime reported it
 	Dir     string
-	done    chan struct{}
+	done    <-chan struct{}
 }
 
 // Start launches the monitor binary for cfg, waits until the runtime's create has
@@ -178,18 +178,13 @@ func spawn(binary string, args []string, dir string, out *os.File, env ...string
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50"}, env...)
-	err = cmd.Start()
+	done, err := startReaped(cmd)
 	w.Close()
 	if err != nil {
 		r.Close()
 		return nil, nil, err
 	}
-	p := &Process{Pid: cmd.Process.Pid, Dir: dir, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p, r, nil
+	return &Process{Pid: cmd.Process.Pid, Dir: dir, done: done}, r, nil
 }
 
 func tail(path string) string {

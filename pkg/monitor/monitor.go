@@ -6,6 +6,7 @@ package monitor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -205,7 +206,16 @@ func Watch(ctx context.Context, dir string) (Exit, bool, error) {
 	if err == nil {
 		_, _ = conn.Write([]byte(CmdWatch + "\n"))
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		_, _ = bufio.NewReader(conn).ReadString('\n')
+		// The answer's text is not needed (the exit is read from its file), only that it
+		// came: a small buffer, not a 4 KiB bufio.Reader held by every watch for the life
+		// of its container.
+		var b [64]byte
+		for {
+			n, err := conn.Read(b[:])
+			if err != nil || bytes.IndexByte(b[:n], '\n') >= 0 {
+				break
+			}
+		}
 		stop()
 		conn.Close()
 		if ctx.Err() != nil {

@@ -2044,6 +2044,10 @@ static int run_monitor(const char *cfgpath) {
 		diag("supervision ended without a start");
 		notify("{}\n");
 	}
+	// Connections already made are served in the moment below (the Go monitor's accept
+	// loop has taken them by now); closing the listener would reset them.
+	if (listening)
+		conn_accept();
 	listen_close();
 	// A moment for the last lines; never wait for EOF (runsc holds the pipes). Then what
 	// clients have not taken yet, for a bounded time.

@@ -21,8 +21,8 @@ import (
 // writes the pid of an init that waits for start, prints on both streams and exits 7;
 // FAKE_FAIL makes create fail with words on stderr; FAKE_FLOOD=N makes the init first
 // write N lines of 1000 bytes (floodLine) in bursts of 64; FAKE_CAT makes it copy its
-// stdin to stdout after a second; FAKE_WAIT_FILE makes create wait for that file before
-// it ends.
+// stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
+// start; FAKE_WAIT_FILE makes create wait for that file before it ends.
 const fakeRuntime = `#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
@@ -32,6 +32,7 @@ create)
 	if [ -n "$FAKE_FAIL" ]; then echo "boom: no such thing" >&2; exit 3; fi
 	exec 3<&0 # the init's stdin: sh gives a background job /dev/null
 	sh -c 'while [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
+		if [ -n "$FAKE_HOLD" ]; then while [ ! -e "$FAKE_DIR/release" ]; do sleep 0.02; done; fi
 		i=0; while [ $i -lt "${FAKE_FLOOD:-0}" ]; do
 			awk -v i=$i "BEGIN { for (k = i; k < i + 64; k++) printf \"%08d %0990d\\n\", k, 0 }"
 			i=$((i + 64)); sleep 0.01
@@ -121,7 +122,7 @@ func monitorConfig(t *testing.T) monitor.Config {
 // in exit.json, and the container's output in the CRI log.
 func TestMonitorProtocol(t *testing.T) {
 	cfg := monitorConfig(t)
-	cmd, line := startMonitor(t, cfg)
+	cmd, line := startMonitor(t, cfg, "FAKE_HOLD=1")
 	var res monitor.Result
 	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 || res.Error != "" {
 		t.Fatalf("report %q: %v", line, err)
@@ -148,6 +149,10 @@ func TestMonitorProtocol(t *testing.T) {
 	}
 	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
 		t.Errorf("second start: %v", err)
+	}
+	// The container ends only now: a start racing its end would find the monitor gone.
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	e := <-watched
 	if e.Pid != res.Pid || e.Status != 7 || e.Signal != 0 || time.Since(e.ExitedAt) > 20*time.Second {

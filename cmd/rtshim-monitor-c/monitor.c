@@ -2028,6 +2028,12 @@ static int run_monitor(const char *cfgpath) {
 	serve_pending_starts();
 	while (!init_done && !exit_requested)
 		loop_once(now_ms() + 10000);
+	// What the container wrote before its end is in the pipes now (the reaper may have
+	// seen the end first): it goes to the log and to the attach clients before their
+	// sessions end. Bounded, should something else hold the pipes and write on.
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 4 && streams[i].open && stream_read(&streams[i]); k++)
+			;
 	if (init_done) {
 		char data[256];
 		int l = snprintf(data, sizeof data, "{\"pid\":%d,\"status\":%d,", (int)(cfg.wait_with_runtime ? 0 : pid),

@@ -22,7 +22,8 @@ import (
 // FAKE_FAIL makes create fail with words on stderr; FAKE_FLOOD=N makes the init first
 // write N lines of 1000 bytes (floodLine) in bursts of 64; FAKE_CAT makes it copy its
 // stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
-// start; FAKE_WAIT_FILE makes create wait for that file before it ends.
+// start; FAKE_LINGER makes it wait 0.3 s before it exits; FAKE_WAIT_FILE makes create
+// wait for that file before it ends.
 const fakeRuntime = `#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
@@ -38,7 +39,9 @@ create)
 			i=$((i + 64)); sleep 0.01
 		done
 		if [ -n "$FAKE_CAT" ]; then sleep 1; cat; fi
-		echo out-line; printf "err-line\n" >&2; exit 7' <&3 3<&- &
+		echo out-line; printf "err-line\n" >&2
+		if [ -n "$FAKE_LINGER" ]; then sleep 0.3; fi
+		exit 7' <&3 3<&- &
 	echo $! > "$pidf"
 	if [ -n "$FAKE_WAIT_FILE" ]; then while [ ! -e "$FAKE_WAIT_FILE" ]; do sleep 0.02; done; fi
 	;;
@@ -422,12 +425,18 @@ func TestMonitorConfigStrict(t *testing.T) {
 
 // Attach stdin that the container does not read yet waits (the session reads no further
 // frames meanwhile), and all of it arrives in order once the container reads, followed by
-// the close of stdin; the output keeps flowing to the same client.
+// the close of stdin; the output keeps flowing to the same client, to its last line.
 func TestMonitorAttachStdinWaits(t *testing.T) {
 	const lines = 300 // 300 KB: several times a pipe's buffer
 	cfg := monitorConfig(t)
 	cfg.Stdin, cfg.StdinOnce = true, true
-	cmd, line := startMonitor(t, cfg, "FAKE_CAT=1")
+	env := []string{"FAKE_CAT=1"}
+	if !cMonitor() {
+		// The Go monitor may end the session (on the reaper's word) before its copier
+		// has sent the last output: give it time. The C monitor reads the pipes first.
+		env = append(env, "FAKE_LINGER=1")
+	}
+	cmd, line := startMonitor(t, cfg, env...)
 	var res monitor.Result
 	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 {
 		t.Fatalf("report %q: %v", line, err)

@@ -69,12 +69,17 @@ func (d *daemon) Running() (pods, containers map[string]int, monitors int) {
 // docs/monitor-memory.md); where only the Go rtshim-monitor was installed beside
 // rtshimd, that one. Both speak one protocol: containers under either are recovered.
 func monitorPath(cfg *config.Config) string {
-	if cfg.MonitorPath != "" {
-		return cfg.MonitorPath
+	return chooseMonitor(cfg.MonitorPath, besideSelf)
+}
+
+// chooseMonitor is monitorPath with the helper lookup given (beside: a binary's path).
+func chooseMonitor(configured string, beside func(string) string) string {
+	if configured != "" {
+		return configured
 	}
-	c := besideSelf(defaultMonitor)
-	if _, err := os.Stat(c); err != nil {
-		if g := besideSelf(goMonitor); fileExists(g) {
+	c := beside(defaultMonitor)
+	if !fileExists(c) {
+		if g := beside(goMonitor); fileExists(g) {
 			return g
 		}
 	}

@@ -20,14 +20,14 @@ all: build
 
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/rtshimd ./cmd/rtshimd
-	# The monitor runs once per container and the pause program is laid into a bare
-	# rootfs: both static, without cgo.
+	# The Go monitor (selectable with monitor_path) and the pause program, which is laid
+	# into a bare rootfs: both static, without cgo.
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '-s -w' -o $(BIN)/rtshim-monitor ./cmd/rtshim-monitor
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '-s -w' -o $(BIN)/rtshim-pause ./cmd/rtshim-pause
 	$(MAKE) monitor-c
 
-# The monitor in C (docs/monitor-memory.md): the same protocol as rtshim-monitor in a
-# fraction of its memory; chosen with the config's monitor_path, not the default.
+# The monitor in C (docs/monitor-memory.md), the default one (rtshimd runs the
+# rtshim-monitor-c beside it): the same protocol as rtshim-monitor in a fifth of its memory.
 MONITOR_CC ?= gcc
 MONITOR_C_SRC := $(wildcard cmd/rtshim-monitor-c/*.c) $(wildcard cmd/rtshim-monitor-c/*.h)
 MONITOR_C_CFLAGS := -std=c11 -O2 -Wall -Wextra -D_FORTIFY_SOURCE=2 -fstack-protector-strong
@@ -67,8 +67,9 @@ vet:
 	$(GO) vet -tags integration,$(BUILDTAGS) ./integration/...
 
 unit: monitor-c
+	# cmd/rtshim-monitor's protocol tests run on the Go monitor (the test binary) here...
 	$(GO) test -count=1 ./...
-	# The monitor's protocol tests again, on the C monitor.
+	# ...and again on the C monitor, the default.
 	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
 
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run

@@ -28,12 +28,14 @@ import (
 // starts: one per run, so concurrent runs of the suite never see each other's cgroups.
 var cgroupRoot = fmt.Sprintf("rtshimd-test-%d", os.Getpid())
 
-// binDir holds rtshimd, rtshim-monitor and rtshim-pause, built once by TestMain.
+// binDir holds rtshimd, rtshim-monitor, rtshim-monitor-c and rtshim-pause, built once by
+// TestMain (rtshim-monitor-c unless RTSHIMD_TEST_MONITOR names another monitor).
 var binDir string
 
-// monitorBin is the monitor the daemons are configured with (monitor_path): the Go
-// rtshim-monitor built into binDir, or what RTSHIMD_TEST_MONITOR names: "c" for the C
-// monitor built from cmd/rtshim-monitor-c (make monitor-c), or a binary's path.
+// monitorBin is the monitor the daemons are configured with (monitor_path), as
+// RTSHIMD_TEST_MONITOR says: unset or "c", the C monitor (the default), built from
+// cmd/rtshim-monitor-c into binDir (make monitor-c); "go", the Go rtshim-monitor built
+// into binDir; otherwise a binary's path.
 var monitorBin string
 
 func TestMain(m *testing.M) {
@@ -64,18 +66,18 @@ func TestMain(m *testing.M) {
 		}
 	}
 	binDir = dir
-	monitorBin = filepath.Join(dir, "rtshim-monitor")
 	switch env := os.Getenv("RTSHIMD_TEST_MONITOR"); env {
-	case "":
-	case "c":
+	case "", "c":
 		cmd := exec.Command("make", "--no-print-directory", "monitor-c", "BIN="+dir)
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
-			fmt.Println("build the C monitor failed:", err)
+			fmt.Println("build the C monitor failed (RTSHIMD_TEST_MONITOR=go runs the suite on the Go one):", err)
 			os.Exit(1)
 		}
 		monitorBin = filepath.Join(dir, "rtshim-monitor-c")
+	case "go":
+		monitorBin = filepath.Join(dir, "rtshim-monitor")
 	default:
 		monitorBin = env
 	}

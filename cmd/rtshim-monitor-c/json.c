@@ -1,9 +1,18 @@
 #include "json.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+// As strict as Go's encoding/json on what it refuses: an unknown escape, a control
+// character in a string, a malformed literal or number, text after the object. As Go's
+// Unmarshal on what it accepts: keys match case-insensitively, a repeated key's last
+// value wins, null leaves a string or boolean as it was and empties the array, invalid
+// UTF-8 becomes U+FFFD.
 
 struct p {
 	const char *s;
@@ -55,19 +64,62 @@ static size_t utf8(char *o, uint32_t c) {
 	return 4;
 }
 
+// utf8_len returns the length of the valid UTF-8 sequence at s (at most n bytes), or 0.
+static size_t utf8_len(const unsigned char *s, size_t n) {
+	if (s[0] < 0x80)
+		return 1;
+	size_t l;
+	uint32_t c;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		l = 2;
+		c = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		l = 3;
+		c = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		l = 4;
+		c = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (n < l)
+		return 0;
+	for (size_t i = 1; i < l; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	if ((l == 3 && c < 0x800) || (l == 4 && (c < 0x10000 || c > 0x10ffff)) || (c >= 0xd800 && c < 0xe000))
+		return 0;
+	return l;
+}
+
 // str reads a string; the result is malloc'd (NULL on error, p->err set).
 static char *str(struct p *p) {
 	ws(p);
 	if (*p->s != '"') {
-		p->err = "expected a string";
+		p->err = *p->s ? "expected a string" : "unexpected end of JSON input";
 		return NULL;
 	}
 	p->s++;
 	const char *start = p->s;
 	size_t n = 0;
 	while (*p->s && *p->s != '"') {
-		if (*p->s == '\\' && p->s[1])
+		unsigned char ch = (unsigned char)*p->s;
+		if (ch < 0x20) {
+			p->err = "invalid character in string literal";
+			return NULL;
+		}
+		if (ch == '\\') {
+			char e = p->s[1];
+			if (!e)
+				break;
+			if (!strchr("\"\\/bfnrtu", e)) {
+				p->err = "invalid character in string escape code";
+				return NULL;
+			}
 			p->s++;
+		}
 		p->s++;
 		n++;
 	}
@@ -76,9 +128,20 @@ static char *str(struct p *p) {
 		return NULL;
 	}
 	char *out = malloc(n * 4 + 1), *o = out;
+	if (!out) {
+		p->err = "out of memory";
+		return NULL;
+	}
 	for (const char *c = start; c < p->s; c++) {
 		if (*c != '\\') {
-			*o++ = *c;
+			size_t l = utf8_len((const unsigned char *)c, (size_t)(p->s - c));
+			if (l == 0) {
+				o += utf8(o, 0xfffd); // as Go: each invalid byte
+				continue;
+			}
+			memcpy(o, c, l);
+			o += l;
+			c += l - 1;
 			continue;
 		}
 		c++;
@@ -92,7 +155,7 @@ static char *str(struct p *p) {
 			int v = hex4(c + 1);
 			if (v < 0) {
 				free(out);
-				p->err = "invalid \\u escape";
+				p->err = "invalid character in \\u hexadecimal character escape";
 				return NULL;
 			}
 			c += 4;
@@ -117,6 +180,54 @@ static char *str(struct p *p) {
 	*o = 0;
 	p->s++;
 	return out;
+}
+
+// number reads a JSON number; its text is p->s before the call up to p->s after.
+static void number(struct p *p) {
+	const char *s = p->s;
+	if (*s == '-')
+		s++;
+	if (*s == '0')
+		s++;
+	else if (*s >= '1' && *s <= '9')
+		while (*s >= '0' && *s <= '9')
+			s++;
+	else {
+		p->err = "invalid character in numeric literal";
+		return;
+	}
+	if (*s == '.') {
+		s++;
+		if (!(*s >= '0' && *s <= '9')) {
+			p->err = "invalid character after decimal point in numeric literal";
+			return;
+		}
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	if (*s == 'e' || *s == 'E') {
+		s++;
+		if (*s == '+' || *s == '-')
+			s++;
+		if (!(*s >= '0' && *s <= '9')) {
+			p->err = "invalid character in exponent of numeric literal";
+			return;
+		}
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	p->s = s;
+}
+
+// literal reads word (true, false, null) or sets the error.
+static bool literal(struct p *p, const char *word) {
+	size_t n = strlen(word);
+	if (strncmp(p->s, word, n) != 0) {
+		p->err = "invalid character in literal";
+		return false;
+	}
+	p->s += n;
+	return true;
 }
 
 static void skip(struct p *p, int depth) {
@@ -163,48 +274,66 @@ static void skip(struct p *p, int depth) {
 			p->err = "expected ',' or end";
 			return;
 		}
+	} else if (c == 't') {
+		literal(p, "true");
+	} else if (c == 'f') {
+		literal(p, "false");
+	} else if (c == 'n') {
+		literal(p, "null");
+	} else if (c == '-' || (c >= '0' && c <= '9')) {
+		number(p);
 	} else if (c) {
-		const char *st = p->s;
-		while (*p->s && strchr("+-0123456789.eEtruefalsn", *p->s))
-			p->s++;
-		if (p->s == st)
-			p->err = "invalid character";
+		p->err = "invalid character looking for beginning of value";
 	} else {
 		p->err = "unexpected end of JSON input";
 	}
 }
 
-static bool boolean(struct p *p) {
+// boolean reads a boolean into *b; null leaves it as it was.
+static void boolean(struct p *p, bool *b) {
 	ws(p);
-	if (strncmp(p->s, "true", 4) == 0) {
-		p->s += 4;
-		return true;
+	if (*p->s == 't') {
+		if (literal(p, "true"))
+			*b = true;
+	} else if (*p->s == 'f') {
+		if (literal(p, "false"))
+			*b = false;
+	} else if (*p->s == 'n') {
+		literal(p, "null");
+	} else {
+		p->err = "expected a boolean";
 	}
-	if (strncmp(p->s, "false", 5) == 0) {
-		p->s += 5;
-		return false;
-	}
-	if (strncmp(p->s, "null", 4) == 0) {
-		p->s += 4;
-		return false;
-	}
-	p->err = "expected a boolean";
-	return false;
 }
 
-static char *str_or_null(struct p *p) {
+// string_into reads a string into *sp (freeing what was there); null leaves it.
+static void string_into(struct p *p, char **sp) {
 	ws(p);
-	if (strncmp(p->s, "null", 4) == 0) {
-		p->s += 4;
-		return NULL;
+	if (*p->s == 'n') {
+		literal(p, "null");
+		return;
 	}
-	return str(p);
+	char *v = str(p);
+	if (v) {
+		free(*sp);
+		*sp = v;
+	}
 }
 
+static void args_free(struct json_config *cfg) {
+	for (size_t i = 0; i < cfg->runtime_nargs; i++)
+		free(cfg->runtime_args[i]);
+	free(cfg->runtime_args);
+	cfg->runtime_args = NULL;
+	cfg->runtime_nargs = 0;
+}
+
+// array reads the string array into cfg->runtime_args, replacing what was there (null:
+// none), as Unmarshal does with a slice.
 static void array(struct p *p, struct json_config *cfg) {
 	ws(p);
-	if (strncmp(p->s, "null", 4) == 0) {
-		p->s += 4;
+	args_free(cfg);
+	if (*p->s == 'n') {
+		literal(p, "null");
 		return;
 	}
 	if (*p->s != '[') {
@@ -221,7 +350,13 @@ static void array(struct p *p, struct json_config *cfg) {
 		char *v = str(p);
 		if (!v)
 			return;
-		cfg->runtime_args = realloc(cfg->runtime_args, sizeof(char *) * (cfg->runtime_nargs + 1));
+		char **a = realloc(cfg->runtime_args, sizeof(char *) * (cfg->runtime_nargs + 1));
+		if (!a) {
+			free(v);
+			p->err = "out of memory";
+			return;
+		}
+		cfg->runtime_args = a;
 		cfg->runtime_args[cfg->runtime_nargs++] = v;
 		ws(p);
 		if (*p->s == ',') {
@@ -237,6 +372,12 @@ static void array(struct p *p, struct json_config *cfg) {
 	}
 }
 
+// end checks that only whitespace follows the top-level value.
+static const char *end(struct p *p) {
+	ws(p);
+	return *p->s ? "invalid character after top-level value" : NULL;
+}
+
 const char *json_parse_config(const char *s, struct json_config *cfg, bool logger) {
 	struct p p = {s, NULL};
 	ws(&p);
@@ -244,8 +385,10 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 		return *p.s ? "invalid character looking for beginning of value" : "unexpected end of JSON input";
 	p.s++;
 	ws(&p);
-	if (*p.s == '}')
-		return NULL;
+	if (*p.s == '}') {
+		p.s++;
+		return end(&p);
+	}
 	for (;;) {
 		char *k = str(&p);
 		if (!k)
@@ -253,45 +396,46 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 		ws(&p);
 		if (*p.s != ':') {
 			free(k);
-			return "expected ':'";
+			return *p.s ? "invalid character after object key" : "unexpected end of JSON input";
 		}
 		p.s++;
 		char **sp = NULL;
-		bool *bp = NULL;
-		if (!strcmp(k, "id"))
-			sp = &cfg->id;
-		else if (!strcmp(k, "dir"))
-			sp = &cfg->dir;
-		else if (!strcmp(k, "runtime"))
-			sp = &cfg->runtime;
-		else if (!strcmp(k, "bundle"))
-			sp = &cfg->bundle;
-		else if (!strcmp(k, "log_path"))
+		bool *bp = NULL, args = false;
+		// The fields of pkg/monitor's Config (monitor.json) or LoggerConfig (logger.json).
+		if (!strcasecmp(k, "log_path"))
 			sp = &cfg->log_path;
-		else if (!strcmp(k, "log_dir"))
+		else if (!strcasecmp(k, "log_dir"))
 			sp = &cfg->log_dir;
-		else if (!strcmp(k, "stdin"))
+		else if (!strcasecmp(k, "stdin"))
 			logger ? (void)(sp = &cfg->stdin_fifo) : (void)(bp = &cfg->stdin);
-		else if (logger && !strcmp(k, "stdout"))
-			sp = &cfg->stdout_fifo;
-		else if (logger && !strcmp(k, "stderr"))
-			sp = &cfg->stderr_fifo;
-		else if (!strcmp(k, "wait_with_runtime"))
-			bp = &cfg->wait_with_runtime;
-		else if (!strcmp(k, "stdin_once"))
+		else if (!strcasecmp(k, "stdin_once"))
 			bp = &cfg->stdin_once;
-		else if (!strcmp(k, "terminal"))
+		else if (!strcasecmp(k, "terminal"))
 			bp = &cfg->terminal;
-		if (sp) {
-			free(*sp);
-			*sp = str_or_null(&p);
-		} else if (bp) {
-			*bp = boolean(&p);
-		} else if (!strcmp(k, "runtime_args")) {
+		else if (logger && !strcasecmp(k, "stdout"))
+			sp = &cfg->stdout_fifo;
+		else if (logger && !strcasecmp(k, "stderr"))
+			sp = &cfg->stderr_fifo;
+		else if (!logger && !strcasecmp(k, "id"))
+			sp = &cfg->id;
+		else if (!logger && !strcasecmp(k, "dir"))
+			sp = &cfg->dir;
+		else if (!logger && !strcasecmp(k, "runtime"))
+			sp = &cfg->runtime;
+		else if (!logger && !strcasecmp(k, "bundle"))
+			sp = &cfg->bundle;
+		else if (!logger && !strcasecmp(k, "wait_with_runtime"))
+			bp = &cfg->wait_with_runtime;
+		else if (!logger && !strcasecmp(k, "runtime_args"))
+			args = true;
+		if (sp)
+			string_into(&p, sp);
+		else if (bp)
+			boolean(&p, bp);
+		else if (args)
 			array(&p, cfg);
-		} else {
+		else
 			skip(&p, 0);
-		}
 		free(k);
 		if (p.err)
 			return p.err;
@@ -300,12 +444,16 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 			p.s++;
 			continue;
 		}
-		if (*p.s == '}')
-			return NULL;
-		return "expected ',' or '}'";
+		if (*p.s == '}') {
+			p.s++;
+			return end(&p);
+		}
+		return *p.s ? "invalid character after object key:value pair" : "unexpected end of JSON input";
 	}
 }
 
+// json_object_int reads the object in s as Unmarshal into a struct with one int field
+// key: 0 with *v set, 1 when the key is absent or null (*v as it was), -1 on an error.
 int json_object_int(const char *s, const char *key, long *v) {
 	struct p p = {s, NULL};
 	ws(&p);
@@ -313,9 +461,11 @@ int json_object_int(const char *s, const char *key, long *v) {
 		return -1;
 	p.s++;
 	ws(&p);
-	if (*p.s == '}')
-		return -1;
-	int found = -1;
+	int found = 1;
+	if (*p.s == '}') {
+		p.s++;
+		return end(&p) ? -1 : found;
+	}
 	for (;;) {
 		char *k = str(&p);
 		if (!k)
@@ -327,17 +477,26 @@ int json_object_int(const char *s, const char *key, long *v) {
 		}
 		p.s++;
 		ws(&p);
-		if (!strcmp(k, key)) {
-			char *end;
-			long x = strtol(p.s, &end, 10);
-			if (end == p.s) {
+		if (!strcasecmp(k, key) && *p.s != 'n') {
+			// An integer that fits an int: Go refuses a fraction, an exponent or overflow.
+			const char *st = p.s;
+			number(&p);
+			if (p.err) {
+				free(k);
+				return -1;
+			}
+			char *e;
+			errno = 0;
+			long x = strtol(st, &e, 10);
+			if (e != p.s || errno || x < INT_MIN || x > INT_MAX) {
 				free(k);
 				return -1;
 			}
 			*v = x;
 			found = 0;
+		} else {
+			skip(&p, 0);
 		}
-		skip(&p, 0);
 		free(k);
 		if (p.err)
 			return -1;
@@ -348,8 +507,7 @@ int json_object_int(const char *s, const char *key, long *v) {
 		}
 		if (*p.s == '}') {
 			p.s++;
-			ws(&p);
-			return *p.s ? -1 : found == 0 ? 0 : 1; // absent: the zero value, as Unmarshal
+			return end(&p) ? -1 : found;
 		}
 		return -1;
 	}

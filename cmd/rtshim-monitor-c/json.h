@@ -19,7 +19,8 @@ struct json_config {
 // json_parse_config fills cfg from the object in s; NULL, or an error text.
 const char *json_parse_config(const char *s, struct json_config *cfg, bool logger);
 
-// json_object_int finds key's integer value at the top level of the object in s; 0 if found.
+// json_object_int reads key's integer value from the object in s, as Unmarshal into a struct
+// with one int field: 0 with *v set; 1 when key is absent or null; -1 on an error.
 int json_object_int(const char *s, const char *key, long *v);
 
 // json_quote writes s as a JSON string into out (n bytes, at least 6*len+3) and returns

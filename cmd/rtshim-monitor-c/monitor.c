@@ -135,13 +135,56 @@ static const char *base_name(const char *p) {
 	return s ? s + 1 : p;
 }
 
+// Out of memory ends the monitor as it ends the Go one (the runtime's fatal error): going
+// on with a NULL would be worse. Where a failed allocation has a better answer (an attach
+// client's output queue: drop the client) the caller uses malloc and decides.
+static void oom(void) {
+	diag("out of memory");
+	abort();
+}
+
+static void *xmalloc(size_t n) {
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom();
+	return p;
+}
+
+static void *xrealloc(void *p, size_t n) {
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		oom();
+	return p;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		oom();
+	return p;
+}
+
+static char *xstrdup(const char *s) {
+	char *p = strdup(s);
+	if (!p)
+		oom();
+	return p;
+}
+
+static char *xstrndup(const char *s, size_t n) {
+	char *p = strndup(s, n);
+	if (!p)
+		oom();
+	return p;
+}
+
 // ---- small helpers ----
 
 static int epfd = -1;
 
-static void ep_add(int fd, uint32_t events, void *ptr) {
+static bool ep_add(int fd, uint32_t events, void *ptr) {
 	struct epoll_event ev = {.events = events, .data.ptr = ptr};
-	epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
 static void ep_del(int fd) {
@@ -154,7 +197,9 @@ static void set_nonblock(int fd, bool on) {
 		fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
 }
 
-// write_all_deadline writes all of buf to a non-blocking fd, waiting at most ms in all.
+// write_all_deadline writes all of buf to fd, waiting at most ms in all. Only for the
+// report on fd 3 (one short line into the daemon's empty pipe, once): everything the loop
+// writes to its peers goes through an output queue.
 static bool write_all_deadline(int fd, const void *buf, size_t n, int ms) {
 	const char *p = buf;
 	int64_t end = now_ms() + ms;
@@ -179,6 +224,116 @@ static bool write_all_deadline(int fd, const void *buf, size_t n, int ms) {
 	return true;
 }
 
+// ---- output queues ----
+// One way for everything the loop writes to a peer that may not take it at once (an
+// attach client, the container's stdin, a command's reply): write what the non-blocking
+// fd takes now, keep the rest in order, and write it when epoll says EPOLLOUT. The loop
+// never waits for a writer. The buffer exists only while something is waiting.
+
+struct outq {
+	char *buf;
+	size_t off, len, cap; // buf[off:len] waits
+};
+
+static size_t outq_pending(const struct outq *q) {
+	return q->len - q->off;
+}
+
+static void outq_clear(struct outq *q) {
+	free(q->buf);
+	q->buf = NULL;
+	q->off = q->len = q->cap = 0;
+}
+
+enum { OUTQ_OK = 0, OUTQ_ERR = -1, OUTQ_FULL = -2 };
+
+// outq_flush writes what q holds: OUTQ_OK (all, or what fd took), OUTQ_ERR (a write error:
+// the peer is gone).
+static int outq_flush(struct outq *q, int fd) {
+	while (outq_pending(q) > 0) {
+		ssize_t w = write(fd, q->buf + q->off, outq_pending(q));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			return OUTQ_OK;
+		if (w <= 0)
+			return OUTQ_ERR;
+		q->off += w;
+	}
+	outq_clear(q);
+	return OUTQ_OK;
+}
+
+// outq_put writes the n parts in iov behind what q holds, keeping what fd does not take
+// now. OUTQ_FULL: more than max bytes would wait (nothing is added; the caller drops the
+// peer); OUTQ_ERR: a write error, or no memory for the rest.
+static int outq_put(struct outq *q, int fd, const struct iovec *iov, int n, size_t max) {
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	size_t done = 0;
+	if (outq_pending(q) == 0) {
+		struct iovec v[4];
+		int k = 0;
+		for (int i = 0; i < n && k < 4; i++)
+			if (iov[i].iov_len > 0)
+				v[k++] = iov[i];
+		while (done < total) {
+			ssize_t w = writev(fd, v, k);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0 && errno == EAGAIN)
+				break;
+			if (w <= 0)
+				return OUTQ_ERR;
+			done += w;
+			// Skip what was written.
+			size_t skip = w;
+			int j = 0;
+			while (j < k && skip >= v[j].iov_len)
+				skip -= v[j++].iov_len;
+			memmove(v, v + j, sizeof v[0] * (k - j));
+			k -= j;
+			if (k > 0) {
+				v[0].iov_base = (char *)v[0].iov_base + skip;
+				v[0].iov_len -= skip;
+			}
+		}
+		if (done == total)
+			return OUTQ_OK;
+	}
+	size_t rest = total - done;
+	if (outq_pending(q) + rest > max)
+		return OUTQ_FULL;
+	if (q->off > 0 && q->len + rest > q->cap) {
+		memmove(q->buf, q->buf + q->off, outq_pending(q));
+		q->len -= q->off;
+		q->off = 0;
+	}
+	if (q->len + rest > q->cap) {
+		size_t cap = q->cap ? q->cap : 4096;
+		while (cap < q->len + rest)
+			cap *= 2;
+		char *b = realloc(q->buf, cap);
+		if (!b)
+			return OUTQ_ERR;
+		q->buf = b;
+		q->cap = cap;
+	}
+	size_t skip = done;
+	for (int i = 0; i < n; i++) {
+		size_t l = iov[i].iov_len;
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		memcpy(q->buf + q->len, (char *)iov[i].iov_base + skip, l - skip);
+		q->len += l - skip;
+		skip = 0;
+	}
+	return OUTQ_OK;
+}
+
 static char *read_file(const char *path, size_t max, int *err) {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
@@ -186,13 +341,13 @@ static char *read_file(const char *path, size_t max, int *err) {
 		return NULL;
 	}
 	size_t cap = 4096, len = 0;
-	char *b = malloc(cap);
+	char *b = xmalloc(cap);
 	for (;;) {
 		if (len + 1 >= cap) {
 			if (cap >= max)
 				break;
 			cap *= 2;
-			b = realloc(b, cap);
+			b = xrealloc(b, cap);
 		}
 		ssize_t r = read(fd, b + len, cap - 1 - len);
 		if (r < 0 && errno == EINTR)
@@ -221,9 +376,9 @@ static int log_fd = -1;
 static char *path_clean(const char *p) {
 	size_t n = strlen(p);
 	bool abs = p[0] == '/';
-	char *out = malloc(n + 2);
+	char *out = xmalloc(n + 2);
 	size_t o = 0;
-	size_t *starts = malloc(sizeof(size_t) * (n / 2 + 2)); // where each kept element begins
+	size_t *starts = xmalloc(sizeof(size_t) * (n / 2 + 2)); // where each kept element begins
 	size_t depth = 0, dotdots = 0;
 	if (abs)
 		out[o++] = '/';
@@ -276,11 +431,17 @@ static char *log_rel_of(const char *dir, const char *path, char *err, size_t err
 	bool rootdir = strcmp(d, "/") == 0;
 	if ((d[0] == '/') == (p[0] == '/') && strcmp(d, ".") != 0 && strncmp(p, d, dl) == 0 &&
 	    (rootdir || p[dl] == '/') && p[rootdir ? 1 : dl + 1] != 0)
-		rel = strdup(p + (rootdir ? 1 : dl + 1));
+		rel = xstrdup(p + (rootdir ? 1 : dl + 1));
 	else if (strcmp(d, ".") == 0 && p[0] != '/' && strcmp(p, ".") != 0 && strncmp(p, "../", 3) != 0 && strcmp(p, "..") != 0)
-		rel = strdup(p);
+		rel = xstrdup(p);
 	free(d);
 	free(p);
+	// What Rel gives must be local (filepath.IsLocal): a directory of ".." components
+	// alone is a prefix of "../../x", whose rest "../x" lies outside it.
+	if (rel && (strcmp(rel, "..") == 0 || strncmp(rel, "../", 3) == 0)) {
+		free(rel);
+		rel = NULL;
+	}
 	if (!rel)
 		snprintf(err, errn, "log file \"%s\" is not below the log directory \"%s\"", path, dir);
 	return rel;
@@ -314,7 +475,7 @@ static int open_beneath(const char *dir, const char *rel, char *err, size_t errn
 	}
 	if (openat2_missing) {
 		int cur = dup(dfd);
-		char *copy = strdup(rel), *save = NULL;
+		char *copy = xstrdup(rel), *save = NULL;
 		char *part = strtok_r(copy, "/", &save);
 		e = 0;
 		while (part && cur >= 0) {
@@ -357,7 +518,7 @@ static int open_beneath(const char *dir, const char *rel, char *err, size_t errn
 static bool log_open(const char *dir, const char *path, char *err, size_t errn) {
 	char *d;
 	if (!dir || !*dir) {
-		d = strdup(path);
+		d = xstrdup(path);
 		char *s = strrchr(d, '/');
 		if (s == d)
 			s[1] = 0;
@@ -366,7 +527,7 @@ static bool log_open(const char *dir, const char *path, char *err, size_t errn) 
 		else
 			strcpy(d, ".");
 	} else {
-		d = strdup(dir);
+		d = xstrdup(dir);
 	}
 	char *rel = log_rel_of(d, path, err, errn);
 	if (!rel) {
@@ -401,10 +562,25 @@ static void log_entry(const char *stream, char tag, const char *text, size_t n) 
 	size_t l = rfc3339nano(hdr, sizeof hdr);
 	l += snprintf(hdr + l, sizeof hdr - l, " %s %c ", stream, tag);
 	struct iovec iov[3] = {{hdr, l}, {(void *)text, n}, {"\n", 1}};
-	ssize_t w;
-	do
-		w = writev(log_fd, iov, 3);
-	while (w < 0 && errno == EINTR);
+	struct iovec *v = iov;
+	int k = 3;
+	// As Go's File.Write: a short write is continued; an error drops the entry.
+	while (k > 0) {
+		ssize_t w = writev(log_fd, v, k);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		while (k > 0 && (size_t)w >= v->iov_len) {
+			w -= v->iov_len;
+			v++;
+			k--;
+		}
+		if (k > 0) {
+			v->iov_base = (char *)v->iov_base + w;
+			v->iov_len -= w;
+		}
+	}
 }
 
 // ---- the container's output streams ----
@@ -492,144 +668,234 @@ static void stream_close(struct stream *s) {
 	s->buf = NULL;
 }
 
+static bool stream_read(struct stream *s);
+
 static void stream_start(struct stream *s, int fd, const char *name, int kind) {
 	s->fd = fd;
 	s->name = name;
 	s->kind = kind;
-	s->buf = malloc(MAX_LOG_LINE);
+	s->buf = xmalloc(MAX_LOG_LINE);
 	s->len = 0;
 	s->open = true;
 	set_nonblock(fd, true);
-	ep_add(fd, EPOLLIN, s);
+	if (!ep_add(fd, EPOLLIN, s)) {
+		// Not pollable (a regular file, /dev/null) or not a file: read it to its end now.
+		while (s->open && stream_read(s))
+			;
+		stream_close(s);
+	}
 }
 
-static void stream_read(struct stream *s) {
+// stream_read reads what the stream has now; false once it would block.
+static bool stream_read(struct stream *s) {
 	for (int rounds = 0; rounds < 16; rounds++) {
 		ssize_t r = read(s->fd, s->buf + s->len, MAX_LOG_LINE - s->len);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EAGAIN)
-			return;
+			return false;
 		if (r <= 0) {
 			stream_close(s);
-			return;
+			return false;
 		}
 		tail_add(s->buf + s->len, r);
 		attach_broadcast(s->kind, s->buf + s->len, r);
 		s->len += r;
 		stream_lines(s, false);
 	}
+	return true;
 }
 
-// ---- attach sessions (cmd/rtshim-monitor/attach.go) ----
+// ---- connections and attach sessions (cmd/rtshim-monitor/attach.go) ----
 
-enum conn_state { C_CMD, C_WATCH, C_ATTACH, C_BUSY };
+// ATTACH_QUEUE_MAX bounds the output that waits for one attach client beyond what its
+// socket buffer holds (~200 KiB). The Go monitor gives a client 1 s per frame and then
+// drops it, throttling the container's log meanwhile; here the log never waits and a
+// client is dropped (closed) once this much waits for it. 1 MiB: the protocol's largest
+// frame; several seconds of a terminal's output, so a client that pauses briefly (a
+// daemon's GC, a slow network hop) keeps its session; and a bound on what one lagging
+// client costs a monitor whose whole footprint is ~170 KiB.
+#define ATTACH_QUEUE_MAX (1 << 20)
+// REPLY_MS bounds how long a reply or an exit line waits for its peer to take it.
+#define REPLY_MS 10000
+// MAX_CONNS bounds the connections served at once (the daemon holds a watch and opens a
+// few more): past it, new ones wait in the listen backlog instead of taking fds.
+#define MAX_CONNS 128
+
+enum conn_state { C_CMD, C_WATCH, C_ATTACH, C_BUSY, C_CLOSING };
 
 struct conn {
 	int fd;
 	enum conn_state state;
-	int64_t deadline;
+	int64_t deadline; // C_CMD: the command line's; C_CLOSING: the reply's
 	char *in;
 	size_t len, cap;
-	bool paused; // a stdin frame waits for the container to read what came before
-	struct conn *next;
+	struct outq out;
+	uint32_t events;   // what epoll watches for it now (0: not registered)
+	bool paused;       // a stdin frame waits for the container to read what came before
+	bool in_eof;       // the client sent all it will (frames may still wait in `in`)
+	bool out_dead;     // a write to the client failed: its output is discarded
+	struct conn *next; // all connections
+	struct conn *qnext; // C_BUSY: the next start waiting behind this one
 };
 
 static struct conn *conns;
+static int nconns;
 static int stdin_fd = -1;  // the stdin pipe's write end, or the pty master
 static int master_fd = -1; // the pty master of a terminal container
 static bool stdin_once, attach_closed;
+
+static void listen_update(void);
+
+// conn_watch tells epoll what c waits for now.
+static void conn_watch(struct conn *c) {
+	uint32_t ev = 0;
+	bool out = outq_pending(&c->out) > 0 && !c->out_dead;
+	switch (c->state) {
+	case C_CLOSING:
+		ev = out ? EPOLLOUT : 0;
+		break;
+	case C_BUSY:
+		break;
+	default:
+		if (!c->paused && !c->in_eof)
+			ev |= EPOLLIN;
+		if (out)
+			ev |= EPOLLOUT;
+	}
+	if (ev == c->events)
+		return;
+	struct epoll_event e = {.events = ev, .data.ptr = c};
+	if (ev == 0)
+		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	else
+		epoll_ctl(epfd, c->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd, &e);
+	c->events = ev;
+}
 
 static void conn_free(struct conn *c) {
 	struct conn **pp = &conns;
 	while (*pp && *pp != c)
 		pp = &(*pp)->next;
-	if (*pp)
+	if (*pp) {
 		*pp = c->next;
-	ep_del(c->fd);
+		nconns--;
+	}
+	if (c->events)
+		ep_del(c->fd);
 	close(c->fd);
 	free(c->in);
+	outq_clear(&c->out);
 	free(c);
+	listen_update();
+}
+
+// conn_send_close writes the line to c and closes c once it is taken (or REPLY_MS
+// passed); the client reads no more from it.
+static void conn_send_close(struct conn *c, const char *p, size_t n) {
+	struct iovec v = {(void *)p, n};
+	if (outq_put(&c->out, c->fd, &v, 1, SIZE_MAX) != OUTQ_OK || outq_pending(&c->out) == 0) {
+		conn_free(c);
+		return;
+	}
+	c->state = C_CLOSING;
+	c->deadline = now_ms() + REPLY_MS;
+	conn_watch(c);
 }
 
 static void attach_broadcast(int kind, const char *p, size_t n) {
+	unsigned char hdr[5] = {(unsigned char)kind, n >> 24, n >> 16, n >> 8, n};
+	struct iovec v[2] = {{hdr, 5}, {(void *)p, n}};
 	for (struct conn *c = conns, *next; c; c = next) {
 		next = c->next;
-		if (c->state != C_ATTACH)
+		if (c->state != C_ATTACH || c->out_dead)
 			continue;
-		unsigned char hdr[5] = {(unsigned char)kind, n >> 24, n >> 16, n >> 8, n};
-		// A slow client must not stall the container's output (or its log): 1 s.
-		if (!write_all_deadline(c->fd, hdr, 5, 1000) || !write_all_deadline(c->fd, p, n, 1000))
+		// Never a wait: what the client does not take now waits in its queue, in order.
+		switch (outq_put(&c->out, c->fd, v, 2, ATTACH_QUEUE_MAX)) {
+		case OUTQ_FULL:
+			diag("attach client dropped: more than %d KiB of output waited for it", ATTACH_QUEUE_MAX >> 10);
 			conn_free(c);
+			continue;
+		case OUTQ_ERR:
+			c->out_dead = true;
+			outq_clear(&c->out);
+			break;
+		}
+		conn_watch(c);
 	}
 }
+
+// attach_end ends every session: the container has exited. Output still queued for a
+// client is written first (within END_FLUSH_MS, see drain_closing), as the Go monitor's
+// synchronous writes have delivered it by then.
+#define END_FLUSH_MS 1000
 
 static void attach_end(void) {
 	attach_closed = true;
 	for (struct conn *c = conns, *next; c; c = next) {
 		next = c->next;
-		if (c->state == C_ATTACH)
+		if (c->state != C_ATTACH)
+			continue;
+		if (outq_pending(&c->out) == 0 || c->out_dead) {
 			conn_free(c);
+			continue;
+		}
+		c->state = C_CLOSING;
+		c->deadline = now_ms() + END_FLUSH_MS;
+		conn_watch(c);
 	}
 }
 
-// Stdin that the container has not read yet: its sessions wait (as the Go monitor's
-// blocked write does), the loop and the other streams do not.
-static char *stdin_pend;
-static size_t stdin_plen;
-static int stdin_polled = -1, tag_stdin;
-
-static void stdin_write(const char *p, size_t n) {
-	set_nonblock(stdin_fd, true);
-	while (n > 0) {
-		ssize_t w = write(stdin_fd, p, n);
-		if (w > 0) {
-			p += w;
-			n -= w;
-			continue;
-		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN) {
-			stdin_pend = realloc(stdin_pend, n);
-			memcpy(stdin_pend, p, n);
-			stdin_plen = n;
-			stdin_polled = stdin_fd;
-			ep_add(stdin_polled, EPOLLOUT, &tag_stdin);
-		}
-		return; // written, waiting, or failed (the container closed its stdin): dropped
-	}
+static bool closing_left(void) {
+	for (struct conn *c = conns; c; c = c->next)
+		if (c->state == C_CLOSING)
+			return true;
+	return false;
 }
+
+// Stdin that the container has not read yet waits in stdin_q; meanwhile the sessions
+// read no further frames (as the Go monitor's blocked write makes them wait), while the
+// loop, the log and the output go on. So at most one frame (1 MiB) waits.
+static struct outq stdin_q;
+static int stdin_q_fd = -1, tag_stdin;
 
 static bool attach_frames(struct conn *c);
 
-static void stdin_flush(void) {
-	while (stdin_plen > 0) {
-		ssize_t w = write(stdin_polled, stdin_pend, stdin_plen);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN)
-			return;
-		if (w <= 0) {
-			stdin_plen = 0;
-			break;
-		}
-		memmove(stdin_pend, stdin_pend + w, stdin_plen - w);
-		stdin_plen -= w;
-	}
-	ep_del(stdin_polled);
-	stdin_polled = -1;
-	free(stdin_pend);
-	stdin_pend = NULL;
+static void stdin_done(void) {
+	if (stdin_q_fd >= 0)
+		ep_del(stdin_q_fd);
+	stdin_q_fd = -1;
+	outq_clear(&stdin_q);
 	for (struct conn *c = conns, *nx; c; c = nx) {
 		nx = c->next;
 		if (!c->paused)
 			continue;
 		c->paused = false;
-		ep_add(c->fd, EPOLLIN, c);
-		if (!attach_frames(c))
+		if (!attach_frames(c) || (c->in_eof && !c->paused)) {
 			conn_free(c);
+			continue;
+		}
+		conn_watch(c);
 	}
+}
+
+static void stdin_write(const char *p, size_t n) {
+	set_nonblock(stdin_fd, true);
+	struct iovec v = {(void *)p, n};
+	if (outq_put(&stdin_q, stdin_fd, &v, 1, SIZE_MAX) != OUTQ_OK) {
+		outq_clear(&stdin_q); // the container closed its stdin: dropped
+		return;
+	}
+	if (outq_pending(&stdin_q) > 0 && stdin_q_fd < 0) {
+		stdin_q_fd = stdin_fd;
+		ep_add(stdin_q_fd, EPOLLOUT, &tag_stdin);
+	}
+}
+
+static void stdin_flush(void) {
+	if (outq_flush(&stdin_q, stdin_q_fd) == OUTQ_OK && outq_pending(&stdin_q) > 0)
+		return;
+	stdin_done(); // all written, or the container closed its stdin
 }
 
 // attach_frames handles the complete frames in c->in; false: drop the session.
@@ -637,9 +903,8 @@ static bool attach_frames(struct conn *c) {
 	size_t off = 0;
 	bool ok = true;
 	while (c->len - off >= 5 && !c->paused) {
-		if (stdin_plen > 0) {
+		if (outq_pending(&stdin_q) > 0) {
 			c->paused = true;
-			ep_del(c->fd);
 			break;
 		}
 		unsigned char *h = (unsigned char *)c->in + off;
@@ -681,14 +946,18 @@ static bool attach_frames(struct conn *c) {
 	return ok;
 }
 
+// CONSOLE_MS bounds the wait for the runtime's terminal: its connection and its message
+// together (the Go monitor's 10 s).
+#define CONSOLE_MS 10000
+
 // receive_console accepts the runtime's connection on the console socket and returns the
-// pty master it sends, or -1 with err.
+// pty master it sends, or -1 with err; within CONSOLE_MS whatever the peer does.
 static int receive_console(int ln, char *err, size_t errn) {
 	struct pollfd pfd = {.fd = ln, .events = POLLIN};
-	int64_t end = now_ms() + 10000;
+	int64_t end = now_ms() + CONSOLE_MS;
 	int c = -1;
 	for (;;) {
-		c = accept4(ln, NULL, NULL, SOCK_CLOEXEC);
+		c = accept4(ln, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (c >= 0)
 			break;
 		if (errno != EAGAIN && errno != EINTR) {
@@ -710,12 +979,23 @@ static int receive_console(int ln, char *err, size_t errn) {
 	struct iovec iov = {data, sizeof data};
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof cm.b};
 	ssize_t r;
-	do
+	for (;;) {
 		r = recvmsg(c, &msg, MSG_CMSG_CLOEXEC);
-	while (r < 0 && errno == EINTR);
+		if (r >= 0 || (errno != EAGAIN && errno != EINTR))
+			break;
+		// A peer that connects and sends nothing must not hold the monitor.
+		int64_t left = end - now_ms();
+		if (left <= 0) {
+			close(c);
+			snprintf(err, errn, "wait for the terminal: read unix %s: i/o timeout", CONSOLE_FILE);
+			return -1;
+		}
+		struct pollfd cp = {.fd = c, .events = POLLIN};
+		poll(&cp, 1, (int)left);
+	}
 	close(c);
 	if (r < 0) {
-		snprintf(err, errn, "%s", errstr(errno));
+		snprintf(err, errn, "wait for the terminal: %s", errstr(errno));
 		return -1;
 	}
 	struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
@@ -821,7 +1101,7 @@ static struct cmd *spawn(char **argv, int in, int out, int errfd, const char *di
 		snprintf(err, errn, "fork/exec %s: %s", argv[0], errstr(e));
 		return NULL;
 	}
-	struct cmd *c = calloc(1, sizeof *c);
+	struct cmd *c = xcalloc(1, sizeof *c);
 	c->pid = pid;
 	c->outfd = -1;
 	c->kill_at = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
@@ -868,7 +1148,7 @@ static void cmd_read(struct cmd *c) {
 		}
 		if (c->outlen + r > (1 << 20))
 			r = (1 << 20) - c->outlen;
-		c->out = realloc(c->out, c->outlen + r + 1);
+		c->out = xrealloc(c->out, c->outlen + r + 1);
 		memcpy(c->out + c->outlen, buf, r);
 		c->outlen += r;
 		c->out[c->outlen] = 0;
@@ -894,16 +1174,36 @@ static const char *status_err(int st) {
 static int sigfd = -1, listen_fd = -1;
 static bool terminated; // SIGTERM or SIGINT (logger mode)
 static int tag_sig, tag_listen;
+static bool listening;         // listen_fd is in epoll
+static int64_t accept_resume;  // after an accept that failed for want of fds or memory
 
-static void conn_event(struct conn *c);
+static void conn_event(struct conn *c, uint32_t events);
 static void conn_accept(void);
+
+// listen_update puts the listener in epoll when a connection may be taken: below
+// MAX_CONNS, and not while accept is resting after EMFILE (a level-triggered listener
+// whose accept fails would spin the loop).
+static void listen_update(void) {
+	if (listen_fd < 0)
+		return;
+	bool want = nconns < MAX_CONNS && accept_resume == 0;
+	if (want == listening)
+		return;
+	if (want)
+		ep_add(listen_fd, EPOLLIN, &tag_listen);
+	else
+		ep_del(listen_fd);
+	listening = want;
+}
 
 static void loop_once(int64_t until) {
 	int64_t t = now_ms();
 	int64_t next = until;
 	for (struct conn *c = conns; c; c = c->next)
-		if (c->state == C_CMD && c->deadline < next)
+		if ((c->state == C_CMD || c->state == C_CLOSING) && c->deadline < next)
 			next = c->deadline;
+	if (accept_resume && accept_resume < next)
+		next = accept_resume;
 	for (struct cmd *c = cmds; c; c = c->next) {
 		if (!c->done && c->kill_at && c->kill_at < next)
 			next = c->kill_at;
@@ -945,7 +1245,7 @@ static void loop_once(int64_t until) {
 			if (!isCmd) {
 				for (struct conn *c = conns; c; c = c->next)
 					if ((void *)c == p) {
-						conn_event(c);
+						conn_event(c, evs[i].events);
 						break;
 					}
 			}
@@ -955,8 +1255,12 @@ static void loop_once(int64_t until) {
 	t = now_ms();
 	for (struct conn *c = conns, *nx; c; c = nx) {
 		nx = c->next;
-		if (c->state == C_CMD && c->deadline <= t)
+		if ((c->state == C_CMD || c->state == C_CLOSING) && c->deadline <= t)
 			conn_free(c);
+	}
+	if (accept_resume && accept_resume <= t) {
+		accept_resume = 0;
+		listen_update();
 	}
 	for (struct cmd *c = cmds, *nx; c; c = nx) {
 		nx = c->next;
@@ -985,6 +1289,14 @@ static void loop_for(int ms) {
 		loop_once(end);
 }
 
+// drain_closing runs the loop until the replies, exit lines and last output queued for
+// clients are written, at most END_FLUSH_MS.
+static void drain_closing(void) {
+	int64_t end = now_ms() + END_FLUSH_MS;
+	while (closing_left() && now_ms() < end)
+		loop_once(end);
+}
+
 // ---- monitor mode state ----
 
 static struct json_config cfg;
@@ -993,8 +1305,9 @@ static int exit_status, exit_signal;
 static char exit_at[64];
 static char *exit_line; // set once the container has exited
 static int start_stdio[2] = {-1, -1}, start_stdin = -1, console_fd = -1;
-static struct conn *pending_starts[16];
-static int npending;
+// starts that came while one ran (or during create): served in order, as the Go
+// monitor's mutex serves them
+static struct conn *pending_first, *pending_last;
 
 static void reply(struct conn *c, const char *err) {
 	char buf[4096];
@@ -1014,25 +1327,22 @@ static void reply(struct conn *c, const char *err) {
 	} else {
 		l = snprintf(buf, sizeof buf, "ok\n");
 	}
-	write_all_deadline(c->fd, buf, l, 1000);
-	conn_free(c);
+	conn_send_close(c, buf, l);
 }
 
 static void notify(const char *line) {
 	free(exit_line);
-	exit_line = strdup(line);
+	exit_line = xstrdup(line);
 	for (struct conn *c = conns, *nx; c; c = nx) {
 		nx = c->next;
-		if (c->state == C_WATCH) {
-			write_all_deadline(c->fd, line, strlen(line), 1000);
-			conn_free(c);
-		}
+		if (c->state == C_WATCH)
+			conn_send_close(c, line, strlen(line));
 	}
 }
 
 static char **runtime_argv(const char *a1, const char *a2, const char *a3) {
 	size_t n = cfg.runtime_nargs + 8;
-	char **v = calloc(n, sizeof *v);
+	char **v = xcalloc(n, sizeof *v);
 	size_t k = 0;
 	v[k++] = cfg.runtime;
 	for (size_t i = 0; i < cfg.runtime_nargs; i++)
@@ -1192,25 +1502,35 @@ static const char *do_start(void) {
 	return NULL;
 }
 
+static void serve_pending_starts(void);
+
 static void handle_start(struct conn *c) {
+	c->state = C_BUSY;
+	conn_watch(c);
 	if (busy) {
-		if (npending < 16) {
-			ep_del(c->fd);
-			c->state = C_BUSY;
-			pending_starts[npending++] = c;
-		} else {
-			reply(c, "busy");
-		}
+		c->qnext = NULL;
+		if (pending_last)
+			pending_last->qnext = c;
+		else
+			pending_first = c;
+		pending_last = c;
 		return;
 	}
 	busy = starting = true;
-	ep_del(c->fd);
-	c->state = C_BUSY;
 	const char *e = do_start();
 	busy = starting = false;
 	reply(c, e);
-	while (npending > 0)
-		handle_start(pending_starts[--npending]);
+	serve_pending_starts();
+}
+
+static void serve_pending_starts(void) {
+	while (pending_first && !busy) {
+		struct conn *c = pending_first;
+		pending_first = c->qnext;
+		if (!pending_first)
+			pending_last = NULL;
+		handle_start(c);
+	}
 }
 
 static void handle_command(struct conn *c, const char *cmd) {
@@ -1222,12 +1542,12 @@ static void handle_command(struct conn *c, const char *cmd) {
 	}
 	if (strcmp(cmd, "watch") == 0) {
 		if (exit_line) {
-			write_all_deadline(c->fd, exit_line, strlen(exit_line), 1000);
-			conn_free(c);
+			conn_send_close(c, exit_line, strlen(exit_line));
 			return;
 		}
 		c->state = C_WATCH;
 		c->len = 0;
+		conn_watch(c);
 	} else if (strcmp(cmd, "start") == 0) {
 		handle_start(c);
 	} else if (strcmp(cmd, "attach") == 0) {
@@ -1238,6 +1558,8 @@ static void handle_command(struct conn *c, const char *cmd) {
 		c->state = C_ATTACH;
 		if (!attach_frames(c))
 			conn_free(c);
+		else
+			conn_watch(c);
 	} else if (strcmp(cmd, "reopen") == 0) {
 		if (!log_rel) {
 			reply(c, "container has no log");
@@ -1260,23 +1582,50 @@ static void handle_command(struct conn *c, const char *cmd) {
 }
 
 static void conn_accept(void) {
-	for (;;) {
+	while (nconns < MAX_CONNS) {
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd < 0)
-			return;
-		struct conn *c = calloc(1, sizeof *c);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				diag("accept: %s; accepting again in 100ms", errstr(errno));
+				accept_resume = now_ms() + 100;
+			}
+			break; // EAGAIN, or a connection that went away before it was taken
+		}
+		struct conn *c = xcalloc(1, sizeof *c);
 		c->fd = fd;
 		c->state = C_CMD;
 		c->deadline = now_ms() + CMD_READ_MS;
 		c->next = conns;
 		conns = c;
-		ep_add(fd, EPOLLIN, c);
+		nconns++;
+		conn_watch(c);
 	}
+	listen_update();
 }
 
-static void conn_event(struct conn *c) {
-	if (c->paused)
-		return;
+static void conn_read(struct conn *c);
+
+static void conn_event(struct conn *c, uint32_t events) {
+	if (outq_pending(&c->out) > 0 && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+		if (outq_flush(&c->out, c->fd) != OUTQ_OK) {
+			if (c->state != C_ATTACH) {
+				conn_free(c);
+				return;
+			}
+			c->out_dead = true; // frames it sent are still served
+			outq_clear(&c->out);
+		}
+		if (c->state == C_CLOSING && outq_pending(&c->out) == 0) {
+			conn_free(c);
+			return;
+		}
+		conn_watch(c);
+	}
+	if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && (c->events & EPOLLIN))
+		conn_read(c);
+}
+
+static void conn_read(struct conn *c) {
 	for (;;) {
 		if (c->cap - c->len < 4096) {
 			size_t want = c->cap ? c->cap * 2 : 4096;
@@ -1295,9 +1644,14 @@ static void conn_event(struct conn *c) {
 			if (want > MAX_FRAME + 4096 + 5)
 				want = MAX_FRAME + 4096 + 5;
 			if (want > c->cap) {
-				c->in = realloc(c->in, want);
+				c->in = xrealloc(c->in, want);
 				c->cap = want;
 			}
+		}
+		if (c->len == c->cap) {
+			// Full, which only a paused session's buffer can be: read on once it runs.
+			conn_watch(c);
+			return;
 		}
 		ssize_t r = read(c->fd, c->in + c->len, c->cap - c->len);
 		if (r < 0 && errno == EINTR)
@@ -1305,6 +1659,13 @@ static void conn_event(struct conn *c) {
 		if (r < 0 && errno == EAGAIN)
 			return;
 		if (r <= 0) {
+			// The client is done sending: a session whose frames wait for stdin ends
+			// once they are handled.
+			if (c->state == C_ATTACH && c->paused && r == 0) {
+				c->in_eof = true;
+				conn_watch(c);
+				return;
+			}
 			conn_free(c);
 			return;
 		}
@@ -1316,7 +1677,7 @@ static void conn_event(struct conn *c) {
 			if (!nl)
 				continue;
 			size_t ll = nl - c->in;
-			char *cmd = strndup(c->in, ll);
+			char *cmd = xstrndup(c->in, ll);
 			memmove(c->in, nl + 1, c->len - ll - 1);
 			c->len -= ll + 1;
 			trim(cmd);
@@ -1324,14 +1685,34 @@ static void conn_event(struct conn *c) {
 			free(cmd);
 			return; // c may be gone
 		}
-		if (c->state == C_ATTACH && !attach_frames(c)) {
-			conn_free(c);
-			return;
+		if (c->state == C_ATTACH) {
+			if (!attach_frames(c)) {
+				conn_free(c);
+				return;
+			}
+			if (c->paused) {
+				conn_watch(c); // no more reading until the container takes its stdin
+				return;
+			}
 		}
 	}
 }
 
 // ---- setup shared by both modes ----
+
+// reserve_fds puts /dev/null on each fd from lo to hi that is not open, so that no fd
+// the monitor opens takes a number that has a meaning in its protocol.
+static void reserve_fds(int lo, int hi) {
+	for (int fd = lo; fd <= hi; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		int n = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (n >= 0 && n != fd) {
+			dup3(n, fd, O_CLOEXEC);
+			close(n);
+		}
+	}
+}
 
 static bool setup_loop(bool catch_term) {
 	sigset_t set;
@@ -1349,6 +1730,17 @@ static bool setup_loop(bool catch_term) {
 		return false;
 	ep_add(sigfd, EPOLLIN, &tag_sig);
 	return true;
+}
+
+static void listen_close(void) {
+	if (listen_fd < 0)
+		return;
+	if (listening)
+		ep_del(listen_fd);
+	close(listen_fd);
+	listen_fd = -1;
+	listening = false;
+	unlink(SOCKET_FILE);
 }
 
 static int listen_here(const char *name, char *err, size_t errn) {
@@ -1377,7 +1769,7 @@ static void report(const char *json) {
 
 static void report_error(const char *msg) {
 	size_t n = strlen(msg) * 6 + 32;
-	char *b = malloc(n);
+	char *b = xmalloc(n);
 	size_t l = snprintf(b, n, "{\"error\":");
 	l += json_quote(b + l, n - l, msg);
 	snprintf(b + l, n - l, "}\n");
@@ -1423,7 +1815,7 @@ static pid_t create(char *err, size_t errn) {
 			return 0;
 		}
 	}
-	tail_buf = malloc(TAIL_MAX);
+	tail_buf = xmalloc(TAIL_MAX);
 	tail_on = true;
 	int po[2], pe[2];
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
@@ -1436,7 +1828,7 @@ static pid_t create(char *err, size_t errn) {
 	char pidfile[PATH_MAX];
 	snprintf(pidfile, sizeof pidfile, "%s/%s", cfg.dir, PID_FILE);
 	size_t n = cfg.runtime_nargs + 12, k = 0;
-	char **argv = calloc(n, sizeof *argv);
+	char **argv = xcalloc(n, sizeof *argv);
 	argv[k++] = cfg.runtime;
 	for (size_t i = 0; i < cfg.runtime_nargs; i++)
 		argv[k++] = cfg.runtime_args[i];
@@ -1475,7 +1867,7 @@ static pid_t create(char *err, size_t errn) {
 	close(devnull);
 	if (se) {
 		loop_for(20); // let the copiers take the runtime's last words
-		char *t = strndup(tail_buf, tail_len);
+		char *t = xstrndup(tail_buf, tail_len);
 		trim(t);
 		snprintf(err, errn, "%s create: %s: %s", base_name(cfg.runtime), se, t);
 		free(t);
@@ -1506,7 +1898,7 @@ static pid_t create(char *err, size_t errn) {
 		return 0;
 	}
 	char *end;
-	char *t = strdup(b);
+	char *t = xstrdup(b);
 	trim(t);
 	long pid = strtol(t, &end, 10);
 	if (!*t || *end || pid <= 0 || pid > INT_MAX) {
@@ -1555,6 +1947,7 @@ static void write_exit_file(const char *data) {
 }
 
 static int run_monitor(const char *cfgpath) {
+	reserve_fds(sync_fd, sync_fd); // the report goes nowhere else, whatever we were given
 	fcntl(sync_fd, F_SETFD, FD_CLOEXEC);
 	int e = 0;
 	char *b = read_file(cfgpath, 1 << 20, &e);
@@ -1607,7 +2000,7 @@ static int run_monitor(const char *cfgpath) {
 		diag("%s", msg);
 		return 1;
 	}
-	ep_add(listen_fd, EPOLLIN, &tag_listen);
+	listen_update();
 
 	busy = true; // a start that comes during create waits for it
 	pid_t pid = create(msg, sizeof msg);
@@ -1632,10 +2025,15 @@ static int run_monitor(const char *cfgpath) {
 			}
 	}
 	busy = false;
-	while (npending > 0)
-		handle_start(pending_starts[--npending]);
+	serve_pending_starts();
 	while (!init_done && !exit_requested)
 		loop_once(now_ms() + 10000);
+	// What the container wrote before its end is in the pipes now (the reaper may have
+	// seen the end first): it goes to the log and to the attach clients before their
+	// sessions end. Bounded, should something else hold the pipes and write on.
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 4 && streams[i].open && stream_read(&streams[i]); k++)
+			;
 	if (init_done) {
 		char data[256];
 		int l = snprintf(data, sizeof data, "{\"pid\":%d,\"status\":%d,", (int)(cfg.wait_with_runtime ? 0 : pid),
@@ -1652,11 +2050,15 @@ static int run_monitor(const char *cfgpath) {
 		diag("supervision ended without a start");
 		notify("{}\n");
 	}
-	ep_del(listen_fd);
-	close(listen_fd);
-	unlink(SOCKET_FILE);
-	// A moment for the last lines; never wait for EOF (runsc holds the pipes).
+	// Connections already made are served in the moment below (the Go monitor's accept
+	// loop has taken them by now); closing the listener would reset them.
+	if (listening)
+		conn_accept();
+	listen_close();
+	// A moment for the last lines; never wait for EOF (runsc holds the pipes). Then what
+	// clients have not taken yet, for a bounded time.
 	loop_for(100);
+	drain_closing();
 	for (int i = 0; i < 3; i++)
 		if (streams[i].open)
 			stream_lines(&streams[i], true);
@@ -1666,6 +2068,10 @@ static int run_monitor(const char *cfgpath) {
 // ---- logger mode (cmd/rtshim-monitor/logger.go) ----
 
 static int run_logger(const char *dir) {
+	// The ways in use fds 3 to 5 (a shim's stdout, stderr and ready fd; or the daemon's
+	// ready fd 3 alone). Hold the free ones first, so that nothing opened here (the epoll
+	// fd, the signalfd) lands where the fallback of an unreadable config looks.
+	reserve_fds(3, 5);
 	// Before anything can say we are ready: a SIGTERM right after must drain, not kill us.
 	if (!setup_loop(true))
 		return 1;
@@ -1716,10 +2122,9 @@ static int run_logger(const char *dir) {
 		if (listen_fd < 0)
 			diag("attach unavailable: listen %s: %s", SOCKET_FILE, err);
 		else
-			ep_add(listen_fd, EPOLLIN, &tag_listen);
+			listen_update();
 	}
 	bool fifo_mode = cfg.stdout_fifo && *cfg.stdout_fifo;
-	int nwaited = 0;
 	for (int i = 0; i < 2; i++) {
 		const char *name = i == 0 ? "stdout" : "stderr";
 		char *fifo = i == 0 ? cfg.stdout_fifo : cfg.stderr_fifo;
@@ -1729,55 +2134,40 @@ static int run_logger(const char *dir) {
 		if (!fifo_mode) {
 			fcntl(3 + i, F_SETFD, FD_CLOEXEC);
 			stream_start(&streams[i], 3 + i, name, i == 0 ? FRAME_STDOUT : FRAME_STDERR);
+			// What cannot be read (the write end that is the daemon's ready fd, when an
+			// unreadable config sent us here) ends now, as Go's first read ends it.
+			if (streams[i].open)
+				stream_read(&streams[i]);
 		} else {
 			streams[i].fifo = fifo;
 			streams[i].name = name;
 			streams[i].kind = i == 0 ? FRAME_STDOUT : FRAME_STDERR;
 		}
-		if (streams[i].waited)
-			nwaited++;
 	}
 	close(ready);
 	diag("logging to \"%s\"", cfg.log_path ? cfg.log_path : "");
-	// FIFOs: opening one for reading waits for its writer (the shim), without blocking
-	// the loop: O_NONBLOCK opens at once; a read of 0 before any writer came is no end,
-	// so the open is retried until a writer has been seen (POLLHUP after data or a
-	// writer). Simplest faithful way: open O_RDWR-less O_RDONLY|O_NONBLOCK, then poll
-	// for the writer with the loop's timeout.
-	int fifo_fds[2] = {-1, -1};
+	// A FIFO goes into epoll at once, opened O_RDONLY|O_NONBLOCK: the open does not wait
+	// for the writer (the shim), and Linux reports no EPOLLHUP on such a reader until a
+	// writer has come (fifo_open suppresses it), so nothing wakes the loop before the
+	// shim's first write, and its close is the stream's end, as the Go logger's blocking
+	// open and read see it. Keeping a write end open ourselves (or O_RDWR) would hide
+	// that end.
 	for (int i = 0; i < 2; i++) {
 		if (!streams[i].fifo)
 			continue;
-		fifo_fds[i] = open(streams[i].fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-		if (fifo_fds[i] < 0) {
+		int fd = open(streams[i].fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0) {
 			diag("open %s: %s", streams[i].fifo, errstr(errno));
-			if (streams[i].waited)
-				nwaited--;
-			streams[i].fifo = NULL;
+			streams[i].waited = false;
+			continue;
 		}
+		stream_start(&streams[i], fd, streams[i].name, streams[i].kind);
 	}
 	int64_t term_at = 0;
 	for (;;) {
-		// A FIFO becomes a stream once a writer has opened it: until then a read gives 0.
-		for (int i = 0; i < 2; i++) {
-			if (fifo_fds[i] < 0)
-				continue;
-			struct pollfd p = {.fd = fifo_fds[i], .events = POLLIN};
-			int wr = 0;
-			// A writer is there when the FIFO has data or its writers count > 0: probe
-			// by F_GETPIPE_SZ? No: use the open-for-write trick's inverse — POLLIN or
-			// POLLHUP only ever comes once a writer existed.
-			if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)))
-				wr = 1;
-			if (wr) {
-				stream_start(&streams[i], fifo_fds[i], streams[i].name, streams[i].kind);
-				fifo_fds[i] = -1;
-				stream_read(&streams[i]);
-			}
-		}
 		int open_waited = 0;
 		for (int i = 0; i < 2; i++)
-			if (streams[i].waited && (streams[i].open || fifo_fds[i] >= 0))
+			if (streams[i].waited && streams[i].open)
 				open_waited++;
 		if (open_waited == 0)
 			break;
@@ -1787,17 +2177,12 @@ static int run_logger(const char *dir) {
 			diag("terminated: the output did not end within 2s");
 			break;
 		}
-		bool waiting_fifo = fifo_fds[0] >= 0 || fifo_fds[1] >= 0;
-		loop_once(now_ms() + (waiting_fifo ? 50 : (term_at ? 100 : 10000)));
+		loop_once(term_at ? term_at : now_ms() + 10000);
 	}
-	(void)nwaited;
 	diag("output ended");
 	attach_end();
-	if (listen_fd >= 0) {
-		ep_del(listen_fd);
-		close(listen_fd);
-		unlink(SOCKET_FILE);
-	}
+	listen_close();
+	drain_closing();
 	if (stdin_fd >= 0)
 		close(stdin_fd);
 	return 0;

@@ -113,18 +113,21 @@ func (a *attachers) end() {
 }
 
 // receiveConsole accepts the runtime's connection on the console socket and returns the
-// pty master it sends.
+// pty master it sends, within 10 s for both: a peer that connects and sends nothing must
+// not hold the monitor.
 func receiveConsole(ln *net.UnixListener) (*os.File, error) {
-	_ = ln.SetDeadline(time.Now().Add(10 * time.Second))
+	deadline := time.Now().Add(10 * time.Second)
+	_ = ln.SetDeadline(deadline)
 	conn, err := ln.AcceptUnix()
 	if err != nil {
 		return nil, fmt.Errorf("wait for the terminal: %w", err)
 	}
 	defer conn.Close()
+	_ = conn.SetReadDeadline(deadline)
 	oob := make([]byte, unix.CmsgSpace(4))
 	_, oobn, _, _, err := conn.ReadMsgUnix(make([]byte, 4096), oob)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("wait for the terminal: %w", err)
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) == 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -259,4 +260,129 @@ func TestLoggerURI(t *testing.T) {
 	if u.Scheme != "binary" || u.Path != "/usr/local/bin/rtshim-monitor" || len(args) != 2 || args[0] != monitor.LoggerMode || args[1] != dir {
 		t.Errorf("%s: binary %s %q, args %q", u, u.Scheme, u.Path, args)
 	}
+}
+
+// startFIFOLogger starts a logger as the daemon does (monitor.StartLogger): on the FIFOs
+// cfg names, fd 3 closed once it is ready; cfg nil: no config file.
+func startFIFOLogger(t *testing.T, dir string, cfg *monitor.LoggerConfig) *exec.Cmd {
+	t.Helper()
+	if cfg != nil {
+		if err := monitor.WriteLoggerConfig(dir, *cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readyR.Close()
+	cmd := exec.Command(monitorBinary(), monitor.LoggerMode, dir)
+	cmd.Env = []string{beLoggerEnv + "=1", "CONTAINER_ID=0123456789abcdef"}
+	cmd.ExtraFiles = []*os.File{readyW}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readyW.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	_ = readyR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := readyR.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("ready fd: %v; the logger's log:\n%s", err, readFile(filepath.Join(dir, monitor.LogFile)))
+	}
+	return cmd
+}
+
+// waitExit waits for a logger to exit on its own.
+func waitExit(t *testing.T, cmd *exec.Cmd, dir string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("logger exited with %v; its log:\n%s", err, readFile(filepath.Join(dir, monitor.LogFile)))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the logger did not exit; its log:\n%s", readFile(filepath.Join(dir, monitor.LogFile)))
+	}
+}
+
+// wakeups counts the context switches of every thread of pid so far.
+func wakeups(t *testing.T, pid int) int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	n := 0
+	for _, task := range tasks {
+		for _, l := range strings.Split(readFile(task), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && strings.HasSuffix(f[0], "ctxt_switches:") {
+				v, _ := strconv.Atoi(f[1])
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// TestLoggerFIFOWaitsAsleep: on FIFOs that no writer has opened yet, the logger sleeps
+// until the shim opens them (no polling), then logs what comes and ends with the writers.
+func TestLoggerFIFOWaitsAsleep(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "0.log")
+	outFifo, errFifo := filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
+	for _, p := range []string{outFifo, errFifo} {
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := startFIFOLogger(t, dir, &monitor.LoggerConfig{LogPath: logPath, Stdout: outFifo, Stderr: errFifo})
+	time.Sleep(200 * time.Millisecond)
+	before := wakeups(t, cmd.Process.Pid)
+	time.Sleep(time.Second)
+	if n := wakeups(t, cmd.Process.Pid) - before; n > 5 {
+		t.Errorf("the logger woke %d times in 1s waiting for the FIFOs' writer", n)
+	}
+	out, err := os.OpenFile(outFifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errw, err := os.OpenFile(errFifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(out, "out line")
+	fmt.Fprintln(errw, "err line")
+	out.Close()
+	errw.Close()
+	waitExit(t, cmd, dir)
+	if got := strings.Join(logTexts(t, logPath), "|"); got != "stdout out line|stderr err line" && got != "stderr err line|stdout out line" {
+		t.Errorf("CRI log = %q", got)
+	}
+}
+
+// TestLoggerFIFOWriterWithoutOutput: a writer that opens a FIFO and closes it without a
+// word (the daemon releasing a logger whose task was never created) ends the logger.
+func TestLoggerFIFOWriterWithoutOutput(t *testing.T) {
+	dir := t.TempDir()
+	outFifo := filepath.Join(dir, "stdout")
+	if err := unix.Mkfifo(outFifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := startFIFOLogger(t, dir, &monitor.LoggerConfig{Stdout: outFifo, Terminal: true})
+	f, err := os.OpenFile(outFifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	waitExit(t, cmd, dir)
+}
+
+// TestLoggerNoConfigFIFOFds: started as the daemon starts it (fd 3 alone) but with no
+// config to say so, the logger falls back to a shim's fds 3 to 5; none of them may be one
+// it opened itself (its epoll fd, its signalfd). It says it is ready and ends.
+func TestLoggerNoConfigFIFOFds(t *testing.T) {
+	dir := t.TempDir()
+	cmd := startFIFOLogger(t, dir, nil)
+	waitExit(t, cmd, dir)
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +19,11 @@ import (
 
 // fakeRuntime is an OCI runtime's command line as far as the monitor uses it: create
 // writes the pid of an init that waits for start, prints on both streams and exits 7;
-// FAKE_FAIL makes create fail with words on stderr.
+// FAKE_FAIL makes create fail with words on stderr; FAKE_FLOOD=N makes the init first
+// write N lines of 1000 bytes (floodLine) in bursts of 64; FAKE_CAT makes it copy its
+// stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
+// start; FAKE_LINGER makes it wait 0.3 s before it exits; FAKE_WAIT_FILE makes create
+// wait for that file before it ends.
 const fakeRuntime = `#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
@@ -25,25 +31,56 @@ create)
 	while [ $# -gt 1 ]; do case "$1" in --pid-file) pidf=$2; shift 2;; *) shift;; esac; done
 	echo creating
 	if [ -n "$FAKE_FAIL" ]; then echo "boom: no such thing" >&2; exit 3; fi
-	sh -c 'while [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done; echo out-line; printf "err-line\n" >&2; exit 7' &
+	exec 3<&0 # the init's stdin: sh gives a background job /dev/null
+	sh -c 'while [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
+		if [ -n "$FAKE_HOLD" ]; then while [ ! -e "$FAKE_DIR/release" ]; do sleep 0.02; done; fi
+		i=0; while [ $i -lt "${FAKE_FLOOD:-0}" ]; do
+			awk -v i=$i "BEGIN { for (k = i; k < i + 64; k++) printf \"%08d %0990d\\n\", k, 0 }"
+			i=$((i + 64)); sleep 0.01
+		done
+		if [ -n "$FAKE_CAT" ]; then sleep 1; cat; fi
+		echo out-line; printf "err-line\n" >&2
+		if [ -n "$FAKE_LINGER" ]; then sleep 0.3; fi
+		exit 7' <&3 3<&- &
 	echo $! > "$pidf"
+	if [ -n "$FAKE_WAIT_FILE" ]; then while [ ! -e "$FAKE_WAIT_FILE" ]; do sleep 0.02; done; fi
 	;;
 start) touch "$FAKE_DIR/started" ;;
 esac
 `
+
+// floodLine is line k of FAKE_FLOOD's output.
+func floodLine(k int) string { return fmt.Sprintf("%08d %0990d\n", k, 0) }
+
+// monitorBinary is the monitor under test: the test binary (the Go monitor), or
+// RTSHIMD_TEST_MONITOR.
+func monitorBinary() string {
+	if b := os.Getenv(monitorBinaryEnv); b != "" {
+		return b
+	}
+	return os.Args[0]
+}
+
+// cMonitor: the binary under test is the C monitor (bin/rtshim-monitor-c, or a
+// sanitizer build of it named alike).
+func cMonitor() bool { return strings.Contains(filepath.Base(monitorBinary()), "monitor-c") }
 
 // startMonitor runs a monitor (the test binary, or RTSHIMD_TEST_MONITOR) on cfg as the
 // daemon does and returns its report line.
 func startMonitor(t *testing.T, cfg monitor.Config, env ...string) (*exec.Cmd, string) {
 	t.Helper()
 	data, _ := json.Marshal(cfg)
+	return startMonitorRaw(t, cfg.Dir, data, env...)
+}
+
+// startMonitorRaw is startMonitor with monitor.json's bytes as given.
+func startMonitorRaw(t *testing.T, dir string, data []byte, env ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cfg := monitor.Config{Dir: dir}
 	if err := os.WriteFile(filepath.Join(cfg.Dir, monitor.ConfigFile), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := os.Args[0]
-	if b := os.Getenv(monitorBinaryEnv); b != "" {
-		bin = b
-	}
+	bin := monitorBinary()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +101,8 @@ func startMonitor(t *testing.T, cfg monitor.Config, env ...string) (*exec.Cmd, s
 	}
 	w.Close()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// A monitor that hangs before its report fails the test instead of hanging it.
+	_ = r.SetReadDeadline(time.Now().Add(60 * time.Second))
 	line, _ := bufio.NewReader(r).ReadString('\n')
 	r.Close()
 	return cmd, line
@@ -86,7 +125,7 @@ func monitorConfig(t *testing.T) monitor.Config {
 // in exit.json, and the container's output in the CRI log.
 func TestMonitorProtocol(t *testing.T) {
 	cfg := monitorConfig(t)
-	cmd, line := startMonitor(t, cfg)
+	cmd, line := startMonitor(t, cfg, "FAKE_HOLD=1")
 	var res monitor.Result
 	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 || res.Error != "" {
 		t.Fatalf("report %q: %v", line, err)
@@ -113,6 +152,10 @@ func TestMonitorProtocol(t *testing.T) {
 	}
 	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
 		t.Errorf("second start: %v", err)
+	}
+	// The container ends only now: a start racing its end would find the monitor gone.
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	e := <-watched
 	if e.Pid != res.Pid || e.Status != 7 || e.Signal != 0 || time.Since(e.ExitedAt) > 20*time.Second {
@@ -186,5 +229,268 @@ func TestMonitorNoRuntime(t *testing.T) {
 	var res monitor.Result
 	if err := json.Unmarshal([]byte(line), &res); err != nil || !strings.HasPrefix(res.Error, "runtime create: fork/exec /no/such/runtime: no such file or directory") {
 		t.Errorf("report %q: %v", line, err)
+	}
+}
+
+// An attach client that reads slowly must not slow the container's supervision: the
+// CRI log takes all the output at once and the exit is recorded promptly; the slow client
+// is dropped with a prefix of the output, in order, while a client that keeps up gets it
+// all. (The Go monitor gives each frame 1 s and throttles the log meanwhile: C only.)
+func TestMonitorSlowAttachClient(t *testing.T) {
+	if !cMonitor() {
+		t.Skip("the Go monitor waits up to 1 s per frame for a slow client (its log waits too); the C monitor queues")
+	}
+	const lines = 4096 // 4 MB
+	cfg := monitorConfig(t)
+	cmd, line := startMonitor(t, cfg, fmt.Sprintf("FAKE_FLOOD=%d", lines))
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 {
+		t.Fatalf("report %q: %v", line, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	slow, err := monitor.Attach(ctx, cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fast, err := monitor.Attach(ctx, cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	time.Sleep(100 * time.Millisecond) // the sessions are in place before the output
+	// The slow client takes 4 KiB every 100 ms: each frame is taken well within a second,
+	// so only a bound on what waits for it can let the container go on at its own pace.
+	slowGot := make(chan []byte, 1)
+	go func() {
+		var got []byte
+		buf := make([]byte, 4096)
+		for {
+			_ = slow.SetReadDeadline(time.Now().Add(30 * time.Second))
+			n, err := slow.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				slowGot <- got
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	fastGot := make(chan string, 1)
+	go func() {
+		var out strings.Builder
+		br := bufio.NewReaderSize(fast, 256<<10)
+		for {
+			kind, p, err := monitor.ReadFrame(br)
+			if err != nil {
+				fastGot <- out.String()
+				return
+			}
+			if kind == monitor.FrameStdout {
+				out.Write(p)
+			}
+		}
+	}()
+	watched := make(chan error, 1)
+	go func() {
+		_, _, err := monitor.Watch(ctx, cfg.Dir)
+		watched <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	began := time.Now()
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if err := <-watched; err != nil {
+		t.Fatalf("watch: %v (after %v: supervision waited for the slow client)", err, time.Since(began))
+	}
+	t.Logf("%d lines and the exit in %v", lines, time.Since(began))
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("monitor: %v", err)
+	}
+
+	var want strings.Builder
+	for k := range lines {
+		want.WriteString(floodLine(k))
+	}
+	want.WriteString("out-line\n")
+	var logged strings.Builder
+	for _, l := range strings.Split(strings.TrimSuffix(readFile(cfg.LogPath), "\n"), "\n") {
+		if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[1] == "stdout" && f[3] != "creating" {
+			logged.WriteString(f[3] + "\n")
+		}
+	}
+	if logged.String() != want.String() {
+		t.Errorf("CRI log: %d bytes of stdout, want %d in order", logged.Len(), want.Len())
+	}
+	if got := <-fastGot; got != want.String() {
+		t.Errorf("the client that kept up got %d bytes of stdout, want %d in order", len(got), want.Len())
+	}
+	// What the slow client got: whole frames, then perhaps part of one; a prefix.
+	b := <-slowGot
+	var out strings.Builder
+	for len(b) >= 5 {
+		n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
+		end := min(5+n, len(b))
+		if b[0] == monitor.FrameStdout {
+			out.Write(b[5:end])
+		}
+		b = b[end:]
+	}
+	if !strings.HasPrefix(want.String(), out.String()) || out.Len() >= want.Len() {
+		t.Errorf("the slow client got %d bytes of stdout: want a proper prefix of the %d", out.Len(), want.Len())
+	}
+	if !strings.Contains(readFile(filepath.Join(cfg.Dir, monitor.LogFile)), "attach client dropped") {
+		t.Errorf("monitor.log does not say the slow client was dropped")
+	}
+}
+
+// A console socket peer that connects and sends nothing fails the create within the
+// terminal's 10 s instead of hanging the monitor.
+func TestMonitorConsoleSilentPeer(t *testing.T) {
+	cfg := monitorConfig(t)
+	cfg.Terminal = true
+	release := filepath.Join(cfg.Dir, "release")
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(cfg.Dir, "started"), nil, 0o600) }) // the fake init ends
+	// While create runs, connect to its console socket and send nothing.
+	go func() {
+		for range 500 {
+			c, err := net.Dial("unix", filepath.Join(cfg.Dir, "console.sock"))
+			if err == nil {
+				t.Cleanup(func() { c.Close() })
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = os.WriteFile(release, nil, 0o600)
+	}()
+	began := time.Now()
+	_, line := startMonitor(t, cfg, "FAKE_WAIT_FILE="+release)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || !strings.HasPrefix(res.Error, "fake create: wait for the terminal: ") ||
+		!strings.Contains(res.Error, "i/o timeout") {
+		t.Errorf("report %q after %v: %v", line, time.Since(began), err)
+	}
+	if d := time.Since(began); d > 30*time.Second {
+		t.Errorf("the report took %v", d)
+	}
+}
+
+// A relative log directory that cleans to ".." is refused as any other path outside it
+// (filepath.Rel gives "../x.log" for "../../x.log" below "..").
+func TestMonitorRelativeLogDirEscape(t *testing.T) {
+	cfg := monitorConfig(t)
+	cfg.LogDir, cfg.LogPath = "..", "../../escaped.log"
+	_, line := startMonitor(t, cfg)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || !strings.Contains(res.Error, `is not below the log directory ".."`) {
+		t.Errorf("report %q: %v", line, err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "../../escaped.log")); err == nil {
+		t.Errorf("the log was created outside its directory")
+	}
+}
+
+// monitor.json is read as strictly as Go's encoding/json reads it.
+func TestMonitorConfigStrict(t *testing.T) {
+	for _, bad := range []string{
+		`{"id":"x"} trailing`,
+		`{"id":"a\qb"}`,
+		`{"id":"x","terminal":tru}`,
+		`{"id":"x","other":01}`,
+		`{"id":"x","other":[1,]}`,
+		"{\"id\":\"a\tb\"}",
+		`{"id":"x"`,
+		``,
+	} {
+		dir := t.TempDir()
+		_, line := startMonitorRaw(t, dir, []byte(bad))
+		var res monitor.Result
+		if err := json.Unmarshal([]byte(line), &res); err != nil || !strings.HasPrefix(res.Error, "monitor: read config: ") {
+			t.Errorf("config %q: report %q: %v", bad, line, err)
+		}
+	}
+	// A repeated key: the last value wins (an array is replaced, not appended to).
+	cfg := monitorConfig(t)
+	data, _ := json.Marshal(cfg)
+	data = append([]byte(`{"runtime_args":["start"],"runtime":"/no/such",`), data[1:]...)
+	_, line := startMonitorRaw(t, cfg.Dir, data)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 {
+		t.Errorf("report %q: %v", line, err)
+	}
+	_ = syscall.Kill(res.Pid, syscall.SIGKILL)
+}
+
+// Attach stdin that the container does not read yet waits (the session reads no further
+// frames meanwhile), and all of it arrives in order once the container reads, followed by
+// the close of stdin; the output keeps flowing to the same client, to its last line.
+func TestMonitorAttachStdinWaits(t *testing.T) {
+	const lines = 300 // 300 KB: several times a pipe's buffer
+	cfg := monitorConfig(t)
+	cfg.Stdin, cfg.StdinOnce = true, true
+	env := []string{"FAKE_CAT=1"}
+	if !cMonitor() {
+		// The Go monitor may end the session (on the reaper's word) before its copier
+		// has sent the last output: give it time. The C monitor reads the pipes first.
+		env = append(env, "FAKE_LINGER=1")
+	}
+	cmd, line := startMonitor(t, cfg, env...)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 {
+		t.Fatalf("report %q: %v", line, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	att, err := monitor.Attach(ctx, cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	var want strings.Builder
+	for k := range lines {
+		want.WriteString(floodLine(k))
+	}
+	want.WriteString("out-line\n")
+	got := make(chan string, 1)
+	go func() {
+		var out strings.Builder
+		_ = att.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			kind, p, err := monitor.ReadFrame(att)
+			if err != nil {
+				got <- out.String()
+				return
+			}
+			if kind == monitor.FrameStdout {
+				out.Write(p)
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	// 32 KiB frames, the last one's end mid-line.
+	data := []byte(strings.TrimSuffix(want.String(), "out-line\n"))
+	for len(data) > 0 {
+		n := min(32<<10, len(data))
+		if err := monitor.WriteFrame(att, monitor.FrameStdin, data[:n]); err != nil {
+			t.Fatal(err)
+		}
+		data = data[n:]
+	}
+	if err := monitor.WriteFrame(att, monitor.FrameCloseStdin, nil); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g != want.String() {
+		t.Errorf("the client got %d bytes of stdout, want %d in order", len(g), want.Len())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("monitor: %v", err)
+	}
+	if e, err := monitor.ReadExit(cfg.Dir); err != nil || e.Status != 7 {
+		t.Errorf("exit %+v %v, want status 7", e, err)
 	}
 }

@@ -64,12 +64,36 @@ func (d *daemon) Running() (pods, containers map[string]int, monitors int) {
 	return pods, containers, monitors
 }
 
-// monitorPath is the rtshim-monitor binary the config names, or the one beside rtshimd.
+// monitorPath is the monitor binary the config names, or by default the C monitor beside
+// rtshimd (rtshim-monitor-c: a fifth of the Go monitor's memory per container,
+// docs/monitor-memory.md); where only the Go rtshim-monitor was installed beside
+// rtshimd, that one. Both speak one protocol: containers under either are recovered.
 func monitorPath(cfg *config.Config) string {
-	if cfg.MonitorPath != "" {
-		return cfg.MonitorPath
+	return chooseMonitor(cfg.MonitorPath, besideSelf)
+}
+
+// chooseMonitor is monitorPath with the helper lookup given (beside: a binary's path).
+func chooseMonitor(configured string, beside func(string) string) string {
+	if configured != "" {
+		return configured
 	}
-	return besideSelf("rtshim-monitor")
+	c := beside(defaultMonitor)
+	if !fileExists(c) {
+		if g := beside(goMonitor); fileExists(g) {
+			return g
+		}
+	}
+	return c
+}
+
+const (
+	defaultMonitor = "rtshim-monitor-c"
+	goMonitor      = "rtshim-monitor"
+)
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // discover prepares the pause rootfs, makes each handler's runtime and runs handler
@@ -119,7 +143,10 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(monitorPath(cfg)); err != nil {
-		return nil, fmt.Errorf("monitor_path: %w", err)
+		return nil, fmt.Errorf("monitor_path: %w (make build makes %s and %s; install puts them beside rtshimd)", err, defaultMonitor, goMonitor)
+	}
+	if cfg.MonitorPath == "" && filepath.Base(monitorPath(cfg)) == goMonitor {
+		logrus.Warnf("no %s beside rtshimd: containers are supervised by the Go %s (about five times the memory per container)", defaultMonitor, goMonitor)
 	}
 	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir, Timeout: cfg.Network.CNITimeout()})
 	for _, h := range first.List() {

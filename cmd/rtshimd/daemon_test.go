@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The default monitor is the C one beside rtshimd; the Go one where only it is there; a
+// configured path always wins.
+func TestChooseMonitor(t *testing.T) {
+	dir := t.TempDir()
+	beside := func(name string) string { return filepath.Join(dir, name) }
+	put := func(name string) {
+		if err := os.WriteFile(beside(name), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		installed  []string
+		configured string
+		want       string
+	}{
+		{nil, "", beside("rtshim-monitor-c")}, // neither: the C one's path, for the error
+		{[]string{"rtshim-monitor"}, "", beside("rtshim-monitor")},
+		{[]string{"rtshim-monitor-c"}, "", beside("rtshim-monitor-c")},
+		{[]string{"rtshim-monitor-c", "rtshim-monitor"}, "", beside("rtshim-monitor-c")},
+		{[]string{"rtshim-monitor-c"}, "/opt/rtshim-monitor", "/opt/rtshim-monitor"},
+	} {
+		for _, n := range []string{"rtshim-monitor", "rtshim-monitor-c"} {
+			os.Remove(beside(n))
+		}
+		for _, n := range c.installed {
+			put(n)
+		}
+		if got := chooseMonitor(c.configured, beside); got != c.want {
+			t.Errorf("installed %v, configured %q: %s, want %s", c.installed, c.configured, got, c.want)
+		}
+	}
+}

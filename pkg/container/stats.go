@@ -203,7 +203,9 @@ func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.
 
 // ListStats returns the stats of the containers that match filter (running ones, as
 // kubelet expects, unless the filter names an id): with a collector, from its readings
-// (latestContainer); else read at the call.
+// (cachedContainer); else read at the call. A filter that names an id (crictl stats ID;
+// kubelet never sends one) is read at the call, as ContainerStats is: crictl takes two
+// lists a second apart and refuses a reading that did not change.
 func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
 	var picked []*Container
 	for _, c := range m.snapshot() {
@@ -226,7 +228,7 @@ func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimea
 	// Kept readings cost no syscall: only those read now are spread.
 	var miss []int
 	for i, c := range picked {
-		if e, ok := m.cachedContainer(c, now); ok {
+		if e, ok := m.cachedContainer(c, now); ok && filter.GetId() == "" {
 			out[i] = m.statsOf(c, e)
 		} else {
 			miss = append(miss, i)
@@ -421,7 +423,8 @@ func netPid(sb *sandbox.Sandbox, running []*Container) int {
 }
 
 // ListPodStats returns the stats of the ready pods that match filter, from the
-// collector's readings (cachedPod); those read at the call are read as ListStats reads
+// collector's readings (cachedPod), but for a filter that names an id (crictl statsp),
+// read at the call as ListStats does; those read at the call are read as ListStats reads
 // containers, a few at a time: the cgroup files are syscall-bound.
 func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
 	var picked []*sandbox.Sandbox
@@ -446,7 +449,7 @@ func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runt
 	now := time.Now()
 	var miss []int
 	for i, sb := range picked {
-		if st, ok := m.cachedPod(sb, ctrs[sb.ID], now); ok {
+		if st, ok := m.cachedPod(sb, ctrs[sb.ID], now); ok && filter.GetId() == "" {
 			out[i] = st
 		} else {
 			miss = append(miss, i)

@@ -162,7 +162,8 @@ func TestListStatsFromCollector(t *testing.T) {
 }
 
 // A kept reading older than the period and a tenth (a collector behind) is not served:
-// the list reads it again. A single ContainerStats always reads at the call.
+// the list reads it again. A list that names the container, and a single ContainerStats,
+// read at the call.
 func TestStaleReadingIsReadAgain(t *testing.T) {
 	const period = 100 * time.Millisecond
 	m, rt := statsManager(t, period, false) // no collector running: every reading ages
@@ -177,9 +178,13 @@ func TestStaleReadingIsReadAgain(t *testing.T) {
 	if ts := time.Unix(0, st.GetCpu().GetTimestamp()); ts.Before(asked) || rt.count("a") != 2 {
 		t.Errorf("stale reading served: read at %v, asked at %v, %d readings", ts, asked, rt.count("a"))
 	}
+	named := statsByID(m.ListStats(&runtimeapi.ContainerStatsFilter{Id: "a"}))["a"]
+	if named.GetCpu().GetTimestamp() <= st.GetCpu().GetTimestamp() || rt.count("a") != 3 {
+		t.Errorf("a list naming the container (crictl stats ID) not read at the call: %v, %d readings", named, rt.count("a"))
+	}
 	raw, err := m.Stats("a")
 	one := statsByID([]*runtimeapi.ContainerStats{raw})["a"]
-	if err != nil || one.GetCpu().GetTimestamp() <= st.GetCpu().GetTimestamp() || rt.count("a") != 3 {
+	if err != nil || one.GetCpu().GetTimestamp() <= named.GetCpu().GetTimestamp() || rt.count("a") != 4 {
 		t.Errorf("ContainerStats not read at the call: %v, %v, %d readings", one, err, rt.count("a"))
 	}
 }

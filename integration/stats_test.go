@@ -5,6 +5,7 @@ package integration
 import (
 	"fmt"
 	"os/exec"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +175,109 @@ func TestDiskUsageFromCollector(t *testing.T) {
 		if age := time.Since(time.Unix(0, u.GetTimestamp())); age < 0 || age > 15*time.Second || u.GetUsedBytes().GetValue() == 0 {
 			t.Errorf("ImageFsInfo %s: %d bytes, %v old", u.GetFsId().GetMountpoint(), u.GetUsedBytes().GetValue(), age)
 		}
+	}
+}
+
+// With stats.collection_period = "1s" the List calls answer from the background
+// collector: each answer's timestamps are the time its values were read, never older
+// than the period and a tenth when the call was made, and they advance about a period at a
+// time however often the list is asked for; memory a container takes shows within two
+// periods; nano-cores come from the collector's consecutive readings; a container that
+// starts is in the list at once (read at the call) and one removed is gone at once.
+func TestStatsFromCollector(t *testing.T) {
+	const period = time.Second
+	e := newContainerEnvTable(t, handlerTable, "\n[stats]\ncollection_period = \"1s\"\n")
+	ctx := ctxT(t)
+	podID, pod := e.pod("collector", "runc")
+	inPod := &runtimeapi.ContainerStatsFilter{PodSandboxId: podID}
+	byID := func() map[string]*runtimeapi.ContainerStats {
+		t.Helper()
+		l, err := e.d.RS.ListContainerStats(ctx, inPod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*runtimeapi.ContainerStats{}
+		for _, s := range l {
+			out[s.GetAttributes().GetId()] = s
+		}
+		return out
+	}
+	// Takes ~40 MB once told to (a file in its rootfs), and spins.
+	grow := e.run(podID, pod, e.ctrConfig("grow", "sh", "-c", "while [ ! -e /go ]; do sleep 0.1; done; x=$(head -c 40000000 /dev/zero | tr '\\0' a); touch /done; while true; do :; done"))
+	if byID()[grow] == nil {
+		t.Fatal("a started container is not in ListContainerStats at once")
+	}
+
+	// Six periods of asking five times a period.
+	var stamps []int64
+	calls := 0
+	for end := time.Now().Add(6 * period); time.Now().Before(end); time.Sleep(period / 5) {
+		asked := time.Now()
+		st := byID()[grow]
+		calls++
+		ts := st.GetCpu().GetTimestamp()
+		if age := asked.Sub(time.Unix(0, ts)); age > period+period/10 {
+			t.Errorf("container stats read %v before the call, past the period and a tenth", age)
+		}
+		if st.GetMemory().GetTimestamp() != ts {
+			t.Errorf("memory read at %d, cpu at %d", st.GetMemory().GetTimestamp(), ts)
+		}
+		if n := len(stamps); n > 0 && ts < stamps[n-1] {
+			t.Errorf("timestamp went back: %d after %d", ts, stamps[n-1])
+		}
+		if n := len(stamps); n == 0 || ts != stamps[n-1] {
+			stamps = append(stamps, ts)
+		}
+		// Not by id: a list naming a pod (crictl statsp --id) is read at the call.
+		ps, err := e.d.RS.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+		if err != nil || len(ps) != 1 || ps[0].GetAttributes().GetId() != podID {
+			t.Fatalf("ListPodSandboxStats: %v, %v", ps, err)
+		}
+		if age := asked.Sub(time.Unix(0, ps[0].GetLinux().GetCpu().GetTimestamp())); age > period+period/10 {
+			t.Errorf("pod stats read %v before the call, past the period and a tenth", age)
+		}
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(stamps); i++ {
+		gaps = append(gaps, time.Duration(stamps[i]-stamps[i-1]))
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	if len(gaps) < 3 || len(stamps) >= calls || gaps[len(gaps)/2] < period*7/10 || gaps[len(gaps)/2] > period*3/2 {
+		t.Errorf("%d calls saw %d readings, gaps %v: want readings about a period apart", calls, len(stamps), gaps)
+	}
+
+	if _, code := e.exec(grow, "touch", "/go"); code != 0 {
+		t.Fatal("touch /go failed")
+	}
+	if _, code := e.exec(grow, "sh", "-c", "while [ ! -e /done ]; do sleep 0.05; done"); code != 0 {
+		t.Fatal("waiting for /done failed")
+	}
+	taken := time.Now()
+	waitFor(t, 2*period+period/2, "the working set to show 35 MiB within two periods", func() (bool, string) {
+		ws := byID()[grow].GetMemory().GetWorkingSetBytes().GetValue()
+		return ws >= 35<<20, fmt.Sprint(ws)
+	})
+	t.Logf("the working set showed %v after the memory was taken", time.Since(taken))
+	// It spins now: two more readings give its rate.
+	time.Sleep(2*period + period/2)
+	if nc := byID()[grow].GetCpu().GetUsageNanoCores().GetValue(); nc < 4e8 {
+		t.Errorf("spinning container at %d nano-cores, want at least 0.4 of a core", nc)
+	}
+
+	other := e.run(podID, pod, e.ctrConfig("other", "sleep", "1000"))
+	if s := byID(); s[other] == nil || s[grow] == nil {
+		t.Errorf("after a second start: %d containers listed, want both", len(s))
+	}
+	if err := e.d.RS.StopContainer(ctx, grow, 0); err != nil {
+		t.Fatal(err)
+	}
+	if s := byID(); s[grow] != nil || s[other] == nil {
+		t.Errorf("a stopped container listed (or the other one not): %v", s)
+	}
+	if err := e.d.RS.RemoveContainer(ctx, grow); err != nil {
+		t.Fatal(err)
+	}
+	if s := byID(); s[grow] != nil || len(s) != 1 {
+		t.Errorf("a removed container listed: %v", s)
 	}
 }

@@ -280,4 +280,17 @@ func TestStatsFromCollector(t *testing.T) {
 	if s := byID(); s[grow] != nil || len(s) != 1 {
 		t.Errorf("a removed container listed: %v", s)
 	}
+
+	// A reload to "0" applies at once, with no restart: every list reads at the call.
+	writeConfigFile(t, e.d, strings.Replace(readConfigFile(t, e.d), `collection_period = "1s"`, `collection_period = "0"`, 1))
+	if out, err := rtshimdReload(t, e.d); err != nil || strings.Contains(out, "restart") {
+		t.Fatalf("rtshimd reload: %v\n%s", err, out)
+	}
+	for i := 0; i < 3; i++ {
+		asked := time.Now()
+		if ts := time.Unix(0, byID()[other].GetCpu().GetTimestamp()); ts.Before(asked) {
+			t.Errorf("after the reload to \"0\": a reading from %v before the call", asked.Sub(ts))
+		}
+		time.Sleep(period / 2)
+	}
 }

@@ -133,8 +133,8 @@ func TestListStatsFromCollector(t *testing.T) {
 		}
 	}
 	// Four periods: four or five readings by the collector (a loaded machine may add a
-	// read at a call when one is late), against some thirty calls.
-	if n := rt.count("a"); n > 8 || len(stamps) > 8 || calls < 15 {
+	// read at a call when one is late), against some thirty calls or more.
+	if n := rt.count("a"); n > 10 || n > calls/3 || len(stamps) > n {
 		t.Errorf("%d calls in 4 periods took %d readings (%d distinct timestamps), want about one a period", calls, n, len(stamps))
 	}
 	nc := statsByID(m.ListStats(nil))["a"].GetCpu().GetUsageNanoCores().GetValue()

@@ -153,11 +153,10 @@ func TestCollectorReadsEachUnitOncePerPeriodSpread(t *testing.T) {
 			t.Errorf("%s read %d times in 5.5 periods", k, len(got))
 			continue
 		}
-		for i := 1; i < len(got); i++ {
-			// A period apart; a loaded machine may delay one read, never hasten it much.
-			if d := got[i].Sub(got[i-1]); d < period/2 || d > 2*period {
-				t.Errorf("%s: reads %v apart, want about %v", k, d, period)
-			}
+		// A period apart on average (a loaded machine may delay one read, and the next
+		// is then closer to it).
+		if mean := got[len(got)-1].Sub(got[0]) / time.Duration(len(got)-1); mean < period*7/10 || mean > period*3/2 {
+			t.Errorf("%s: reads %v apart on average, want about %v", k, mean, period)
 		}
 	}
 	// The first pass's reads span most of the period, not one instant.

@@ -234,8 +234,8 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 
 // apply serves cfg, which a reload read: the handler table (rows added, changed, removed;
 // new rows probed in the background), the default handler, the handlers' CNI dirs, the
-// registries, the log level and the stats collection period. The registries are checked before anything is swapped,
-// so a refused reload changes nothing.
+// registries, the log level and the stats collection period. The registries are checked
+// before anything is swapped, so a refused reload changes nothing.
 func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []string, error) {
 	restart := config.RestartNeeded(old, cfg)
 	next, err := d.table.Prepare(cfg)

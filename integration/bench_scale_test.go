@@ -39,6 +39,9 @@ import (
 // stats loops run at the top count, and a CPU profile taken while more pods start there,
 // into DIR, with the daemon's log. RTSHIMD_BENCH_LOG_LEVEL=debug has the daemon log the
 // steps of every pod's and container's start with their durations ("... timing").
+// RTSHIMD_BENCH_STATS_PERIOD sets stats.collection_period ("0": stats read at each call;
+// unset: the default); the daemon's CPU while nothing calls it (daemon-idle-cpu-ms/s, over
+// 10 s at each level) shows what the collector costs.
 func BenchmarkScale(b *testing.B) {
 	top := 1000
 	if v := os.Getenv("RTSHIMD_BENCH_PODS"); v != "" {
@@ -66,6 +69,12 @@ func BenchmarkScale(b *testing.B) {
 		pprofSock = filepath.Join(b.TempDir(), "pprof.sock")
 		extra += fmt.Sprintf("\n[debug]\npprof_socket = %q\n", pprofSock)
 	}
+	statsPeriod := "10s (default)"
+	if v := os.Getenv("RTSHIMD_BENCH_STATS_PERIOD"); v != "" {
+		statsPeriod = v
+		extra += fmt.Sprintf("\n[stats]\ncollection_period = %q\n", v)
+	}
+	b.Logf("stats.collection_period = %s", statsPeriod)
 	level := "info"
 	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
 		level = v
@@ -163,8 +172,8 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(removeRate, "remove-pods/s")
 	// On stdout, not b.Log, which keeps a benchmark's first ten lines only; `make bench`
 	// shows the lines that start with "scale:".
-	summary := fmt.Sprintf("%d pods, CNI %v, %d workers starting them:\n%sdaemon RSS growth %.1f KiB/pod; last batch started at %.1f pods/s, all removed at %.1f pods/s\n",
-		top, withCNI, scaleWorkers, table.String(), growth*1024, startRate, removeRate)
+	summary := fmt.Sprintf("%d pods, CNI %v, %d workers starting them, stats.collection_period %s:\n%sdaemon RSS growth %.1f KiB/pod; last batch started at %.1f pods/s, all removed at %.1f pods/s\n",
+		top, withCNI, scaleWorkers, statsPeriod, table.String(), growth*1024, startRate, removeRate)
 	fmt.Print("scale: " + strings.ReplaceAll(strings.TrimSuffix(summary, "\n"), "\n", "\nscale: ") + "\n")
 }
 
@@ -418,7 +427,28 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 	put("list-pods-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListPodSandboxResponse{Items: podList}))
 	put("list-ctrs-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListContainersResponse{Containers: ctrList}))
 	put("daemon-rss-MiB", level, float64(procStatusKiB(b, s.d.cmd.Process.Pid, "VmRSS"))/1024)
+	put("daemon-idle-cpu-ms/s", level, s.idleCPU(10*time.Second))
 	b.Logf("measured at %d pods", level)
+}
+
+// idleCPU is the daemon's CPU time, in ms per second, over window while nothing calls it:
+// its background work (the stats collector, the store's disk-usage walk, CNI config
+// re-reads).
+func (s *scaleRun) idleCPU(window time.Duration) float64 {
+	cpu := func() time.Duration {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.d.cmd.Process.Pid))
+		if err != nil {
+			s.b.Fatal(err)
+		}
+		// After the command's closing parenthesis: utime and stime are fields 14 and 15.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		ut, _ := strconv.ParseUint(f[11], 10, 64)
+		st, _ := strconv.ParseUint(f[12], 10, 64)
+		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
+	}
+	before, begin := cpu(), time.Now()
+	time.Sleep(window)
+	return float64((cpu() - before).Milliseconds()) / time.Since(begin).Seconds()
 }
 
 // decodeTime is the p50, in ms, of decoding msg's encoding in this process.

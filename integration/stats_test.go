@@ -176,3 +176,130 @@ func TestDiskUsageFromCollector(t *testing.T) {
 		}
 	}
 }
+
+// With stats.collection_period = "1s" the List calls answer from the background
+// collector: each answer's timestamps are the time its values were read, never older
+// than the period and a tenth when the call was made, and they advance about a period at a
+// time however often the list is asked for; memory a container takes shows within two
+// periods; nano-cores come from the collector's consecutive readings; a container that
+// starts is in the list at once (read at the call) and one removed is gone at once.
+func TestStatsFromCollector(t *testing.T) {
+	const period = time.Second
+	e := newContainerEnvTable(t, handlerTable, "\n[stats]\ncollection_period = \"1s\"\n")
+	ctx := ctxT(t)
+	podID, pod := e.pod("collector", "runc")
+	inPod := &runtimeapi.ContainerStatsFilter{PodSandboxId: podID}
+	byID := func() map[string]*runtimeapi.ContainerStats {
+		t.Helper()
+		l, err := e.d.RS.ListContainerStats(ctx, inPod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*runtimeapi.ContainerStats{}
+		for _, s := range l {
+			out[s.GetAttributes().GetId()] = s
+		}
+		return out
+	}
+	// Takes ~40 MB once told to (a file in its rootfs), and spins.
+	grow := e.run(podID, pod, e.ctrConfig("grow", "sh", "-c", "while [ ! -e /go ]; do sleep 0.1; done; x=$(head -c 40000000 /dev/zero | tr '\\0' a); touch /done; while true; do :; done"))
+	if byID()[grow] == nil {
+		t.Fatal("a started container is not in ListContainerStats at once")
+	}
+
+	// Six periods of asking five times a period.
+	var stamps []int64
+	calls := 0
+	for end := time.Now().Add(6 * period); time.Now().Before(end); time.Sleep(period / 5) {
+		asked := time.Now()
+		st := byID()[grow]
+		calls++
+		ts := st.GetCpu().GetTimestamp()
+		if age := asked.Sub(time.Unix(0, ts)); age > period+period/10 {
+			t.Errorf("container stats read %v before the call, past the period and a tenth", age)
+		}
+		if st.GetMemory().GetTimestamp() != ts {
+			t.Errorf("memory read at %d, cpu at %d", st.GetMemory().GetTimestamp(), ts)
+		}
+		if n := len(stamps); n > 0 && ts < stamps[n-1] {
+			t.Errorf("timestamp went back: %d after %d", ts, stamps[n-1])
+		}
+		if n := len(stamps); n == 0 || ts != stamps[n-1] {
+			stamps = append(stamps, ts)
+		}
+		// Not by id: a list naming a pod (crictl statsp --id) is read at the call.
+		ps, err := e.d.RS.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+		if err != nil || len(ps) != 1 || ps[0].GetAttributes().GetId() != podID {
+			t.Fatalf("ListPodSandboxStats: %v, %v", ps, err)
+		}
+		if age := asked.Sub(time.Unix(0, ps[0].GetLinux().GetCpu().GetTimestamp())); age > period+period/10 {
+			t.Errorf("pod stats read %v before the call, past the period and a tenth", age)
+		}
+	}
+	// About a period apart on average: a collector late on a loaded machine has a call
+	// read at the call, and its own reading follows soon after.
+	if n := len(stamps); n < 4 || n > calls/2 {
+		t.Errorf("%d calls saw %d readings, want about one a period", calls, n)
+	} else if mean := time.Duration(stamps[n-1]-stamps[0]) / time.Duration(n-1); mean < period/2 || mean > period*3/2 {
+		t.Errorf("readings %v apart on average, want about %v", mean, period)
+	}
+
+	if _, code := e.exec(grow, "touch", "/go"); code != 0 {
+		t.Fatal("touch /go failed")
+	}
+	if _, code := e.exec(grow, "sh", "-c", "while [ ! -e /done ]; do sleep 0.05; done"); code != 0 {
+		t.Fatal("waiting for /done failed")
+	}
+	taken := time.Now()
+	waitFor(t, 2*period+period/2, "the working set to show 35 MiB within two periods", func() (bool, string) {
+		ws := byID()[grow].GetMemory().GetWorkingSetBytes().GetValue()
+		return ws >= 35<<20, fmt.Sprint(ws)
+	})
+	t.Logf("the working set showed %v after the memory was taken", time.Since(taken))
+	// It spins now. Its nano-cores are the CPU between consecutive readings: compared with
+	// two the test sees (its share of a loaded machine's cores varies, so the rate is
+	// compared with the readings, not with a core).
+	var seen []*runtimeapi.CpuUsage // the readings seen, in order
+	waitFor(t, 5*period, "two readings after the one there is", func() (bool, string) {
+		c := byID()[grow].GetCpu()
+		if n := len(seen); n == 0 || c.GetTimestamp() != seen[n-1].GetTimestamp() {
+			seen = append(seen, c)
+		}
+		return len(seen) >= 3, fmt.Sprint(len(seen))
+	})
+	prev, cur := seen[len(seen)-2], seen[len(seen)-1]
+	want := float64(cur.GetUsageCoreNanoSeconds().GetValue()-prev.GetUsageCoreNanoSeconds().GetValue()) / time.Duration(cur.GetTimestamp()-prev.GetTimestamp()).Seconds()
+	if nc := float64(cur.GetUsageNanoCores().GetValue()); want < 5e7 || nc < want*0.75 || nc > want*1.25 {
+		t.Errorf("spinning container at %.0f nano-cores; its two last readings say %.0f", nc, want)
+	}
+
+	other := e.run(podID, pod, e.ctrConfig("other", "sleep", "1000"))
+	if s := byID(); s[other] == nil || s[grow] == nil {
+		t.Errorf("after a second start: %d containers listed, want both", len(s))
+	}
+	if err := e.d.RS.StopContainer(ctx, grow, 0); err != nil {
+		t.Fatal(err)
+	}
+	if s := byID(); s[grow] != nil || s[other] == nil {
+		t.Errorf("a stopped container listed (or the other one not): %v", s)
+	}
+	if err := e.d.RS.RemoveContainer(ctx, grow); err != nil {
+		t.Fatal(err)
+	}
+	if s := byID(); s[grow] != nil || len(s) != 1 {
+		t.Errorf("a removed container listed: %v", s)
+	}
+
+	// A reload to "0" applies at once, with no restart: every list reads at the call.
+	writeConfigFile(t, e.d, strings.Replace(readConfigFile(t, e.d), `collection_period = "1s"`, `collection_period = "0"`, 1))
+	if out, err := rtshimdReload(t, e.d); err != nil || strings.Contains(out, "restart") {
+		t.Fatalf("rtshimd reload: %v\n%s", err, out)
+	}
+	for i := 0; i < 3; i++ {
+		asked := time.Now()
+		if ts := time.Unix(0, byID()[other].GetCpu().GetTimestamp()); ts.Before(asked) {
+			t.Errorf("after the reload to \"0\": a reading from %v before the call", asked.Sub(ts))
+		}
+		time.Sleep(period / 2)
+	}
+}

@@ -208,6 +208,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Events:         bus,
 		CDI:            cdidevices.New(cfg.CDI.SpecDirs),
 		NRI:            ctrNRI,
+		StatsPeriod:    cfg.Stats.CollectionPeriod.Duration,
 	})
 	if err != nil {
 		return nil, err
@@ -260,8 +261,8 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 
 // apply serves cfg, which a reload read: the handler table (rows added, changed, removed;
 // new rows probed in the background), the default handler, the handlers' CNI dirs, the
-// registries and the log level. The registries are checked before anything is swapped,
-// so a refused reload changes nothing.
+// registries, the log level and the stats collection period. The registries are checked
+// before anything is swapped, so a refused reload changes nothing.
 func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []string, error) {
 	restart := config.RestartNeeded(old, cfg)
 	next, err := d.table.Prepare(cfg)
@@ -280,6 +281,10 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 	}
 	if lvl, err := logrus.ParseLevel(cfg.LogLevel); err == nil && d.logLevelFlag == "" && cfg.LogLevel != old.LogLevel {
 		logrus.SetLevel(lvl)
+	}
+	if p := cfg.Stats.CollectionPeriod.Duration; p != old.Stats.CollectionPeriod.Duration {
+		d.containers.SetStatsPeriod(p)
+		logrus.WithField("collection_period", p).Info("stats collection period changed")
 	}
 	d.table.Publish(next)
 	return next.Change(), restart, nil

@@ -57,6 +57,7 @@ type Config struct {
 	CDI            CDI                 `toml:"cdi"`
 	NRI            NRI                 `toml:"nri"`
 	Debug          Debug               `toml:"debug"`
+	Stats          Stats               `toml:"stats"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -122,6 +123,20 @@ func (d *Duration) UnmarshalText(b []byte) error {
 
 // MarshalText writes "2s".
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Stats is how container and pod usage (the CRI's stats) is read.
+type Stats struct {
+	// CollectionPeriod is how often a background collector reads every running
+	// container's and ready pod's usage; the stats calls answer from its latest reading.
+	// 0 reads at each call.
+	CollectionPeriod Duration `toml:"collection_period"`
+}
+
+// DefaultStatsPeriod is stats.collection_period when the file does not say: 0, read at
+// each call, as CRI-O's stats_collection_period and containerd. With a collector, crictl
+// stats without an id fails unless given --seconds of at least the period (it refuses two
+// answers with the same CPU timestamp), so it is the operator's choice for large nodes.
+const DefaultStatsPeriod = 0
 
 // Metrics configures the Prometheus endpoint.
 type Metrics struct {
@@ -243,7 +258,8 @@ var lineErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)
 func Parse(name string, data []byte) (*Config, error) {
 	// Booleans whose default is true are set before decoding: the decoder leaves keys the
 	// file lacks as they are.
-	c := &Config{NRI: NRI{Enable: true}}
+	// So are defaults that may be set to zero (stats.collection_period = "0").
+	c := &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}}}
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
 	if err != nil {
 		var pe toml.ParseError
@@ -396,6 +412,9 @@ func (c *Config) validate(p positions) error {
 			return p.errf(f.key, "%s must be positive, got %v", f.key, f.val)
 		}
 	}
+	if d := c.Stats.CollectionPeriod.Duration; d != 0 && d < time.Second {
+		return p.errf("stats.collection_period", "stats.collection_period must be \"0\" (read at each call) or at least 1s, got %v", d)
+	}
 	if c.Image.RegistriesConf != "" && !filepath.IsAbs(c.Image.RegistriesConf) {
 		return p.errf("image.registries_conf", "image.registries_conf must be an absolute path, got %q", c.Image.RegistriesConf)
 	}
@@ -528,7 +547,7 @@ func ParseCPU(s string) (int64, error) {
 
 // RestartNeeded names the settings that differ between old and cfg and take effect only
 // when the daemon restarts. The handler table, the default handler, image.registries_conf,
-// image.registries and log_level are applied by a reload.
+// image.registries, log_level and stats.collection_period are applied by a reload.
 func RestartNeeded(old, cfg *Config) []string {
 	var out []string
 	differ := func(key string, a, b any) {

@@ -301,3 +301,32 @@ func TestNRI(t *testing.T) {
 		t.Errorf("JSON = %s, %v; want durations as text", b, err)
 	}
 }
+
+// [stats] collection_period: 0 when absent, "0" reads at each call, below 1s is refused
+// by name; a change is applied by a reload.
+func TestStatsCollectionPeriod(t *testing.T) {
+	absent, err := Parse("cfg.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if absent.Stats.CollectionPeriod.Duration != 0 {
+		t.Errorf("absent: %v, want 0 (read at each call)", absent.Stats.CollectionPeriod)
+	}
+	off, err := Parse("cfg.toml", []byte(base+"[stats]\ncollection_period = \"0\"\n"))
+	if err != nil || off.Stats.CollectionPeriod.Duration != 0 {
+		t.Fatalf("collection_period = \"0\": %v, %v", off, err)
+	}
+	for _, bad := range []string{`"500ms"`, `"-1s"`, `"ten"`, `10`} {
+		_, err := Parse("cfg.toml", []byte(base+"[stats]\ncollection_period = "+bad+"\n"))
+		// A value that is not a duration is refused by its line, as every duration.
+		if err == nil || !strings.Contains(err.Error(), "collection_period") && !strings.Contains(err.Error(), "cfg.toml:7:") {
+			t.Errorf("collection_period = %s: %v, want an error naming the key or its line", bad, err)
+		}
+	}
+	if got := RestartNeeded(absent, off); len(got) != 0 {
+		t.Errorf("RestartNeeded = %q, want none (the period is reloaded)", got)
+	}
+	if Default().Stats.CollectionPeriod.Duration != DefaultStatsPeriod {
+		t.Errorf("shipped default: %v", Default().Stats.CollectionPeriod)
+	}
+}

@@ -36,6 +36,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/regfile"
 	"github.com/rtshimd/rtshimd/pkg/retry"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
+	"github.com/rtshimd/rtshimd/pkg/statscache"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -58,6 +59,9 @@ type Options struct {
 	CDI *cdidevices.Registry
 	// NRI relays container events to NRI plugins (pkg/nrihost); nil when NRI is off.
 	NRI NRI
+	// StatsPeriod is how often the collector reads every running container's and ready
+	// pod's usage (stats.collection_period); 0 reads at each stats call.
+	StatsPeriod time.Duration
 }
 
 // NRI is what containers tell NRI plugins, in NRI's order. CreateContainer comes before
@@ -90,10 +94,13 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// Stats: the cgroup reader and the last CPU readings.
-	cgOnce sync.Once
-	cg     *cgstats.Reader
-	rates  cpuRates
+	// Stats: the cgroup reader, the latest readings of running containers and ready pods
+	// (each with its CPU rate), and the collector that takes them.
+	cgOnce    sync.Once
+	cg        *cgstats.Reader
+	ctrStats  statscache.Cache[sample]
+	podStats  statscache.Cache[podSample]
+	collector *statscache.Collector
 }
 
 // NewManager returns a Manager with no containers; call Recover to load the stored ones.
@@ -102,10 +109,18 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("create %s: %w", opts.RunDir, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{opts: opts, containers: map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}, nil
+	m := &Manager{opts: opts, containers: map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
+	m.collector = statscache.NewCollector(0, m.collectUnits, m.collect)
+	m.SetStatsPeriod(opts.StatsPeriod)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.collector.Run(ctx)
+	}()
+	return m, nil
 }
 
-// Close stops the watchers; containers keep running.
+// Close stops the watchers and the stats collector; containers keep running.
 func (m *Manager) Close() {
 	m.cancel()
 	m.wg.Wait()
@@ -492,6 +507,7 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 		s.Reason, s.Message = reason, msg
 	})
 	c.markExited()
+	m.ctrStats.Delete(c.ID) // a container that does not run has no usage to serve
 	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
@@ -721,7 +737,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		delete(m.names, c.Name)
 	}
 	m.mu.Unlock()
-	m.rates.forget(c.ID)
+	m.ctrStats.Delete(c.ID)
 	logrus.WithField("container", c.ID).Info("container removed")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
@@ -809,6 +825,7 @@ func (m *Manager) cleanup(c *Container) error {
 
 // StopAll stops every container of a sandbox (StopPodSandbox).
 func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
+	m.podStats.Delete(sandboxID) // a stopped pod is not in the stats lists
 	var errs []error
 	for _, c := range m.ofSandbox(sandboxID) {
 		if err := m.Stop(ctx, c.ID, 0); err != nil {
@@ -820,6 +837,7 @@ func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
 
 // RemoveAll removes every container of a sandbox (RemovePodSandbox).
 func (m *Manager) RemoveAll(ctx context.Context, sandboxID string) error {
+	m.podStats.Delete(sandboxID)
 	var errs []error
 	for _, c := range m.ofSandbox(sandboxID) {
 		if err := m.Remove(ctx, c.ID); err != nil {

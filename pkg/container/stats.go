@@ -17,38 +17,63 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/procstats"
 	"github.com/rtshimd/rtshimd/pkg/protocache"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
+	"github.com/rtshimd/rtshimd/pkg/statscache"
 )
 
-// cpuSample is the last CPU reading of a cgroup, for usage in nano-cores between calls.
-type cpuSample struct {
-	at    time.Time
-	usage uint64
+// staleAfter is the age past which a kept reading is not served but read again: one
+// collection period and a tenth, room for the collector's own reading to be late.
+func staleAfter(period time.Duration) time.Duration { return period + period/10 }
+
+// SetStatsPeriod changes how often the collector reads every running container and ready
+// pod (stats.collection_period; 0: read at each call). A reload applies it at once.
+func (m *Manager) SetStatsPeriod(d time.Duration) {
+	m.ctrStats.SetRateWindow(statscache.RateWindow(d))
+	m.podStats.SetRateWindow(statscache.RateWindow(d))
+	m.collector.SetPeriod(d)
 }
 
-type cpuRates struct {
-	mu   sync.Mutex
-	last map[string]cpuSample
-}
-
-// rate returns nano-cores since the previous reading of key (0 on the first).
-func (r *cpuRates) rate(key string, now time.Time, usage uint64) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last = map[string]cpuSample{}
+// collectUnits lists the pods the collector reads in a pass: the ready ones and those with
+// a running container. The kept readings of containers that no longer run and of pods no
+// longer ready are dropped here too (each is also dropped as it stops).
+func (m *Manager) collectUnits() []string {
+	running := map[string]bool{}
+	pods := map[string]bool{}
+	for _, c := range m.snapshot() {
+		if c.Status().State == StateRunning {
+			running[c.ID] = true
+			pods[c.SandboxID] = true
+		}
 	}
-	prev, ok := r.last[key]
-	r.last[key] = cpuSample{now, usage}
-	if !ok || usage < prev.usage || !now.After(prev.at) {
-		return 0
+	ready := map[string]bool{}
+	for _, sb := range m.opts.Sandboxes.All() {
+		if sb.Status().State == sandbox.StateReady {
+			ready[sb.ID], pods[sb.ID] = true, true
+		}
 	}
-	return uint64(float64(usage-prev.usage) / now.Sub(prev.at).Seconds())
+	m.ctrStats.Keep(func(id string) bool { return running[id] })
+	m.podStats.Keep(func(id string) bool { return ready[id] })
+	out := make([]string, 0, len(pods))
+	for id := range pods {
+		out = append(out, id)
+	}
+	return out
 }
 
-func (r *cpuRates) forget(key string) {
-	r.mu.Lock()
-	delete(r.last, key)
-	r.mu.Unlock()
+// collect reads one pod for the collector: its running containers, then its own figures.
+func (m *Manager) collect(sandboxID string) {
+	var running []*Container
+	for _, c := range m.ofSandbox(sandboxID) {
+		if c.Status().State == StateRunning {
+			running = append(running, c)
+			m.readContainer(c)
+		}
+	}
+	sb, err := m.opts.Sandboxes.Get(sandboxID)
+	if err != nil {
+		m.podStats.Delete(sandboxID)
+		return
+	}
+	m.readPod(sb, running)
 }
 
 func (m *Manager) cgroups() *cgstats.Reader {
@@ -59,18 +84,20 @@ func (m *Manager) cgroups() *cgstats.Reader {
 func u64(v uint64) *runtimeapi.UInt64Value { return &runtimeapi.UInt64Value{Value: v} }
 
 // Stats reads container id's CPU and memory usage through its runtime (the cgroup, or
-// the shim's metrics) and its writable layer's usage.
+// the shim's metrics) and its writable layer's usage. A single container's stats are read
+// at the call, collector or not; the reading becomes its latest.
 func (m *Manager) Stats(id string) (*runtimeapi.ContainerStats, error) {
 	c, err := m.Get(id)
 	if err != nil {
 		return nil, err
 	}
-	return m.stats(c), nil
+	return m.statsOf(c, m.readContainer(c)), nil
 }
 
 // sample is one reading of a container: its runtime's counters (cgOK false where the
-// container does not run or the runtime could not say), its processes' counts from /proc
-// (a Full reading of a container whose runtime names them), and its writable layer's usage.
+// container does not run or the runtime could not say), and for a Full reading its
+// processes' counts from /proc (where its runtime names them) and its writable layer's
+// usage.
 type sample struct {
 	at     time.Time
 	cg     cgstats.Stats
@@ -95,19 +122,49 @@ func (m *Manager) sample(c *Container, scope cgstats.Scope) sample {
 			logrus.WithFields(logrus.Fields{"container": c.ID, "handler": c.Handler}).WithError(err).Debug("container stats unreadable")
 		}
 	}
-	if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
-		s.fs, s.fsOK = u, true
+	if scope == cgstats.Full {
+		if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
+			s.fs, s.fsOK = u, true
+		}
 	}
 	return s
 }
 
-func (m *Manager) stats(c *Container) *runtimeapi.ContainerStats {
-	return m.statsOf(c, m.sample(c, cgstats.Usage))
+// readContainer reads c's usage now. The reading of a running container is kept as its
+// latest (and its CPU rate measured from the one before); a container that does not run
+// has no usage to keep.
+func (m *Manager) readContainer(c *Container) statscache.Entry[sample] {
+	s := m.sample(c, cgstats.Usage)
+	r := statscache.Reading[sample]{At: s.at, CPU: s.cg.CPUUsageNanos, HasCPU: s.cgOK, Value: s}
+	if !s.cgOK {
+		return statscache.Entry[sample]{Reading: r}
+	}
+	return m.ctrStats.Put(c.ID, r)
 }
 
-// statsOf is c's ContainerStats from a reading of it.
-func (m *Manager) statsOf(c *Container, s sample) *runtimeapi.ContainerStats {
-	now := s.at
+// cachedContainer is c's latest reading, when there is a collector, c runs and the reading
+// is at most staleAfter old at now.
+func (m *Manager) cachedContainer(c *Container, now time.Time) (statscache.Entry[sample], bool) {
+	p := m.collector.Period()
+	if p == 0 || c.Status().State != StateRunning {
+		return statscache.Entry[sample]{}, false
+	}
+	return m.ctrStats.Fresh(c.ID, now, staleAfter(p))
+}
+
+// latestContainer is c's reading for a List answer: the kept one (cachedContainer), else
+// (no collector, a container not read yet, a collector behind) one taken now.
+func (m *Manager) latestContainer(c *Container, now time.Time) statscache.Entry[sample] {
+	if e, ok := m.cachedContainer(c, now); ok {
+		return e
+	}
+	return m.readContainer(c)
+}
+
+// statsOf is c's ContainerStats from a reading of it; its timestamps are the reading's.
+// The writable layer's usage is the store walk's latest, with the walk's own time.
+func (m *Manager) statsOf(c *Container, e statscache.Entry[sample]) *runtimeapi.ContainerStats {
+	now, s := e.At, e.Value
 	out := &runtimeapi.ContainerStats{
 		Cpu:    &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
 		Memory: &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
@@ -116,9 +173,12 @@ func (m *Manager) statsOf(c *Container, s sample) *runtimeapi.ContainerStats {
 	// they go out as encoded once.
 	protocache.SetField(out, "attributes", c.statsAttributes())
 	if s.cgOK {
-		fillUsage(out.Cpu, out.Memory, s.cg, m.rates.rate(c.ID, now, s.cg.CPUUsageNanos), now)
+		fillUsage(out.Cpu, out.Memory, s.cg, e.NanoCores, now)
 	}
-	if u := s.fs; s.fsOK {
+	if m.opts.Images == nil { // unit tests
+		return out
+	}
+	if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
 			Timestamp: u.Timestamp.UnixNano(), FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
 			UsedBytes: u64(u.Bytes), InodesUsed: u64(u.Inodes),
@@ -142,7 +202,10 @@ func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.
 }
 
 // ListStats returns the stats of the containers that match filter (running ones, as
-// kubelet expects, unless the filter names an id).
+// kubelet expects, unless the filter names an id): with a collector, from its readings
+// (cachedContainer); else read at the call. A filter that names an id (crictl stats ID;
+// kubelet never sends one) is read at the call, as ContainerStats is: crictl takes two
+// lists a second apart and refuses a reading that did not change.
 func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
 	var picked []*Container
 	for _, c := range m.snapshot() {
@@ -161,7 +224,17 @@ func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimea
 		picked = append(picked, c)
 	}
 	out := make([]*runtimeapi.ContainerStats, len(picked))
-	spread(len(picked), func(i int) { out[i] = m.stats(picked[i]) })
+	now := time.Now()
+	// Kept readings cost no syscall: only those read now are spread.
+	var miss []int
+	for i, c := range picked {
+		if e, ok := m.cachedContainer(c, now); ok && filter.GetId() == "" {
+			out[i] = m.statsOf(c, e)
+		} else {
+			miss = append(miss, i)
+		}
+	}
+	spread(len(miss), func(j int) { i := miss[j]; out[i] = m.statsOf(picked[i], m.readContainer(picked[i])) })
 	return out
 }
 
@@ -196,43 +269,110 @@ func (m *Manager) snapshot() []*Container {
 	return out
 }
 
-// PodStats reads a pod's usage: its cgroup parent when the pod has one (kubelet's pod
-// cgroup; for sandboxing runtimes it holds the sandbox), else the sum of its containers;
-// its network interfaces from its namespace; its containers' stats.
+// PodStats reads a pod's usage at the call: its cgroup parent when the pod has one
+// (kubelet's pod cgroup; for sandboxing runtimes it holds the sandbox), else the sum of
+// its containers; its network interfaces from its namespace; its containers' stats.
 func (m *Manager) PodStats(sandboxID string) (*runtimeapi.PodSandboxStats, error) {
 	sb, err := m.opts.Sandboxes.Get(sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	return m.podStats(sb), nil
+	return m.podStatsNow(sb, m.ofSandbox(sb.ID)), nil
 }
 
-func (m *Manager) podStats(sb *sandbox.Sandbox) *runtimeapi.PodSandboxStats {
-	ctrs := m.ofSandbox(sb.ID)
-	samples := make([]sample, len(ctrs))
-	for i, c := range ctrs {
-		samples[i] = m.sample(c, cgstats.Usage)
-	}
-	return m.podStatsOf(sb, ctrs, samples)
+// podSample is one reading of a pod's own figures: its cgroup parent's usage (cgOK false
+// where it has none or it could not be read), its network interfaces and its process count.
+type podSample struct {
+	cg    cgstats.Stats
+	cgOK  bool
+	ifs   []cgstats.Interface
+	ifsOK bool
+	procs uint64 // the pod cgroup's, else the infra and running containers' processes
 }
 
-// podStatsOf is the pod's PodSandboxStats, its containers' from their readings (each read
-// once per call: the pod's figures are their sum unless the pod cgroup says).
-func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, samples []sample) *runtimeapi.PodSandboxStats {
-	now := time.Now()
-	cfg := sb.PodConfig()
-	linux := &runtimeapi.LinuxPodSandboxStats{
-		Cpu:     &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
-		Memory:  &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
-		Process: &runtimeapi.ProcessUsage{Timestamp: now.UnixNano()},
+// readPod reads sb's own figures now (running: its running containers); the reading of a
+// ready pod is kept as its latest.
+func (m *Manager) readPod(sb *sandbox.Sandbox, running []*Container) statscache.Entry[podSample] {
+	at := time.Now()
+	var s podSample
+	if parent := sb.PodConfig().GetLinux().GetCgroupParent(); parent != "" {
+		if dir, err := cgpath.Parent(m.opts.CgroupDriver == config.SystemdDriver, parent); err == nil {
+			if cg, err := m.cgroups().ReadScope(dir, cgstats.Usage); err == nil {
+				s.cg, s.cgOK = cg, true
+			}
+		}
 	}
 	var pids []int
 	if st := sb.Status(); st.InfraPid > 0 && st.State == sandbox.StateReady {
 		pids = append(pids, st.InfraPid)
 	}
-	var sum cgstats.Stats
+	for _, c := range running {
+		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
+			pids = append(pids, st.Pid)
+		}
+	}
+	s.procs = uint64(len(pids))
+	if s.cgOK && s.cg.Processes > 0 {
+		s.procs = s.cg.Processes
+	}
+	if sb.NetNS != "" && len(pids) > 0 {
+		if ifs, err := netDev(pids[0]); err == nil {
+			s.ifs, s.ifsOK = ifs, true
+		}
+	}
+	r := statscache.Reading[podSample]{At: at, CPU: s.cg.CPUUsageNanos, HasCPU: s.cgOK, Value: s}
+	if sb.Status().State != sandbox.StateReady {
+		return statscache.Entry[podSample]{Reading: r}
+	}
+	return m.podStats.Put(sb.ID, r)
+}
+
+// podStatsNow reads sb and its containers ctrs now.
+func (m *Manager) podStatsNow(sb *sandbox.Sandbox, ctrs []*Container) *runtimeapi.PodSandboxStats {
+	entries := make([]statscache.Entry[sample], len(ctrs))
+	var running []*Container
 	for i, c := range ctrs {
-		cs := m.statsOf(c, samples[i])
+		entries[i] = m.readContainer(c)
+		if entries[i].Value.cgOK {
+			running = append(running, c)
+		}
+	}
+	return m.podStatsOf(sb, ctrs, entries, m.readPod(sb, running))
+}
+
+// cachedPod is sb's stats, with its containers ctrs, from their latest readings, when
+// there is a collector and they are at most staleAfter old (a container not read yet is
+// read now).
+func (m *Manager) cachedPod(sb *sandbox.Sandbox, ctrs []*Container, now time.Time) (*runtimeapi.PodSandboxStats, bool) {
+	p := m.collector.Period()
+	if p == 0 || sb.Status().State != sandbox.StateReady {
+		return nil, false
+	}
+	pe, ok := m.podStats.Fresh(sb.ID, now, staleAfter(p))
+	if !ok {
+		return nil, false
+	}
+	entries := make([]statscache.Entry[sample], len(ctrs))
+	for i, c := range ctrs {
+		entries[i] = m.latestContainer(c, now)
+	}
+	return m.podStatsOf(sb, ctrs, entries, pe), true
+}
+
+// podStatsOf is the pod's PodSandboxStats from readings of it and of its containers. Its
+// own timestamps are its reading's. Its CPU and memory are its cgroup's, else the sum of
+// its containers' (nano-cores too).
+func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, entries []statscache.Entry[sample], pe statscache.Entry[podSample]) *runtimeapi.PodSandboxStats {
+	now, ps := pe.At, pe.Value
+	linux := &runtimeapi.LinuxPodSandboxStats{
+		Cpu:     &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
+		Memory:  &runtimeapi.MemoryUsage{Timestamp: now.UnixNano()},
+		Process: &runtimeapi.ProcessUsage{Timestamp: now.UnixNano()},
+	}
+	var sum cgstats.Stats
+	var rate uint64
+	for i, c := range ctrs {
+		cs := m.statsOf(c, entries[i])
 		linux.Containers = append(linux.Containers, cs)
 		sum.CPUUsageNanos += cs.GetCpu().GetUsageCoreNanoSeconds().GetValue()
 		sum.MemoryUsage += cs.GetMemory().GetUsageBytes().GetValue()
@@ -240,35 +380,23 @@ func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, samples []s
 		sum.RSS += cs.GetMemory().GetRssBytes().GetValue()
 		sum.PageFaults += cs.GetMemory().GetPageFaults().GetValue()
 		sum.MajorPageFaults += cs.GetMemory().GetMajorPageFaults().GetValue()
-		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
-			pids = append(pids, st.Pid)
-		}
+		rate += cs.GetCpu().GetUsageNanoCores().GetValue()
 	}
-	if parent := cfg.GetLinux().GetCgroupParent(); parent != "" {
-		if dir, err := cgpath.Parent(m.opts.CgroupDriver == config.SystemdDriver, parent); err == nil {
-			if s, err := m.cgroups().ReadScope(dir, cgstats.Usage); err == nil {
-				sum = s
+	if ps.cgOK {
+		sum, rate = ps.cg, pe.NanoCores
+	}
+	fillUsage(linux.Cpu, linux.Memory, sum, rate, now)
+	linux.Process.ProcessCount = u64(ps.procs)
+	if ps.ifsOK {
+		nu := &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
+		for _, i := range ps.ifs {
+			iu := &runtimeapi.NetworkInterfaceUsage{Name: i.Name, RxBytes: u64(i.RxBytes), RxErrors: u64(i.RxErrors), TxBytes: u64(i.TxBytes), TxErrors: u64(i.TxErrors)}
+			nu.Interfaces = append(nu.Interfaces, iu)
+			if i.Name == "eth0" {
+				nu.DefaultInterface = iu
 			}
 		}
-	}
-	fillUsage(linux.Cpu, linux.Memory, sum, m.rates.rate("pod:"+sb.ID, now, sum.CPUUsageNanos), now)
-	if sum.Processes > 0 {
-		linux.Process.ProcessCount = u64(sum.Processes)
-	} else {
-		linux.Process.ProcessCount = u64(uint64(len(pids)))
-	}
-	if sb.NetNS != "" && len(pids) > 0 {
-		if ifs, err := netDev(pids[0]); err == nil {
-			nu := &runtimeapi.NetworkUsage{Timestamp: now.UnixNano()}
-			for _, i := range ifs {
-				iu := &runtimeapi.NetworkInterfaceUsage{Name: i.Name, RxBytes: u64(i.RxBytes), RxErrors: u64(i.RxErrors), TxBytes: u64(i.TxBytes), TxErrors: u64(i.TxErrors)}
-				nu.Interfaces = append(nu.Interfaces, iu)
-				if i.Name == "eth0" {
-					nu.DefaultInterface = iu
-				}
-			}
-			linux.Network = nu
-		}
+		linux.Network = nu
 	}
 	out := &runtimeapi.PodSandboxStats{Linux: linux}
 	protocache.SetField(out, "attributes", sb.StatsAttributes()) // encoded once
@@ -294,8 +422,10 @@ func netPid(sb *sandbox.Sandbox, running []*Container) int {
 	return 0
 }
 
-// ListPodStats returns the stats of the ready pods that match filter. The pods are read
-// as ListStats reads containers, a few at a time: the cgroup files are syscall-bound.
+// ListPodStats returns the stats of the ready pods that match filter, from the
+// collector's readings (cachedPod), but for a filter that names an id (crictl statsp),
+// read at the call as ListStats does; those read at the call are read as ListStats reads
+// containers, a few at a time: the cgroup files are syscall-bound.
 func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
 	var picked []*sandbox.Sandbox
 	for _, sb := range m.opts.Sandboxes.All() {
@@ -310,8 +440,22 @@ func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runt
 		}
 		picked = append(picked, sb)
 	}
+	// Each pod's containers, from one look at them all.
+	ctrs := map[string][]*Container{}
+	for _, c := range m.snapshot() {
+		ctrs[c.SandboxID] = append(ctrs[c.SandboxID], c)
+	}
 	out := make([]*runtimeapi.PodSandboxStats, len(picked))
-	spread(len(picked), func(i int) { out[i] = m.podStats(picked[i]) })
+	now := time.Now()
+	var miss []int
+	for i, sb := range picked {
+		if st, ok := m.cachedPod(sb, ctrs[sb.ID], now); ok && filter.GetId() == "" {
+			out[i] = st
+		} else {
+			miss = append(miss, i)
+		}
+	}
+	spread(len(miss), func(j int) { i := miss[j]; out[i] = m.podStatsNow(picked[i], ctrs[picked[i].ID]) })
 	return out
 }
 

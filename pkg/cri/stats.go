@@ -6,7 +6,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// ContainerStats reads one container's usage from its cgroup and writable layer.
+// ContainerStats reads one container's usage from its cgroup and writable layer, at the
+// call.
 func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
 	st, err := s.Containers.Stats(req.GetContainerId())
 	if err != nil {
@@ -15,12 +16,13 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerSt
 	return &runtimeapi.ContainerStatsResponse{Stats: st}, nil
 }
 
-// ListContainerStats reads the usage of the running containers the filter selects.
+// ListContainerStats is the usage of the running containers the filter selects, from the
+// stats collector's latest readings (stats.collection_period; container.Manager.ListStats).
 func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	return &runtimeapi.ListContainerStatsResponse{Stats: s.Containers.ListStats(req.GetFilter())}, nil
 }
 
-// PodSandboxStats reads one pod's usage, its network and its containers'.
+// PodSandboxStats reads one pod's usage, its network and its containers', at the call.
 func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
 	st, err := s.Containers.PodStats(req.GetPodSandboxId())
 	if err != nil {
@@ -29,7 +31,8 @@ func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandbox
 	return &runtimeapi.PodSandboxStatsResponse{Stats: st}, nil
 }
 
-// ListPodSandboxStats reads the usage of the ready pods the filter selects.
+// ListPodSandboxStats is the usage of the ready pods the filter selects, from the stats
+// collector's latest readings (container.Manager.ListPodStats).
 func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
 	return &runtimeapi.ListPodSandboxStatsResponse{Stats: s.Containers.ListPodStats(req.GetFilter())}, nil
 }

@@ -78,8 +78,8 @@ func chooseMonitor(configured string, beside func(string) string) string {
 		return configured
 	}
 	c := beside(defaultMonitor)
-	if !fileExists(c) {
-		if g := beside(goMonitor); fileExists(g) {
+	if !executable(c) {
+		if g := beside(goMonitor); executable(g) {
 			return g
 		}
 	}
@@ -91,9 +91,11 @@ const (
 	goMonitor      = "rtshim-monitor"
 )
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+// executable: a regular file someone may run (a monitor left without its x bit is passed
+// over here rather than failing the first container).
+func executable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // discover prepares the pause rootfs, makes each handler's runtime and runs handler
@@ -284,7 +286,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 	}
 	if p := cfg.Stats.CollectionPeriod.Duration; p != old.Stats.CollectionPeriod.Duration {
 		d.containers.SetStatsPeriod(p)
-		logrus.WithField("collection_period", p).Info("stats collection period changed")
+		logrus.WithField("collection_period", p.String()).Info("stats collection period changed")
 	}
 	d.table.Publish(next)
 	return next.Change(), restart, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -12,7 +13,11 @@ func TestChooseMonitor(t *testing.T) {
 	dir := t.TempDir()
 	beside := func(name string) string { return filepath.Join(dir, name) }
 	put := func(name string) {
-		if err := os.WriteFile(beside(name), nil, 0o755); err != nil {
+		mode := os.FileMode(0o755)
+		if n, ok := strings.CutSuffix(name, ":0644"); ok {
+			name, mode = n, 0o644
+		}
+		if err := os.WriteFile(beside(name), nil, mode); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -26,6 +31,8 @@ func TestChooseMonitor(t *testing.T) {
 		{[]string{"rtshim-monitor-c"}, "", beside("rtshim-monitor-c")},
 		{[]string{"rtshim-monitor-c", "rtshim-monitor"}, "", beside("rtshim-monitor-c")},
 		{[]string{"rtshim-monitor-c"}, "/opt/rtshim-monitor", "/opt/rtshim-monitor"},
+		// A C monitor without its x bit is passed over for an installed Go one.
+		{[]string{"rtshim-monitor-c:0644", "rtshim-monitor"}, "", beside("rtshim-monitor")},
 	} {
 		for _, n := range []string{"rtshim-monitor", "rtshim-monitor-c"} {
 			os.Remove(beside(n))

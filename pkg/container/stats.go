@@ -139,7 +139,13 @@ func (m *Manager) readContainer(c *Container) statscache.Entry[sample] {
 	if !s.cgOK {
 		return statscache.Entry[sample]{Reading: r}
 	}
-	return m.ctrStats.Put(c.ID, r)
+	e := m.ctrStats.Put(c.ID, r)
+	// An exit or a removal recorded while this reading was taken deleted the kept one
+	// before this Put: the state, set before that delete, says so.
+	if c.Status().State != StateRunning {
+		m.ctrStats.Delete(c.ID)
+	}
+	return e
 }
 
 // cachedContainer is c's latest reading, when there is a collector, c runs and the reading

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func threads(t *testing.T) int {
@@ -89,5 +91,36 @@ func TestStartReapedQuickExit(t *testing.T) {
 	}
 	if _, err := startReaped(exec.Command("/nonexistent/binary")); err == nil {
 		t.Error("startReaped of a missing binary succeeded")
+	}
+}
+
+// Where the pidfd cannot be polled (here: a blocking one, which the poller does not take,
+// or none at all), done still closes only once the child has exited and been reaped.
+func TestStartReapedFallsBackToWait(t *testing.T) {
+	orig := openPidfd
+	t.Cleanup(func() { openPidfd = orig })
+	for name, open := range map[string]func(int) (int, error){
+		"blocking pidfd": func(pid int) (int, error) { return unix.PidfdOpen(pid, 0) },
+		"no pidfd":       func(int) (int, error) { return -1, unix.ENOSYS },
+	} {
+		openPidfd = open
+		cmd := exec.Command("sleep", "0.5")
+		done, err := startReaped(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+			t.Fatalf("%s: done closed while the child ran", name)
+		case <-time.After(100 * time.Millisecond):
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: done never closed", name)
+		}
+		if st := cmd.ProcessState; st == nil || !st.Success() {
+			t.Errorf("%s: ProcessState %v, want reaped with status 0", name, st)
+		}
 	}
 }

@@ -150,7 +150,7 @@ type Info struct {
 // PluginSeen is what the host heard of one plugin.
 type PluginSeen struct {
 	Name         string    `json:"name"` // "<idx>-<name>", as NRI names it
-	Synchronized time.Time `json:"synchronized,omitempty"`
+	Synchronized time.Time `json:"synchronized,omitzero"`
 	LastCall     time.Time `json:"last_call"`
 	Calls        uint64    `json:"calls"`
 	Errors       uint64    `json:"errors"`

@@ -2,6 +2,7 @@ package nrihost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -242,10 +243,19 @@ func TestPluginsSeen(t *testing.T) {
 	h.seen.call("10-b", "Synchronize", nil, t0)
 	h.seen.call("05-a", "Synchronize", nil, t0.Add(time.Second))
 	h.seen.call("10-b", "CreateContainer", errors.New("no"), t0.Add(2*time.Second))
+	// Through the adaptation's hook, as the adaptation calls it: one more plugin, which
+	// failed its Synchronize (never synchronized, so no such time in Status).
+	m.RecordPluginInvocation("20-c", "Synchronize", errors.New("refused"))
 	m.UpdatePluginCount(2)
 	info := h.Info()
-	if info.Plugins != 2 || len(info.Seen) != 2 {
-		t.Fatalf("Info = %+v, want 2 plugins, 2 seen", info)
+	if info.Plugins != 2 || len(info.Seen) != 3 {
+		t.Fatalf("Info = %+v, want 2 plugins, 3 seen", info)
+	}
+	if c := info.Seen[2]; c.Name != "20-c" || c.Calls != 1 || c.Errors != 1 || c.LastError != "Synchronize: refused" || !c.Synchronized.IsZero() {
+		t.Errorf("20-c: %+v", c)
+	}
+	if js, _ := json.Marshal(info.Seen[2]); strings.Contains(string(js), "synchronized") {
+		t.Errorf("a plugin never synchronized shows a time: %s", js)
 	}
 	a, b := info.Seen[0], info.Seen[1]
 	if a.Name != "05-a" || a.Calls != 1 || a.Errors != 0 || !a.Synchronized.Equal(t0.Add(time.Second)) {

@@ -4,8 +4,11 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -210,5 +213,67 @@ func TestCreatedRecordOfAStartedContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A container created on a sandbox runtime and never started, whose sandbox ended while
+// the daemon was down (a daemon killed inside StopPodSandbox leaves such a record
+// "created"): the runtime reports it stopped, and its monitor, which follows it only after
+// a start, would wait for one forever. After the restart it is recorded exited (never
+// started), its monitor is gone, and the pod stops and is removed with nothing left.
+func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	podID, pod := e.pod("ended-sandbox", "runsc")
+	resp, err := e.d.RS.CreateContainer(ctx, podID, e.ctrConfig("never", "sleep", "1000"), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp
+	st, err := e.d.RS.ContainerStatus(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Status struct {
+			MonitorPid int `json:"monitor_pid"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Status.MonitorPid == 0 {
+		t.Fatalf("no monitor pid in ContainerStatus verbose (%v): %s", err, st.Info["info"])
+	}
+	e.d.Kill()
+	// End the sandbox as a StopPodSandbox cut short by the kill would have.
+	b, err := os.ReadFile(filepath.Join(e.d.State, "sandboxes", podID, "status.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sst struct {
+		InfraPid int `json:"infra_pid"`
+	}
+	if err := json.Unmarshal(b, &sst); err != nil || sst.InfraPid == 0 {
+		t.Fatalf("sandbox record without its infra pid (%v): %s", err, b)
+	}
+	if err := syscall.Kill(sst.InfraPid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the sandbox (pid %d): %v", sst.InfraPid, err)
+	}
+	e.d.Start()
+	waitFor(t, 10*time.Second, "the container to be recorded exited", func() (bool, string) {
+		st, err := e.d.RS.ContainerStatus(ctx, id, false)
+		if err != nil {
+			return false, err.Error()
+		}
+		s := st.GetStatus()
+		return s.State == runtimeapi.ContainerState_CONTAINER_EXITED && strings.Contains(s.Message, "never started"), s.String()
+	})
+	waitFor(t, 10*time.Second, "the never-started container's monitor to end", func() (bool, string) {
+		err := syscall.Kill(info.Status.MonitorPid, 0)
+		return errors.Is(err, syscall.ESRCH), fmt.Sprintf("pid %d: %v", info.Status.MonitorPid, err)
+	})
+	if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -156,6 +157,10 @@ func (m *Manager) reconcile(c *Container) {
 		return
 	case StateCreated:
 		m.reconcileCreated(c)
+		if c.Status().State == StateExited { // never started, and nothing left to watch
+			c.markExited()
+			return
+		}
 	}
 	m.watch(c, true)
 }
@@ -176,6 +181,12 @@ func (m *Manager) reconcileCreated(c *Container) {
 		log.WithError(err).Warn("container recorded as created: the runtime cannot say whether it started; state unknown")
 		fn = func(s *Status) {
 			s.State, s.Reason, s.Message = StateUnknown, "Unknown", "recorded as created; after a restart the runtime could not say whether it started: "+err.Error()
+		}
+	case st == kind.TaskNeverStarted:
+		log.Warn("container recorded as created never started and its runtime reports it gone (its sandbox ended); recorded as exited")
+		fn = func(s *Status) {
+			s.State, s.ExitCode, s.FinishedAt = StateExited, 255, time.Now().UnixNano()
+			s.Reason, s.Message = "Error", "the container never started: its runtime reports it gone (its sandbox ended before the start)"
 		}
 	case st == kind.TaskRunning || st == kind.TaskStopped:
 		log.WithField("runtime_state", st).Warn("container recorded as created had started; recorded as running")

@@ -151,7 +151,9 @@ type Runtime interface {
 	// went away, or the task never started and was deleted); err only when ctx ended.
 	Wait(ctx context.Context, t Task) (e Exit, ok bool, err error)
 	// Status asks the runtime what the task is now: TaskCreated, TaskRunning or
-	// TaskStopped (a task it does not know is stopped). An error means it could not say.
+	// TaskStopped (a task it does not know is stopped), or TaskNeverStarted: stopped, and
+	// its supervisor, which would only have followed it after a start, confirms it never
+	// started and has been released. An error means it could not say.
 	Status(ctx context.Context, t Task) (string, error)
 	// KillLost ends a task whose supervision was lost (Wait returned !ok for a started
 	// task) and returns the exit to record once nothing of it runs.
@@ -190,6 +192,8 @@ const (
 	TaskCreated = "created"
 	TaskRunning = "running"
 	TaskStopped = "stopped"
+	// TaskNeverStarted: see Status.
+	TaskNeverStarted = "never-started"
 )
 
 // PortDialer is a kind whose pods can have a network stack of their own, out of the

@@ -215,20 +215,28 @@ func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error
 	return kind.Exit{Status: 255, ExitedAt: time.Now()}, true, nil
 }
 
-// Status is the runtime's `state` of the task.
+// Status is the runtime's `state` of the task. A sandbox runtime's container that is
+// stopped may never have started: its sandbox ended between create and start (a daemon
+// killed inside StopPodSandbox leaves such a record "created"). Its monitor follows it with
+// `<runtime> wait` only after a start, so it would wait for that start forever and no
+// exit would ever come: if the monitor recorded none and accepts being released (it
+// refuses once started), the task is TaskNeverStarted. A runc-like runtime's monitor is
+// the init's parent and records its end started or not.
 func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 	st, err := r.rt.State(ctx, t.ID)
-	if oci.IsNotExist(err) {
-		return kind.TaskStopped, nil
-	}
-	if err != nil {
+	switch {
+	case oci.IsNotExist(err):
+	case err != nil:
 		return "", fmt.Errorf("handler %q: state of %s: %w", r.rt.Handler, t.ID, err)
-	}
-	switch st.Status {
-	case specs.StateCreating, specs.StateCreated:
+	case st.Status == specs.StateCreating || st.Status == specs.StateCreated:
 		return kind.TaskCreated, nil
-	case specs.StateRunning:
+	case st.Status == specs.StateRunning:
 		return kind.TaskRunning, nil
+	}
+	if r.sandboxed && !t.Sandbox && monitor.Alive(t.Dir) {
+		if _, err := monitor.ReadExit(t.Dir); err != nil && monitor.Command(ctx, t.Dir, monitor.CmdExit) == nil {
+			return kind.TaskNeverStarted, nil
+		}
 	}
 	return kind.TaskStopped, nil
 }

@@ -42,6 +42,17 @@ func otherMonitor(t *testing.T) string {
 // monitorExe is the binary of the process the daemon names as container id's monitor
 // (for a shim v2 container: its shim).
 func monitorExe(t *testing.T, d *Daemon, id string) string {
+	pid := monitorPid(t, d, id)
+	if pid == 0 {
+		return ""
+	}
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	return exe
+}
+
+// monitorPid is the pid ContainerStatus verbose gives for container id's monitor (0: none).
+func monitorPid(t *testing.T, d *Daemon, id string) int {
+	t.Helper()
 	resp, err := d.RS.ContainerStatus(ctxT(t), id, true)
 	if err != nil {
 		t.Fatal(err)
@@ -52,11 +63,7 @@ func monitorExe(t *testing.T, d *Daemon, id string) string {
 		} `json:"status"`
 	}
 	_ = json.Unmarshal([]byte(resp.Info["info"]), &info)
-	if info.Status.MonitorPid == 0 {
-		return ""
-	}
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", info.Status.MonitorPid))
-	return exe
+	return info.Status.MonitorPid
 }
 
 // kindName is "go" or "c" for a monitor binary.

@@ -230,17 +230,9 @@ func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp
-	st, err := e.d.RS.ContainerStatus(ctx, id, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info struct {
-		Status struct {
-			MonitorPid int `json:"monitor_pid"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Status.MonitorPid == 0 {
-		t.Fatalf("no monitor pid in ContainerStatus verbose (%v): %s", err, st.Info["info"])
+	monPid := monitorPid(t, e.d, id)
+	if monPid == 0 {
+		t.Fatal("no monitor pid in ContainerStatus verbose")
 	}
 	e.d.Kill()
 	// End the sandbox as a StopPodSandbox cut short by the kill would have.
@@ -267,8 +259,8 @@ func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
 		return s.State == runtimeapi.ContainerState_CONTAINER_EXITED && strings.Contains(s.Message, "never started"), s.String()
 	})
 	waitFor(t, 10*time.Second, "the never-started container's monitor to end", func() (bool, string) {
-		err := syscall.Kill(info.Status.MonitorPid, 0)
-		return errors.Is(err, syscall.ESRCH), fmt.Sprintf("pid %d: %v", info.Status.MonitorPid, err)
+		err := syscall.Kill(monPid, 0)
+		return errors.Is(err, syscall.ESRCH), fmt.Sprintf("pid %d: %v", monPid, err)
 	})
 	if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
 		t.Fatal(err)

@@ -32,8 +32,10 @@ create)
 	echo creating
 	if [ -n "$FAKE_FAIL" ]; then echo "boom: no such thing" >&2; exit 3; fi
 	exec 3<&0 # the init's stdin: sh gives a background job /dev/null
-	sh -c 'while [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
-		if [ -n "$FAKE_HOLD" ]; then while [ ! -e "$FAKE_DIR/release" ]; do sleep 0.02; done; fi
+	# The init never outlives its test directory: a test that ended without a start
+	# (its cleanup wrote "started" just before the directory went) would leave it polling.
+	sh -c 'while [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
+		if [ -n "$FAKE_HOLD" ]; then while [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/release" ]; do sleep 0.02; done; fi
 		i=0; while [ $i -lt "${FAKE_FLOOD:-0}" ]; do
 			awk -v i=$i "BEGIN { for (k = i; k < i + 64; k++) printf \"%08d %0990d\\n\", k, 0 }"
 			i=$((i + 64)); sleep 0.01

@@ -39,7 +39,18 @@ func BenchmarkPodStart(b *testing.B) {
 	layer := busyboxLayer(b)
 	reg.Push(b, "bench/busybox", "1", ImageSpec{Layers: []Layer{layer}}, nil)
 	ref := reg.Ref("bench/busybox", "1")
-	d := newDaemonWith(b, insecureRegistries(reg.Addr))
+	// At info, as nodes run it (the harness's default, debug, logs every call); with
+	// RTSHIMD_BENCH_LOG_LEVEL=debug the daemon logs each start's steps ("... timing"), and
+	// RTSHIMD_BENCH_DAEMON_LOG=FILE keeps its log there.
+	level := "info"
+	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
+		level = v
+	}
+	d := newBenchDaemon(b, handlerTable, insecureRegistries(reg.Addr), level)
+	if path := os.Getenv("RTSHIMD_BENCH_DAEMON_LOG"); path != "" {
+		// Registered after the daemon's cleanup, so it runs first, while the log is there.
+		b.Cleanup(func() { _ = os.WriteFile(path, []byte(d.Log()), 0o644) })
+	}
 	ctx := b.Context()
 	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
 		b.Fatal(err)
@@ -223,6 +234,8 @@ type floor struct {
 func newFloor(b *testing.B, layer Layer) *floor {
 	dir := b.TempDir()
 	f := &floor{dir: dir, lower: filepath.Join(dir, "lower")}
+	// runc's state in a tmpfs, as its default root /run/runc is (and the daemon's run root).
+	mountTmpfs(b, filepath.Join(dir, "runc"))
 	tr := tar.NewReader(bytes.NewReader(layerTar(b, layer)))
 	for {
 		h, err := tr.Next()

@@ -79,7 +79,7 @@ func BenchmarkScale(b *testing.B) {
 	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
 		level = v
 	}
-	d := newDaemonLevel(b, handlerTable, extra, level)
+	d := newBenchDaemon(b, handlerTable, extra, level)
 	if profileDir != "" {
 		// Registered after the daemon's cleanup, so it runs first, while the log is there.
 		b.Cleanup(func() { _ = os.WriteFile(filepath.Join(profileDir, "daemon.log"), []byte(d.Log()), 0o644) })

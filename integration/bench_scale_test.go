@@ -92,7 +92,7 @@ func BenchmarkScale(b *testing.B) {
 	if withCNI {
 		scaleNetwork(b, d, top)
 	}
-	s := &scaleRun{b: b, d: d, ref: ref, logs: b.TempDir(), ctx: ctx, pprofSock: pprofSock, profileDir: profileDir}
+	s := &scaleRun{b: b, d: d, ref: ref, logs: b.TempDir(), ctx: ctx, floor: newFloor(b, layer), pprofSock: pprofSock, profileDir: profileDir}
 
 	// One pod started and removed before anything is timed: the first runc, CNI plugin
 	// and overlay mount of a run pay for caches the rest find warm.
@@ -189,6 +189,8 @@ type scaleRun struct {
 	ref  string
 	logs string
 	ctx  context.Context
+
+	floor *floor // runc by hand, beside one more pod
 
 	pprofSock, profileDir string
 	profileStarts         bool // profile the one-more-pod starts at this level
@@ -359,6 +361,17 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 		extra, starts = append(extra, p), append(starts, dt)
 	}
 	put("one-more-pod-start-ms", level, float64(pct(starts, 50).Microseconds())/1000)
+	// The floor at this level, in the same mount table and on the same busy node: the
+	// busybox rootfs mounted and run by `runc create` + `runc start` with runc's default
+	// spec, no CRI and no network (BenchmarkPodStart's floor). What grows in it with the
+	// pods is runc's, not the daemon's.
+	var floors []time.Duration
+	for i := 0; i < scaleSamples; i++ {
+		floors = append(floors, s.floor.run(b, level*scaleSamples+i))
+	}
+	s.floor.cleanup(b)
+	put("floor-start-ms", level, float64(pct(floors, 50).Microseconds())/1000)
+	put("one-more-pod-per-floor", level, float64(pct(starts, 50))/float64(pct(floors, 50)))
 	if s.profileStarts {
 		extra = append(extra, s.profileStart(level)...)
 	}
@@ -426,6 +439,10 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 	ctrList, _ := rs.ListContainers(ctx, nil)
 	put("list-pods-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListPodSandboxResponse{Items: podList}))
 	put("list-ctrs-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListContainersResponse{Containers: ctrList}))
+	ctrStats, _ := rs.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{})
+	podStats, _ := rs.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
+	put("list-ctr-stats-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListContainerStatsResponse{Stats: ctrStats}))
+	put("list-pod-stats-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListPodSandboxStatsResponse{Stats: podStats}))
 	put("daemon-rss-MiB", level, float64(procStatusKiB(b, s.d.cmd.Process.Pid, "VmRSS"))/1024)
 	put("daemon-idle-cpu-ms/s", level, s.idleCPU(10*time.Second))
 	b.Logf("measured at %d pods", level)

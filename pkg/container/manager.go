@@ -88,7 +88,11 @@ type Manager struct {
 
 	mu         sync.RWMutex
 	containers map[string]*Container
-	names      map[string]string
+	// bySandbox indexes containers by their pod: kubelet's stats calls and the collector
+	// ask for each pod's containers, and a scan of all of them per pod was O(pods²)
+	// (a third of the daemon's idle CPU at 1,000 pods).
+	bySandbox map[string]map[string]*Container
+	names     map[string]string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -109,7 +113,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("create %s: %w", opts.RunDir, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{opts: opts, containers: map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
+	m := &Manager{opts: opts, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
 	m.collector = statscache.NewCollector(0, m.collectUnits, m.collect)
 	m.SetStatsPeriod(opts.StatsPeriod)
 	m.wg.Add(1)
@@ -214,7 +218,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	// Listed before the pod's lifecycle lock is released: a StopPodSandbox waiting for it
 	// sees this container.
 	m.mu.Lock()
-	m.containers[id] = c
+	m.add(c)
 	m.mu.Unlock()
 	_ = failpoint.Fail("create-container/done") // a crash before the reply; an error is not one to give here
 	log.Info("container created")
@@ -732,7 +736,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	m.mu.Lock()
-	delete(m.containers, c.ID)
+	m.forget(c)
 	if m.names[c.Name] == c.ID {
 		delete(m.names, c.Name)
 	}
@@ -763,7 +767,7 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 	})
 	c.markExited()
 	m.mu.Lock()
-	m.containers[c.ID] = c
+	m.add(c)
 	m.mu.Unlock()
 	m.retryCleanup(c)
 }
@@ -850,13 +854,37 @@ func (m *Manager) RemoveAll(ctx context.Context, sandboxID string) error {
 func (m *Manager) ofSandbox(sandboxID string) []*Container {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	var out []*Container
-	for _, c := range m.containers {
-		if c.SandboxID == sandboxID {
-			out = append(out, c)
-		}
+	of := m.bySandbox[sandboxID]
+	if len(of) == 0 {
+		return nil
+	}
+	out := make([]*Container, 0, len(of))
+	for _, c := range of {
+		out = append(out, c)
 	}
 	return out
+}
+
+// add lists c; m.mu is held.
+func (m *Manager) add(c *Container) {
+	m.containers[c.ID] = c
+	of := m.bySandbox[c.SandboxID]
+	if of == nil {
+		of = map[string]*Container{}
+		m.bySandbox[c.SandboxID] = of
+	}
+	of[c.ID] = c
+}
+
+// forget unlists c; m.mu is held.
+func (m *Manager) forget(c *Container) {
+	delete(m.containers, c.ID)
+	if of := m.bySandbox[c.SandboxID]; of != nil {
+		delete(of, c.ID)
+		if len(of) == 0 {
+			delete(m.bySandbox, c.SandboxID)
+		}
+	}
 }
 
 // Spec reads the container's OCI spec from its bundle.

@@ -59,7 +59,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 			c.markExited()
 			m.mu.Lock()
-			m.containers[c.ID] = c
+			m.add(c)
 			m.names[c.Name] = c.ID
 			m.mu.Unlock()
 			m.retryCleanup(c)
@@ -74,7 +74,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 		m.reconcile(c)
 		m.mu.Lock()
-		m.containers[c.ID] = c
+		m.add(c)
 		m.names[c.Name] = c.ID
 		m.mu.Unlock()
 		log.WithField("state", c.Status().State).Info("container recovered")

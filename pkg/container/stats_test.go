@@ -50,7 +50,7 @@ func statsManager(t *testing.T, period time.Duration, run bool) (*Manager, *half
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{opts: Options{Sandboxes: sbs, Store: st}, containers: map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
+	m := &Manager{opts: Options{Sandboxes: sbs, Store: st}, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
 	m.collector = statscache.NewCollector(0, m.collectUnits, m.collect)
 	m.SetStatsPeriod(period)
 	if run {
@@ -74,7 +74,7 @@ func (m *Manager) addRunning(id string, rt kind.Runtime) *Container {
 		panic(err)
 	}
 	m.mu.Lock()
-	m.containers[id] = c
+	m.add(c)
 	m.mu.Unlock()
 	return c
 }
@@ -153,7 +153,7 @@ func TestListStatsFromCollector(t *testing.T) {
 		t.Errorf("new container b: %v, %d readings", st, rt.count("b"))
 	}
 	m.mu.Lock()
-	delete(m.containers, b.ID)
+	m.forget(b)
 	m.mu.Unlock()
 	if st := statsByID(m.ListStats(nil))["b"]; st != nil {
 		t.Errorf("removed container listed: %v", st)

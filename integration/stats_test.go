@@ -60,7 +60,16 @@ func TestContainerAndPodStats(t *testing.T) {
 	}
 	pods, err := e.d.RS.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})
 	if err != nil || len(pods) != 1 || pods[0].GetAttributes().GetId() != podID {
-		t.Errorf("ListPodSandboxStats: %v, %v", pods, err)
+		t.Fatalf("ListPodSandboxStats: %v, %v", pods, err)
+	}
+	// The pod's containers, each as ListContainerStats has it (sent as encoded for it).
+	inPod := map[string]*runtimeapi.ContainerStats{}
+	for _, cs := range pods[0].GetLinux().GetContainers() {
+		inPod[cs.GetAttributes().GetId()] = cs
+	}
+	if len(inPod) != 2 || inPod[idle] == nil || inPod[hog].GetMemory().GetWorkingSetBytes().GetValue() < 35<<20 ||
+		inPod[hog].GetCpu().GetUsageCoreNanoSeconds().GetValue() < uint64(time.Second) || inPod[hog].GetAttributes().GetMetadata().GetName() == "" {
+		t.Errorf("ListPodSandboxStats' containers: %v", pods[0].GetLinux().GetContainers())
 	}
 
 	// The same readings as cAdvisor-style metrics for kubelet.

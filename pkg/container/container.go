@@ -111,6 +111,9 @@ type Container struct {
 	// changes); statsAttrs is its stats' attributes, which never change.
 	listed     protocache.Item[listKey]
 	statsAttrs protocache.Item[struct{}]
+	// statsEnc is its ContainerStats as ListContainerStats sends it, kept per reading:
+	// with a collector, the lists between two readings send the same bytes.
+	statsEnc protocache.Item[statsKey]
 }
 
 // task is the container as its runtime knows it.

@@ -2,12 +2,14 @@ package container
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/cgpath"
@@ -170,6 +172,40 @@ func (m *Manager) latestContainer(c *Container, now time.Time) statscache.Entry[
 // statsOf is c's ContainerStats from a reading of it; its timestamps are the reading's.
 // The writable layer's usage is the store walk's latest, with the walk's own time.
 func (m *Manager) statsOf(c *Container, e statscache.Entry[sample]) *runtimeapi.ContainerStats {
+	u, uerr := m.layerUsage(c)
+	return m.statsFrom(c, e, u, uerr)
+}
+
+// layerUsage is c's writable layer's usage from the store walk's latest.
+func (m *Manager) layerUsage(c *Container) (image.Usage, error) {
+	if m.opts.Images == nil { // unit tests
+		return image.Usage{}, errNoImages
+	}
+	return m.opts.Images.RootfsUsage(c.ID)
+}
+
+var errNoImages = errors.New("no image service")
+
+// statsKey is what an encoded ContainerStats was built from: a reading (its values and
+// CPU rate come with its time) and the store walk that gave the writable layer's usage.
+type statsKey struct {
+	at, layerAt int64
+	layerOK     bool
+}
+
+// statsEncoded is statsOf's wire encoding, built once per statsKey.
+func (m *Manager) statsEncoded(c *Container, e statscache.Entry[sample]) []byte {
+	u, uerr := m.layerUsage(c)
+	key := statsKey{at: e.At.UnixNano(), layerAt: u.Timestamp.UnixNano(), layerOK: uerr == nil}
+	msg, enc := c.statsEnc.Get(key, func() proto.Message { return m.statsFrom(c, e, u, uerr) })
+	if enc == nil { // not encodable: protocache kept nothing
+		enc, _ = proto.Marshal(msg)
+	}
+	return enc
+}
+
+// statsFrom is statsOf with the writable layer's usage already read (uerr: none).
+func (m *Manager) statsFrom(c *Container, e statscache.Entry[sample], u image.Usage, uerr error) *runtimeapi.ContainerStats {
 	now, s := e.At, e.Value
 	out := &runtimeapi.ContainerStats{
 		Cpu:    &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
@@ -181,10 +217,7 @@ func (m *Manager) statsOf(c *Container, e statscache.Entry[sample]) *runtimeapi.
 	if s.cgOK {
 		fillUsage(out.Cpu, out.Memory, s.cg, e.NanoCores, now)
 	}
-	if m.opts.Images == nil { // unit tests
-		return out
-	}
-	if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
+	if uerr == nil {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
 			Timestamp: u.Timestamp.UnixNano(), FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
 			UsedBytes: u64(u.Bytes), InodesUsed: u64(u.Inodes),
@@ -213,6 +246,28 @@ func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.
 // kubelet never sends one) is read at the call, as ContainerStats is: crictl takes two
 // lists a second apart and refuses a reading that did not change.
 func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
+	picked, entries := m.listReadings(filter)
+	out := make([]*runtimeapi.ContainerStats, len(picked))
+	for i, c := range picked {
+		out[i] = m.statsOf(c, entries[i])
+	}
+	return out
+}
+
+// ListStatsEncoded is ListStats' items in their wire encoding, for ListContainerStats to
+// send as they are (protocache.SetRepeated): each is encoded once per reading, so with a
+// collector a list between two of its readings copies bytes.
+func (m *Manager) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) [][]byte {
+	picked, entries := m.listReadings(filter)
+	out := make([][]byte, len(picked))
+	for i, c := range picked {
+		out[i] = m.statsEncoded(c, entries[i])
+	}
+	return out
+}
+
+// listReadings picks the containers of a stats list and their readings.
+func (m *Manager) listReadings(filter *runtimeapi.ContainerStatsFilter) ([]*Container, []statscache.Entry[sample]) {
 	var picked []*Container
 	for _, c := range m.snapshot() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(c.ID, f) {
@@ -229,19 +284,19 @@ func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimea
 		}
 		picked = append(picked, c)
 	}
-	out := make([]*runtimeapi.ContainerStats, len(picked))
+	entries := make([]statscache.Entry[sample], len(picked))
 	now := time.Now()
 	// Kept readings cost no syscall: only those read now are spread.
 	var miss []int
 	for i, c := range picked {
 		if e, ok := m.cachedContainer(c, now); ok && filter.GetId() == "" {
-			out[i] = m.statsOf(c, e)
+			entries[i] = e
 		} else {
 			miss = append(miss, i)
 		}
 	}
-	spread(len(miss), func(j int) { i := miss[j]; out[i] = m.statsOf(picked[i], m.readContainer(picked[i])) })
-	return out
+	spread(len(miss), func(j int) { i := miss[j]; entries[i] = m.readContainer(picked[i]) })
+	return picked, entries
 }
 
 // spread runs f(0..n-1) on a few goroutines: reading cgroup files is syscall-bound
@@ -377,17 +432,22 @@ func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, entries []s
 	}
 	var sum cgstats.Stats
 	var rate uint64
+	// The containers go out as ListContainerStats sends them, encoded once per reading.
+	encs := make([][]byte, len(ctrs))
 	for i, c := range ctrs {
-		cs := m.statsOf(c, entries[i])
-		linux.Containers = append(linux.Containers, cs)
-		sum.CPUUsageNanos += cs.GetCpu().GetUsageCoreNanoSeconds().GetValue()
-		sum.MemoryUsage += cs.GetMemory().GetUsageBytes().GetValue()
-		sum.WorkingSet += cs.GetMemory().GetWorkingSetBytes().GetValue()
-		sum.RSS += cs.GetMemory().GetRssBytes().GetValue()
-		sum.PageFaults += cs.GetMemory().GetPageFaults().GetValue()
-		sum.MajorPageFaults += cs.GetMemory().GetMajorPageFaults().GetValue()
-		rate += cs.GetCpu().GetUsageNanoCores().GetValue()
+		encs[i] = m.statsEncoded(c, entries[i])
+		if e := entries[i]; e.Value.cgOK {
+			cg := e.Value.cg
+			sum.CPUUsageNanos += cg.CPUUsageNanos
+			sum.MemoryUsage += cg.MemoryUsage
+			sum.WorkingSet += cg.WorkingSet
+			sum.RSS += cg.RSS
+			sum.PageFaults += cg.PageFaults
+			sum.MajorPageFaults += cg.MajorPageFaults
+			rate += e.NanoCores
+		}
 	}
+	protocache.SetRepeated(linux, "containers", encs)
 	if ps.cgOK {
 		sum, rate = ps.cg, pe.NanoCores
 	}

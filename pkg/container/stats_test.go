@@ -11,6 +11,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/cgstats"
 	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 	"github.com/rtshimd/rtshimd/pkg/sandbox"
 	"github.com/rtshimd/rtshimd/pkg/statscache"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -212,5 +213,52 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 		if time.Now().After(end) {
 			t.Fatalf("after %v: not %s", limit, what)
 		}
+	}
+}
+
+// encodedByID decodes ListStatsEncoded's items as a client decodes the answer.
+func encodedByID(items [][]byte) map[string]*runtimeapi.ContainerStats {
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	protocache.SetRepeated(resp, "stats", items)
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		panic(err)
+	}
+	var got runtimeapi.ListContainerStatsResponse
+	if err := proto.Unmarshal(b, &got); err != nil {
+		panic(err)
+	}
+	return statsByID(got.Stats)
+}
+
+// ListStatsEncoded sends what ListStats does, each item encoded once per reading: a list
+// between two readings reuses the bytes, a new reading (or a read at the call, with no
+// collector) is encoded afresh.
+func TestListStatsEncodedPerReading(t *testing.T) {
+	const period = 200 * time.Millisecond
+	m, rt := statsManager(t, period, false) // no collector running: the reading ages
+	m.addRunning("a", rt)
+	first := m.ListStatsEncoded(nil)
+	again := m.ListStatsEncoded(nil)
+	if len(first) != 1 || len(again) != 1 || &first[0][0] != &again[0][0] || rt.count("a") != 1 {
+		t.Fatalf("a list within the period did not reuse the encoding (%d readings)", rt.count("a"))
+	}
+	got := encodedByID(first)["a"]
+	want := statsByID(m.ListStats(nil))["a"]
+	if got == nil || !proto.Equal(got, want) {
+		t.Errorf("encoded item %v, want ListStats' %v", got, want)
+	}
+	time.Sleep(staleAfter(period) + 10*time.Millisecond)
+	later := m.ListStatsEncoded(nil)
+	st := encodedByID(later)["a"]
+	if &later[0][0] == &first[0][0] || st.GetCpu().GetTimestamp() <= got.GetCpu().GetTimestamp() || rt.count("a") != 2 {
+		t.Errorf("a new reading was not encoded afresh: %v after %v, %d readings", st, got, rt.count("a"))
+	}
+
+	m0, rt0 := statsManager(t, 0, false)
+	m0.addRunning("b", rt0)
+	one, two := m0.ListStatsEncoded(nil), m0.ListStatsEncoded(nil)
+	if encodedByID(two)["b"].GetCpu().GetTimestamp() <= encodedByID(one)["b"].GetCpu().GetTimestamp() || rt0.count("b") != 2 {
+		t.Errorf("with no collector each list did not read and encode afresh (%d readings)", rt0.count("b"))
 	}
 }

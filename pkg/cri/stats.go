@@ -4,6 +4,8 @@ import (
 	"context"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/protocache"
 )
 
 // ContainerStats reads one container's usage from its cgroup and writable layer, at the
@@ -18,8 +20,11 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerSt
 
 // ListContainerStats is the usage of the running containers the filter selects, from the
 // stats collector's latest readings (stats.collection_period; container.Manager.ListStats).
+// The items go out as encoded once per reading (as the field "stats").
 func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
-	return &runtimeapi.ListContainerStatsResponse{Stats: s.Containers.ListStats(req.GetFilter())}, nil
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	protocache.SetRepeated(resp, "stats", s.Containers.ListStatsEncoded(req.GetFilter()))
+	return resp, nil
 }
 
 // PodSandboxStats reads one pod's usage, its network and its containers', at the call.

@@ -438,6 +438,25 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 	podList, _ := rs.ListPodSandbox(ctx, nil)
 	ctrList, _ := rs.ListContainers(ctx, nil)
 	put("list-pods-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListPodSandboxResponse{Items: podList}))
+	// The same answers from a server that does nothing but send them (listFloor).
+	floor := startListFloor(b, podList, ctrList)
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"list-pods-floor", func() error {
+			l, err := floor.ListPodSandbox(ctx, nil)
+			return errors.Join(err, want("ListPodSandbox (floor)", len(l)))
+		}},
+		{"list-ctrs-floor", func() error {
+			l, err := floor.ListContainers(ctx, nil)
+			return errors.Join(err, want("ListContainers (floor)", len(l)))
+		}},
+		{"version-floor", func() error { _, err := floor.Version(ctx, "v1"); return err }},
+	} {
+		p50, _ := s.timeCalls(c.name, 200, c.f)
+		put(c.name+"-p50-ms", level, p50)
+	}
 	put("list-ctrs-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListContainersResponse{Containers: ctrList}))
 	ctrStats, _ := rs.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{})
 	podStats, _ := rs.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{})

@@ -4,6 +4,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,8 +56,14 @@ func (s *Store) writeRecord(id string, files []recordFile) error {
 		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("store %s: %w", id, err)
 		}
-		if _, err := os.Stat(filepath.Join(dir, metaFile)); errors.Is(err, os.ErrNotExist) {
+		old, err := os.ReadFile(filepath.Join(dir, metaFile))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			firstMeta = true
+		case err == nil && bytes.Equal(old, files[0].data) && len(files) > 1:
+			// Metadata as stored (and synced) already: only the status is written, one
+			// file and one directory sync fewer (a pod's final record, most often).
+			files = files[1:]
 		}
 	}
 	var tmps []string

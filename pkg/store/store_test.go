@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 )
 
@@ -130,5 +131,39 @@ func TestWriteFileAtomicFailureLeavesNothing(t *testing.T) {
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), []byte("x"), 0o600); err == nil {
 		t.Error("WriteFileAtomic into a missing directory succeeded")
+	}
+}
+
+// A save whose metadata is as stored leaves the metadata file alone (no rewrite, no sync)
+// and writes the status; changed metadata is written.
+func TestSaveSkipsUnchangedMeta(t *testing.T) {
+	s, dir := newStore(t)
+	ino := func() uint64 {
+		fi, err := os.Stat(filepath.Join(dir, "x", metaFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	type meta struct{ A string }
+	if err := s.Save("x", meta{"a"}, "creating"); err != nil {
+		t.Fatal(err)
+	}
+	first := ino()
+	if err := s.Save("x", meta{"a"}, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	if ino() != first {
+		t.Error("unchanged metadata was written again")
+	}
+	if err := s.Save("x", meta{"b"}, "stopped"); err != nil {
+		t.Fatal(err)
+	}
+	if ino() == first {
+		t.Error("changed metadata was not written")
+	}
+	recs := load(t, s)
+	if len(recs) != 1 || string(recs[0].Meta) != `{"A":"b"}` || string(recs[0].Status) != `"stopped"` {
+		t.Errorf("records %+v", recs)
 	}
 }

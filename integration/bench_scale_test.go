@@ -471,20 +471,22 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 // its background work (the stats collector, the store's disk-usage walk, CNI config
 // re-reads).
 func (s *scaleRun) idleCPU(window time.Duration) float64 {
-	cpu := func() time.Duration {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.d.cmd.Process.Pid))
-		if err != nil {
-			s.b.Fatal(err)
-		}
-		// After the command's closing parenthesis: utime and stime are fields 14 and 15.
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-		ut, _ := strconv.ParseUint(f[11], 10, 64)
-		st, _ := strconv.ParseUint(f[12], 10, 64)
-		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
-	}
-	before, begin := cpu(), time.Now()
+	before, begin := processCPU(s.b, s.d.cmd.Process.Pid), time.Now()
 	time.Sleep(window)
-	return float64((cpu() - before).Milliseconds()) / time.Since(begin).Seconds()
+	return float64((processCPU(s.b, s.d.cmd.Process.Pid) - before).Milliseconds()) / time.Since(begin).Seconds()
+}
+
+// processCPU is the user and system CPU time pid has used (its own, not its children's).
+func processCPU(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// After the command's closing parenthesis: utime and stime are fields 14 and 15.
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
 }
 
 // decodeTime is the p50, in ms, of decoding msg's encoding in this process.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,8 @@ func startListFloor(b *testing.B, pods []*runtimeapi.PodSandbox, ctrs []*runtime
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), listFloorEnv+"="+sock)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// Gone with the benchmark, even one killed before its cleanups.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}

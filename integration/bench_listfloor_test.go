@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,7 +31,8 @@ const listFloorEnv = "RTSHIMD_LIST_FLOOR_SOCK"
 // client (cri-client) the daemon is timed with. What it takes is the transport, a wake-up
 // of another process and the client's decode of an answer of that size; what the daemon
 // takes beyond it is the daemon's.
-func startListFloor(b *testing.B, pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) internalapi.RuntimeService {
+// stop ends the server and closes the client (the benchmark's cleanups do too).
+func startListFloor(b *testing.B, pods []*runtimeapi.PodSandbox, ctrs []*runtimeapi.Container) (rs internalapi.RuntimeService, stop func()) {
 	dir := b.TempDir()
 	sock := filepath.Join(dir, "floor.sock")
 	for file, msg := range map[string]proto.Message{
@@ -53,7 +55,9 @@ func startListFloor(b *testing.B, pods []*runtimeapi.PodSandbox, ctrs []*runtime
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var once sync.Once
+	killServer := func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	b.Cleanup(killServer)
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("unix", sock); err == nil {
 			c.Close()
@@ -67,12 +71,16 @@ func startListFloor(b *testing.B, pods []*runtimeapi.PodSandbox, ctrs []*runtime
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		if c, ok := rs.(interface{ Close(context.Context) error }); ok {
-			_ = c.Close(context.Background())
-		}
-	})
-	return rs
+	var closeOnce sync.Once
+	closeClient := func() {
+		closeOnce.Do(func() {
+			if c, ok := rs.(interface{ Close(context.Context) error }); ok {
+				_ = c.Close(context.Background())
+			}
+		})
+	}
+	b.Cleanup(closeClient)
+	return rs, func() { closeClient(); killServer() }
 }
 
 // serveListFloor is the floor server's process (TestMain runs it when listFloorEnv is

@@ -239,6 +239,8 @@ func newFloor(b *testing.B, layer Layer) *floor {
 	f := &floor{dir: dir, lower: filepath.Join(dir, "lower")}
 	// runc's state in a tmpfs, as its default root /run/runc is (and the daemon's run root).
 	mountTmpfs(b, filepath.Join(dir, "runc"))
+	// Registered after the tmpfs, so it runs before the unmount, even after a Fatal.
+	b.Cleanup(func() { f.cleanup(b) })
 	tr := tar.NewReader(bytes.NewReader(layerTar(b, layer)))
 	for {
 		h, err := tr.Next()

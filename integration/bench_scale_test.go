@@ -69,7 +69,7 @@ func BenchmarkScale(b *testing.B) {
 		pprofSock = filepath.Join(b.TempDir(), "pprof.sock")
 		extra += fmt.Sprintf("\n[debug]\npprof_socket = %q\n", pprofSock)
 	}
-	statsPeriod := "10s (default)"
+	statsPeriod := "0 (the default: read at each call)"
 	if v := os.Getenv("RTSHIMD_BENCH_STATS_PERIOD"); v != "" {
 		statsPeriod = v
 		extra += fmt.Sprintf("\n[stats]\ncollection_period = %q\n", v)
@@ -439,7 +439,8 @@ func (s *scaleRun) measure(level int, pods []scalePod, put func(string, int, flo
 	ctrList, _ := rs.ListContainers(ctx, nil)
 	put("list-pods-decode-p50-ms", level, decodeTime(b, &runtimeapi.ListPodSandboxResponse{Items: podList}))
 	// The same answers from a server that does nothing but send them (listFloor).
-	floor := startListFloor(b, podList, ctrList)
+	floor, stopFloor := startListFloor(b, podList, ctrList)
+	defer stopFloor()
 	for _, c := range []struct {
 		name string
 		f    func() error

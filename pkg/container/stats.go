@@ -191,17 +191,37 @@ var errNoImages = errors.New("no image service")
 type statsKey struct {
 	at, layerAt int64
 	layerOK     bool
+	// The reading's own figures too: two readings a coarse clock gives one time are
+	// still told apart.
+	cgOK                  bool
+	cpu, workingSet, rate uint64
 }
 
 // statsEncoded is statsOf's wire encoding, built once per statsKey.
 func (m *Manager) statsEncoded(c *Container, e statscache.Entry[sample]) []byte {
 	u, uerr := m.layerUsage(c)
-	key := statsKey{at: e.At.UnixNano(), layerAt: u.Timestamp.UnixNano(), layerOK: uerr == nil}
+	key := statsKey{at: e.At.UnixNano(), layerAt: u.Timestamp.UnixNano(), layerOK: uerr == nil,
+		cgOK: e.Value.cgOK, cpu: e.Value.cg.CPUUsageNanos, workingSet: e.Value.cg.WorkingSet, rate: e.NanoCores}
 	msg, enc := c.statsEnc.Get(key, func() proto.Message { return m.statsFrom(c, e, u, uerr) })
-	if enc == nil { // not encodable: protocache kept nothing
-		enc, _ = proto.Marshal(msg)
+	if enc == nil { // not encodable (bad UTF-8 in a label): protocache kept nothing
+		var err error
+		if enc, err = proto.Marshal(msg); err != nil {
+			logrus.WithError(err).WithField("container", c.ID).Warn("stats of container cannot be encoded; left out of the list")
+			return nil
+		}
 	}
 	return enc
+}
+
+// nonNil drops the items statsEncoded could not encode.
+func nonNil(items [][]byte) [][]byte {
+	out := items[:0]
+	for _, it := range items {
+		if it != nil {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // statsFrom is statsOf with the writable layer's usage already read (uerr: none).
@@ -263,7 +283,7 @@ func (m *Manager) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) [][]
 	for i, c := range picked {
 		out[i] = m.statsEncoded(c, entries[i])
 	}
-	return out
+	return nonNil(out)
 }
 
 // listReadings picks the containers of a stats list and their readings.
@@ -447,7 +467,7 @@ func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, entries []s
 			rate += e.NanoCores
 		}
 	}
-	protocache.SetRepeated(linux, "containers", encs)
+	protocache.SetRepeated(linux, "containers", nonNil(encs))
 	if ps.cgOK {
 		sum, rate = ps.cg, pe.NanoCores
 	}

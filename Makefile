@@ -73,15 +73,18 @@ unit: monitor-c
 	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
 
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
-# gives each a short bounded time; `make fuzz` longer (FUZZTIME). Inputs that failed are
+# gives each 15,000 inputs; `make fuzz` longer (FUZZTIME). Inputs that failed are
 # kept under the packages' testdata/fuzz and run by `make unit` from then on.
 FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse ./pkg/monitor:FuzzCRILog
 FUZZTIME ?= 2m
 fuzz:
 	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t#*:} ($(FUZZTIME))"; $(GO) test -run XXX -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; done
 
+# A count, not a duration: a duration's deadline races the fuzzing workers in Go's
+# coordinator, which then fails a clean run with "context deadline exceeded" on a loaded
+# machine (golang/go#75804; seen in CI here with no failing input).
 fuzz-short:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=15000x
 
 # kubelet, kube-apiserver, etcd, crictl and critest from the Go module proxy at pinned
 # versions, cached in /var/cache/rtshimd-tools (hack/tools.sh; ~15 minutes the first time).

@@ -39,14 +39,8 @@ func BenchmarkPodStart(b *testing.B) {
 	layer := busyboxLayer(b)
 	reg.Push(b, "bench/busybox", "1", ImageSpec{Layers: []Layer{layer}}, nil)
 	ref := reg.Ref("bench/busybox", "1")
-	// At info, as nodes run it (the harness's default, debug, logs every call); with
-	// RTSHIMD_BENCH_LOG_LEVEL=debug the daemon logs each start's steps ("... timing"), and
-	// RTSHIMD_BENCH_DAEMON_LOG=FILE keeps its log there.
-	level := "info"
-	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
-		level = v
-	}
-	d := newBenchDaemon(b, handlerTable, insecureRegistries(reg.Addr), level)
+	// RTSHIMD_BENCH_DAEMON_LOG=FILE keeps the daemon's log there.
+	d := newBenchDaemon(b, handlerTable, insecureRegistries(reg.Addr))
 	if path := os.Getenv("RTSHIMD_BENCH_DAEMON_LOG"); path != "" {
 		// Registered after the daemon's cleanup, so it runs first, while the log is there.
 		b.Cleanup(func() { _ = os.WriteFile(path, []byte(d.Log()), 0o644) })

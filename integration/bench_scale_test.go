@@ -75,11 +75,7 @@ func BenchmarkScale(b *testing.B) {
 		extra += fmt.Sprintf("\n[stats]\ncollection_period = %q\n", v)
 	}
 	b.Logf("stats.collection_period = %s", statsPeriod)
-	level := "info"
-	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
-		level = v
-	}
-	d := newBenchDaemon(b, handlerTable, extra, level)
+	d := newBenchDaemon(b, handlerTable, extra)
 	if profileDir != "" {
 		// Registered after the daemon's cleanup, so it runs first, while the log is there.
 		b.Cleanup(func() { _ = os.WriteFile(filepath.Join(profileDir, "daemon.log"), []byte(d.Log()), 0o644) })

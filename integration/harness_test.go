@@ -174,14 +174,19 @@ func newDaemonTable(t testing.TB, table func(run string) string, extra string) *
 	return newDaemonLevel(t, table, extra, "debug", false)
 }
 
-// newBenchDaemon is the daemon benchmarks time: at log level "info" unless asked otherwise,
-// as a node runs it, so that no debug line is written per call; and with its run root on
-// a tmpfs, as a node's /run is (the default run_root is /run/rtshimd), so that the bundles,
-// monitor files and runc's state cost what they cost there, not an ext4 journal's syncs.
-// The state root stays on disk, as /var/lib is.
-func newBenchDaemon(b *testing.B, table func(run string) string, extra, logLevel string) *Daemon {
+// newBenchDaemon is the daemon benchmarks time: at log level "info", as a node runs it, so
+// that no debug line is written per call (RTSHIMD_BENCH_LOG_LEVEL=debug has it log each
+// start's steps, "... timing"); and with its run root on a tmpfs, as a node's /run is (the
+// default run_root is /run/rtshimd), so that the bundles, monitor files and runc's state
+// cost what they cost there, not an ext4 journal's syncs. The state root stays on disk, as
+// /var/lib is.
+func newBenchDaemon(b *testing.B, table func(run string) string, extra string) *Daemon {
 	b.Helper()
-	return newDaemonLevel(b, table, extra, logLevel, true)
+	level := "info"
+	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
+		level = v
+	}
+	return newDaemonLevel(b, table, extra, level, true)
 }
 
 func newDaemonLevel(t testing.TB, table func(run string) string, extra, logLevel string, tmpfsRun bool) *Daemon {

@@ -92,11 +92,7 @@ func (c *Container) listItem() (*runtimeapi.Container, []byte) {
 
 // statsAttributes is the container's ContainerStats attributes, encoded, built once.
 func (c *Container) statsAttributes() []byte {
-	msg, enc := c.statsAttrs.Get(struct{}{}, func() proto.Message {
+	return c.statsAttrs.Encoded(struct{}{}, func() proto.Message {
 		return &runtimeapi.ContainerAttributes{Id: c.ID, Metadata: c.config.Metadata, Labels: c.config.Labels, Annotations: c.config.Annotations}
 	})
-	if enc == nil {
-		enc, _ = proto.Marshal(msg)
-	}
-	return enc
 }

@@ -202,26 +202,7 @@ func (m *Manager) statsEncoded(c *Container, e statscache.Entry[sample]) []byte 
 	u, uerr := m.layerUsage(c)
 	key := statsKey{at: e.At.UnixNano(), layerAt: u.Timestamp.UnixNano(), layerOK: uerr == nil,
 		cgOK: e.Value.cgOK, cpu: e.Value.cg.CPUUsageNanos, workingSet: e.Value.cg.WorkingSet, rate: e.NanoCores}
-	msg, enc := c.statsEnc.Get(key, func() proto.Message { return m.statsFrom(c, e, u, uerr) })
-	if enc == nil { // not encodable (bad UTF-8 in a label): protocache kept nothing
-		var err error
-		if enc, err = proto.Marshal(msg); err != nil {
-			logrus.WithError(err).WithField("container", c.ID).Warn("stats of container cannot be encoded; left out of the list")
-			return nil
-		}
-	}
-	return enc
-}
-
-// nonNil drops the items statsEncoded could not encode.
-func nonNil(items [][]byte) [][]byte {
-	out := items[:0]
-	for _, it := range items {
-		if it != nil {
-			out = append(out, it)
-		}
-	}
-	return out
+	return c.statsEnc.Encoded(key, func() proto.Message { return m.statsFrom(c, e, u, uerr) })
 }
 
 // statsFrom is statsOf with the writable layer's usage already read (uerr: none).
@@ -283,7 +264,7 @@ func (m *Manager) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) [][]
 	for i, c := range picked {
 		out[i] = m.statsEncoded(c, entries[i])
 	}
-	return nonNil(out)
+	return out
 }
 
 // listReadings picks the containers of a stats list and their readings.
@@ -467,7 +448,7 @@ func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, entries []s
 			rate += e.NanoCores
 		}
 	}
-	protocache.SetRepeated(linux, "containers", nonNil(encs))
+	protocache.SetRepeated(linux, "containers", encs)
 	if ps.cgOK {
 		sum, rate = ps.cg, pe.NanoCores
 	}
@@ -526,22 +507,19 @@ func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runt
 		}
 		picked = append(picked, sb)
 	}
-	// Each pod's containers, from one look at them all.
-	ctrs := map[string][]*Container{}
-	for _, c := range m.snapshot() {
-		ctrs[c.SandboxID] = append(ctrs[c.SandboxID], c)
-	}
 	out := make([]*runtimeapi.PodSandboxStats, len(picked))
+	ctrs := make([][]*Container, len(picked))
 	now := time.Now()
 	var miss []int
 	for i, sb := range picked {
-		if st, ok := m.cachedPod(sb, ctrs[sb.ID], now); ok && filter.GetId() == "" {
+		ctrs[i] = m.ofSandbox(sb.ID)
+		if st, ok := m.cachedPod(sb, ctrs[i], now); ok && filter.GetId() == "" {
 			out[i] = st
 		} else {
 			miss = append(miss, i)
 		}
 	}
-	spread(len(miss), func(j int) { i := miss[j]; out[i] = m.podStatsNow(picked[i], ctrs[picked[i].ID]) })
+	spread(len(miss), func(j int) { i := miss[j]; out[i] = m.podStatsNow(picked[i], ctrs[i]) })
 	return out
 }
 

@@ -42,6 +42,17 @@ func (c *Item[K]) Get(key K, build func() proto.Message) (proto.Message, []byte)
 	return c.msg, c.enc
 }
 
+// Encoded is Get's encoding alone. A message Get could not keep (it cannot be encoded)
+// is encoded again here, and what proto.Marshal gives for it is returned: the CRI decodes
+// its requests with UTF-8 checks, so no label or annotation that reaches a List is one.
+func (c *Item[K]) Encoded(key K, build func() proto.Message) []byte {
+	msg, enc := c.Get(key, build)
+	if enc == nil {
+		enc, _ = proto.Marshal(msg)
+	}
+	return enc
+}
+
 // SetField sets msg's message field name to the encoded message enc, as an unknown field,
 // which the receiver decodes as the field itself. msg's own field must be empty.
 func SetField(msg proto.Message, name protoreflect.Name, enc []byte) {

@@ -120,14 +120,10 @@ type Sandbox struct {
 
 // StatsAttributes is the pod's PodSandboxStats attributes, encoded, built once.
 func (s *Sandbox) StatsAttributes() []byte {
-	msg, enc := s.statsAttrs.Get(struct{}{}, func() proto.Message {
+	return s.statsAttrs.Encoded(struct{}{}, func() proto.Message {
 		cfg := s.config
 		return &runtimeapi.PodSandboxAttributes{Id: s.ID, Metadata: cfg.Metadata, Labels: cfg.Labels, Annotations: cfg.Annotations}
 	})
-	if enc == nil {
-		enc, _ = proto.Marshal(msg)
-	}
-	return enc
 }
 
 // Status returns a copy of the sandbox's status.

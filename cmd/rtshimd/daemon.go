@@ -98,6 +98,23 @@ func executable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
+// checkMonitor fails unless the monitor monitorPath chooses may be run, and warns where
+// the default fell back to the Go monitor.
+func checkMonitor(cfg *config.Config) error {
+	mon := monitorPath(cfg)
+	switch {
+	case executable(mon):
+	case cfg.MonitorPath != "":
+		return fmt.Errorf("monitor_path %q is missing or not executable: name an installed %s or %s, or leave monitor_path empty for the one beside rtshimd", mon, defaultMonitor, goMonitor)
+	default:
+		return fmt.Errorf("monitor_path is empty and neither %s nor %s is an executable in %s: `make install` puts them there, or set monitor_path", defaultMonitor, goMonitor, filepath.Dir(mon))
+	}
+	if cfg.MonitorPath == "" && filepath.Base(mon) == goMonitor {
+		logrus.Warnf("no %s beside rtshimd: containers are supervised by the Go %s (about five times the memory per container)", defaultMonitor, goMonitor)
+	}
+	return nil
+}
+
 // discover prepares the pause rootfs, makes each handler's runtime and runs handler
 // discovery; the probe settings serve later reloads.
 func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeDir string) (*handlers.Table, *handlers.Runtimes, handlers.Probe, error) {
@@ -124,6 +141,10 @@ func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeD
 }
 
 func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
+	// Before discovery, whose probes start monitors and which leaves runtimes to close.
+	if err := checkMonitor(cfg); err != nil {
+		return nil, err
+	}
 	for _, dir := range []string{cfg.StateRoot, cfg.RunRoot} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -143,12 +164,6 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	st, err := store.New(filepath.Join(cfg.StateRoot, "sandboxes"))
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(monitorPath(cfg)); err != nil {
-		return nil, fmt.Errorf("monitor_path: %w (make build makes %s and %s; install puts them beside rtshimd)", err, defaultMonitor, goMonitor)
-	}
-	if cfg.MonitorPath == "" && filepath.Base(monitorPath(cfg)) == goMonitor {
-		logrus.Warnf("no %s beside rtshimd: containers are supervised by the Go %s (about five times the memory per container)", defaultMonitor, goMonitor)
 	}
 	netw := network.New(network.Options{ConfDir: cfg.Network.ConfDir, BinDirs: cfg.Network.BinDirs, CacheDir: cfg.Network.CacheDir, Timeout: cfg.Network.CNITimeout()})
 	for _, h := range first.List() {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rtshimd/rtshimd/pkg/config"
 )
 
 // The default monitor is the C one beside rtshimd; the Go one where only it is there; a
@@ -43,5 +45,27 @@ func TestChooseMonitor(t *testing.T) {
 		if got := chooseMonitor(c.configured, beside); got != c.want {
 			t.Errorf("installed %v, configured %q: %s, want %s", c.installed, c.configured, got, c.want)
 		}
+	}
+}
+
+// A configured monitor that is missing or lacks its x bit stops the daemon before anything
+// starts, with an error naming the key, the path and what to do.
+func TestCheckMonitorRefusesUnrunnable(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "rtshim-monitor-c")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{plain, filepath.Join(dir, "missing")} {
+		err := checkMonitor(&config.Config{MonitorPath: p})
+		if err == nil || !strings.Contains(err.Error(), `monitor_path "`+p+`"`) || !strings.Contains(err.Error(), "leave monitor_path empty") {
+			t.Errorf("monitor_path %s: %v", p, err)
+		}
+	}
+	if err := os.Chmod(plain, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkMonitor(&config.Config{MonitorPath: plain}); err != nil {
+		t.Errorf("executable monitor refused: %v", err)
 	}
 }

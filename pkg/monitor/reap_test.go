@@ -1,37 +1,26 @@
 package monitor
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/pkg/procstats"
 )
 
+// threads is how many threads this test process has now.
 func threads(t *testing.T) int {
 	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
+	n := procstats.Read("/proc", []int{os.Getpid()}).Threads
+	if n == 0 {
+		t.Fatal("no Threads line in /proc/self/status")
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads line")
-	return 0
+	return int(n)
 }
 
 // Children awaited with startReaped hold no thread each while they live, and each is

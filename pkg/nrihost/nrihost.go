@@ -125,7 +125,7 @@ func Installed(dir string) ([]string, error) {
 			continue
 		}
 		if _, _, err := api.ParsePluginName(e.Name()); err != nil {
-			return names, fmt.Errorf("nri plugin_path %s: %s: %w", dir, e.Name(), err)
+			return names, fmt.Errorf("nri plugin_path %s: %s: %w (rename it \"<two digits>-<name>\", remove it or clear its x bit)", dir, e.Name(), err)
 		}
 		names = append(names, e.Name())
 	}

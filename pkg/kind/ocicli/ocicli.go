@@ -233,7 +233,8 @@ func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 	case st.Status == specs.StateRunning:
 		return kind.TaskRunning, nil
 	}
-	if r.sandboxed && !t.Sandbox && monitor.Alive(t.Dir) {
+	if r.sandboxed && !t.Sandbox {
+		// Command fails where the monitor is gone: no separate check that it is alive.
 		if _, err := monitor.ReadExit(t.Dir); err != nil && monitor.Command(ctx, t.Dir, monitor.CmdExit) == nil {
 			return kind.TaskNeverStarted, nil
 		}

@@ -182,39 +182,42 @@ static char *str(struct p *p) {
 	return out;
 }
 
+// digits returns s past its leading decimal digits.
+static const char *digits(const char *s) {
+	while (*s >= '0' && *s <= '9')
+		s++;
+	return s;
+}
+
 // number reads a JSON number; its text is p->s before the call up to p->s after.
 static void number(struct p *p) {
-	const char *s = p->s;
+	const char *s = p->s, *d;
 	if (*s == '-')
 		s++;
 	if (*s == '0')
 		s++;
-	else if (*s >= '1' && *s <= '9')
-		while (*s >= '0' && *s <= '9')
-			s++;
+	else if ((d = digits(s)) > s) // a first digit of 1 to 9: 0 is the case above
+		s = d;
 	else {
 		p->err = "invalid character in numeric literal";
 		return;
 	}
 	if (*s == '.') {
-		s++;
-		if (!(*s >= '0' && *s <= '9')) {
+		if ((d = digits(s + 1)) == s + 1) {
 			p->err = "invalid character after decimal point in numeric literal";
 			return;
 		}
-		while (*s >= '0' && *s <= '9')
-			s++;
+		s = d;
 	}
 	if (*s == 'e' || *s == 'E') {
 		s++;
 		if (*s == '+' || *s == '-')
 			s++;
-		if (!(*s >= '0' && *s <= '9')) {
+		if ((d = digits(s)) == s) {
 			p->err = "invalid character in exponent of numeric literal";
 			return;
 		}
-		while (*s >= '0' && *s <= '9')
-			s++;
+		s = d;
 	}
 	p->s = s;
 }

@@ -224,6 +224,19 @@ static bool write_all_deadline(int fd, const void *buf, size_t n, int ms) {
 	return true;
 }
 
+// iov_skip drops the first w bytes from the *k parts at *v (what a writev took).
+static void iov_skip(struct iovec **v, int *k, size_t w) {
+	while (*k > 0 && w >= (*v)->iov_len) {
+		w -= (*v)->iov_len;
+		(*v)++;
+		(*k)--;
+	}
+	if (*k > 0) {
+		(*v)->iov_base = (char *)(*v)->iov_base + w;
+		(*v)->iov_len -= w;
+	}
+}
+
 // ---- output queues ----
 // One way for everything the loop writes to a peer that may not take it at once (an
 // attach client, the container's stdin, a command's reply): write what the non-blocking
@@ -264,21 +277,20 @@ static int outq_flush(struct outq *q, int fd) {
 	return OUTQ_OK;
 }
 
-// outq_put writes the n parts in iov behind what q holds, keeping what fd does not take
-// now. OUTQ_FULL: more than max bytes would wait (nothing is added; the caller drops the
-// peer); OUTQ_ERR: a write error, or no memory for the rest.
+// outq_put writes the n parts (at most OUTQ_PARTS) in iov behind what q holds, keeping
+// what fd does not take now. OUTQ_FULL: more than max bytes would wait (nothing is added;
+// the caller drops the peer); OUTQ_ERR: a write error, or no memory for the rest.
+#define OUTQ_PARTS 4
 static int outq_put(struct outq *q, int fd, const struct iovec *iov, int n, size_t max) {
-	size_t total = 0;
-	for (int i = 0; i < n; i++)
-		total += iov[i].iov_len;
-	size_t done = 0;
+	struct iovec parts[OUTQ_PARTS], *v = parts;
+	int k = n < OUTQ_PARTS ? n : OUTQ_PARTS;
+	size_t rest = 0;
+	for (int i = 0; i < k; i++) {
+		parts[i] = iov[i];
+		rest += iov[i].iov_len;
+	}
 	if (outq_pending(q) == 0) {
-		struct iovec v[4];
-		int k = 0;
-		for (int i = 0; i < n && k < 4; i++)
-			if (iov[i].iov_len > 0)
-				v[k++] = iov[i];
-		while (done < total) {
+		while (rest > 0) {
 			ssize_t w = writev(fd, v, k);
 			if (w < 0 && errno == EINTR)
 				continue;
@@ -286,23 +298,12 @@ static int outq_put(struct outq *q, int fd, const struct iovec *iov, int n, size
 				break;
 			if (w <= 0)
 				return OUTQ_ERR;
-			done += w;
-			// Skip what was written.
-			size_t skip = w;
-			int j = 0;
-			while (j < k && skip >= v[j].iov_len)
-				skip -= v[j++].iov_len;
-			memmove(v, v + j, sizeof v[0] * (k - j));
-			k -= j;
-			if (k > 0) {
-				v[0].iov_base = (char *)v[0].iov_base + skip;
-				v[0].iov_len -= skip;
-			}
+			rest -= w;
+			iov_skip(&v, &k, w);
 		}
-		if (done == total)
+		if (rest == 0)
 			return OUTQ_OK;
 	}
-	size_t rest = total - done;
 	if (outq_pending(q) + rest > max)
 		return OUTQ_FULL;
 	if (q->off > 0 && q->len + rest > q->cap) {
@@ -320,16 +321,9 @@ static int outq_put(struct outq *q, int fd, const struct iovec *iov, int n, size
 		q->buf = b;
 		q->cap = cap;
 	}
-	size_t skip = done;
-	for (int i = 0; i < n; i++) {
-		size_t l = iov[i].iov_len;
-		if (skip >= l) {
-			skip -= l;
-			continue;
-		}
-		memcpy(q->buf + q->len, (char *)iov[i].iov_base + skip, l - skip);
-		q->len += l - skip;
-		skip = 0;
+	for (int i = 0; i < k; i++) {
+		memcpy(q->buf + q->len, v[i].iov_base, v[i].iov_len);
+		q->len += v[i].iov_len;
 	}
 	return OUTQ_OK;
 }
@@ -571,15 +565,7 @@ static void log_entry(const char *stream, char tag, const char *text, size_t n) 
 			continue;
 		if (w <= 0)
 			return;
-		while (k > 0 && (size_t)w >= v->iov_len) {
-			w -= v->iov_len;
-			v++;
-			k--;
-		}
-		if (k > 0) {
-			v->iov_base = (char *)v->iov_base + w;
-			v->iov_len -= w;
-		}
+		iov_skip(&v, &k, w);
 	}
 }
 
@@ -593,7 +579,6 @@ struct stream {
 	size_t len;
 	bool waited; // logger mode: its end ends the logger
 	bool open;
-	char *fifo; // logger mode: open this FIFO first (blocking, like the Go logger)
 };
 
 static struct stream streams[3]; // stdout, stderr, the pty master
@@ -2127,42 +2112,35 @@ static int run_logger(const char *dir) {
 	bool fifo_mode = cfg.stdout_fifo && *cfg.stdout_fifo;
 	for (int i = 0; i < 2; i++) {
 		const char *name = i == 0 ? "stdout" : "stderr";
+		int kind = i == 0 ? FRAME_STDOUT : FRAME_STDERR;
 		char *fifo = i == 0 ? cfg.stdout_fifo : cfg.stderr_fifo;
 		if (fifo_mode && !(fifo && *fifo))
 			continue; // FIFO mode without this stream (a terminal has no stderr)
 		streams[i].waited = !cfg.terminal || i == 0;
-		if (!fifo_mode) {
+		if (fifo_mode) {
+			// A FIFO goes into epoll at once, opened O_RDONLY|O_NONBLOCK: the open does not
+			// wait for the writer (the shim), and Linux reports no EPOLLHUP on such a reader
+			// until a writer has come (fifo_open suppresses it), so nothing wakes the loop
+			// before the shim's first write, and its close is the stream's end, as the Go
+			// logger's blocking open and read see it. Keeping a write end open ourselves
+			// (or O_RDWR) would hide that end. A FIFO that cannot be opened is not waited
+			// for (it never opens).
+			int fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+			if (fd < 0)
+				diag("open %s: %s", fifo, errstr(errno));
+			else
+				stream_start(&streams[i], fd, name, kind);
+		} else {
 			fcntl(3 + i, F_SETFD, FD_CLOEXEC);
-			stream_start(&streams[i], 3 + i, name, i == 0 ? FRAME_STDOUT : FRAME_STDERR);
+			stream_start(&streams[i], 3 + i, name, kind);
 			// What cannot be read (the write end that is the daemon's ready fd, when an
 			// unreadable config sent us here) ends now, as Go's first read ends it.
 			if (streams[i].open)
 				stream_read(&streams[i]);
-		} else {
-			streams[i].fifo = fifo;
-			streams[i].name = name;
-			streams[i].kind = i == 0 ? FRAME_STDOUT : FRAME_STDERR;
 		}
 	}
 	close(ready);
 	diag("logging to \"%s\"", cfg.log_path ? cfg.log_path : "");
-	// A FIFO goes into epoll at once, opened O_RDONLY|O_NONBLOCK: the open does not wait
-	// for the writer (the shim), and Linux reports no EPOLLHUP on such a reader until a
-	// writer has come (fifo_open suppresses it), so nothing wakes the loop before the
-	// shim's first write, and its close is the stream's end, as the Go logger's blocking
-	// open and read see it. Keeping a write end open ourselves (or O_RDWR) would hide
-	// that end.
-	for (int i = 0; i < 2; i++) {
-		if (!streams[i].fifo)
-			continue;
-		int fd = open(streams[i].fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-		if (fd < 0) {
-			diag("open %s: %s", streams[i].fifo, errstr(errno));
-			streams[i].waited = false;
-			continue;
-		}
-		stream_start(&streams[i], fd, streams[i].name, streams[i].kind);
-	}
 	int64_t term_at = 0;
 	for (;;) {
 		int open_waited = 0;

@@ -36,22 +36,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// logger is a logger process started as a shim starts one (containerd's binary:// protocol).
+// logger is a logger process under test.
 type logger struct {
 	cmd            *exec.Cmd
-	stdout, stderr *os.File // write ends: the container's output
+	stdout, stderr *os.File // startLogger's write ends: the container's output
 	dir            string
 }
 
-// startLogger starts a logger with cfg (nil: without a config file).
+// startLogger starts a logger with cfg (nil: without a config file) as a shim starts one
+// (containerd's binary:// protocol): the container's output on pipes at fds 3 and 4.
 func startLogger(t *testing.T, cfg *monitor.LoggerConfig) *logger {
 	t.Helper()
-	dir := t.TempDir()
-	if cfg != nil {
-		if err := monitor.WriteLoggerConfig(dir, *cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -60,37 +55,42 @@ func startLogger(t *testing.T, cfg *monitor.LoggerConfig) *logger {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := execLogger(t, t.TempDir(), cfg, outR, errR)
+	l.stdout, l.stderr = outW, errW
+	return l
+}
+
+// execLogger starts a logger on dir with cfg written there (nil: no config file): fds
+// become its fds from 3 on, then its ready fd (5 for a shim, 3 alone for the daemon's
+// FIFOs, as monitor.StartLogger starts it), which it must close once it is ready.
+func execLogger(t *testing.T, dir string, cfg *monitor.LoggerConfig, fds ...*os.File) *logger {
+	t.Helper()
+	if cfg != nil {
+		if err := monitor.WriteLoggerConfig(dir, *cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := os.Args[0]
-	if b := os.Getenv(monitorBinaryEnv); b != "" {
-		bin = b
-	}
-	cmd := exec.Command(bin, monitor.LoggerMode, dir)
+	defer readyR.Close()
+	cmd := exec.Command(monitorBinary(), monitor.LoggerMode, dir)
 	cmd.Env = []string{beLoggerEnv + "=1", "CONTAINER_ID=0123456789abcdef", "CONTAINER_NAMESPACE=rtshimd"}
-	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
-	if err := cmd.Start(); err != nil {
+	cmd.ExtraFiles = append(fds, readyW)
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	outR.Close()
-	errR.Close()
-	readyW.Close()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// The shim waits until the logger closes (or writes to) its end.
-	done := make(chan error, 1)
-	go func() { _, err := readyR.Read(make([]byte, 1)); done <- err }()
-	select {
-	case err := <-done:
-		if err != nil && !errors.Is(err, io.EOF) {
-			t.Fatalf("ready pipe: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the logger never said it was ready")
+	_ = readyR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, readyR); err != nil {
+		t.Fatalf("the logger never said it was ready: %v; its log:\n%s", err, readFile(filepath.Join(dir, monitor.LogFile)))
 	}
-	readyR.Close()
-	return &logger{cmd: cmd, stdout: outW, stderr: errW, dir: dir}
+	return &logger{cmd: cmd, dir: dir}
 }
 
 // wait waits for the logger to exit on its own.
@@ -262,50 +262,6 @@ func TestLoggerURI(t *testing.T) {
 	}
 }
 
-// startFIFOLogger starts a logger as the daemon does (monitor.StartLogger): on the FIFOs
-// cfg names, fd 3 closed once it is ready; cfg nil: no config file.
-func startFIFOLogger(t *testing.T, dir string, cfg *monitor.LoggerConfig) *exec.Cmd {
-	t.Helper()
-	if cfg != nil {
-		if err := monitor.WriteLoggerConfig(dir, *cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer readyR.Close()
-	cmd := exec.Command(monitorBinary(), monitor.LoggerMode, dir)
-	cmd.Env = []string{beLoggerEnv + "=1", "CONTAINER_ID=0123456789abcdef"}
-	cmd.ExtraFiles = []*os.File{readyW}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	readyW.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	_ = readyR.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := readyR.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		t.Fatalf("ready fd: %v; the logger's log:\n%s", err, readFile(filepath.Join(dir, monitor.LogFile)))
-	}
-	return cmd
-}
-
-// waitExit waits for a logger to exit on its own.
-func waitExit(t *testing.T, cmd *exec.Cmd, dir string) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("logger exited with %v; its log:\n%s", err, readFile(filepath.Join(dir, monitor.LogFile)))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the logger did not exit; its log:\n%s", readFile(filepath.Join(dir, monitor.LogFile)))
-	}
-}
-
 // wakeups counts the context switches of every thread of pid so far.
 func wakeups(t *testing.T, pid int) int {
 	t.Helper()
@@ -336,11 +292,11 @@ func TestLoggerFIFOWaitsAsleep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := startFIFOLogger(t, dir, &monitor.LoggerConfig{LogPath: logPath, Stdout: outFifo, Stderr: errFifo})
+	l := execLogger(t, dir, &monitor.LoggerConfig{LogPath: logPath, Stdout: outFifo, Stderr: errFifo})
 	time.Sleep(200 * time.Millisecond)
-	before := wakeups(t, cmd.Process.Pid)
+	before := wakeups(t, l.cmd.Process.Pid)
 	time.Sleep(time.Second)
-	if n := wakeups(t, cmd.Process.Pid) - before; n > 5 {
+	if n := wakeups(t, l.cmd.Process.Pid) - before; n > 5 {
 		t.Errorf("the logger woke %d times in 1s waiting for the FIFOs' writer", n)
 	}
 	out, err := os.OpenFile(outFifo, os.O_WRONLY, 0)
@@ -355,7 +311,7 @@ func TestLoggerFIFOWaitsAsleep(t *testing.T) {
 	fmt.Fprintln(errw, "err line")
 	out.Close()
 	errw.Close()
-	waitExit(t, cmd, dir)
+	l.wait(t)
 	if got := strings.Join(logTexts(t, logPath), "|"); got != "stdout out line|stderr err line" && got != "stderr err line|stdout out line" {
 		t.Errorf("CRI log = %q", got)
 	}
@@ -369,13 +325,13 @@ func TestLoggerFIFOWriterWithoutOutput(t *testing.T) {
 	if err := unix.Mkfifo(outFifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := startFIFOLogger(t, dir, &monitor.LoggerConfig{Stdout: outFifo, Terminal: true})
+	l := execLogger(t, dir, &monitor.LoggerConfig{Stdout: outFifo, Terminal: true})
 	f, err := os.OpenFile(outFifo, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	waitExit(t, cmd, dir)
+	l.wait(t)
 }
 
 // TestLoggerNoConfigFIFOFds: started as the daemon starts it (fd 3 alone) but with no
@@ -383,6 +339,6 @@ func TestLoggerFIFOWriterWithoutOutput(t *testing.T) {
 // it opened itself (its epoll fd, its signalfd). It says it is ready and ends.
 func TestLoggerNoConfigFIFOFds(t *testing.T) {
 	dir := t.TempDir()
-	cmd := startFIFOLogger(t, dir, nil)
-	waitExit(t, cmd, dir)
+	l := execLogger(t, dir, nil)
+	l.wait(t)
 }

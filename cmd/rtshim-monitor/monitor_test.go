@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,7 +21,7 @@ import (
 // fakeRuntime is an OCI runtime's command line as far as the monitor uses it: create
 // writes the pid of an init that waits for start, prints on both streams and exits 7;
 // FAKE_FAIL makes create fail with words on stderr; FAKE_FLOOD=N makes the init first
-// write N lines of 1000 bytes (floodLine) in bursts of 64; FAKE_CAT makes it copy its
+// write N lines of 1000 bytes (floodText) in bursts of 64; FAKE_CAT makes it copy its
 // stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
 // start; FAKE_LINGER makes it wait 0.3 s before it exits; FAKE_WAIT_FILE makes create
 // wait for that file before it ends.
@@ -51,8 +52,34 @@ start) touch "$FAKE_DIR/started" ;;
 esac
 `
 
-// floodLine is line k of FAKE_FLOOD's output.
-func floodLine(k int) string { return fmt.Sprintf("%08d %0990d\n", k, 0) }
+// floodText is what the init writes on stdout with FAKE_FLOOD=lines: the flood, then its
+// last line.
+func floodText(lines int) string {
+	var b strings.Builder
+	for k := range lines {
+		fmt.Fprintf(&b, "%08d %0990d\n", k, 0)
+	}
+	return b.String() + "out-line\n"
+}
+
+// stdoutFrames reads attach frames from r until an error and sends the stdout they held.
+func stdoutFrames(r io.Reader) <-chan string {
+	got := make(chan string, 1)
+	go func() {
+		var out strings.Builder
+		for {
+			kind, p, err := monitor.ReadFrame(r)
+			if err != nil {
+				got <- out.String()
+				return
+			}
+			if kind == monitor.FrameStdout {
+				out.Write(p)
+			}
+		}
+	}()
+	return got
+}
 
 // monitorBinary is the monitor under test: the test binary (the Go monitor), or
 // RTSHIMD_TEST_MONITOR.
@@ -110,6 +137,17 @@ func startMonitorRaw(t *testing.T, dir string, data []byte, env ...string) (*exe
 	return cmd, line
 }
 
+// startCreated is startMonitor for a create that must succeed: it returns the report.
+func startCreated(t *testing.T, cfg monitor.Config, env ...string) (*exec.Cmd, monitor.Result) {
+	t.Helper()
+	cmd, line := startMonitor(t, cfg, env...)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 || res.Error != "" {
+		t.Fatalf("report %q: %v", line, err)
+	}
+	return cmd, res
+}
+
 func monitorConfig(t *testing.T) monitor.Config {
 	dir := t.TempDir()
 	rt := filepath.Join(dir, "fake")
@@ -127,11 +165,7 @@ func monitorConfig(t *testing.T) monitor.Config {
 // in exit.json, and the container's output in the CRI log.
 func TestMonitorProtocol(t *testing.T) {
 	cfg := monitorConfig(t)
-	cmd, line := startMonitor(t, cfg, "FAKE_HOLD=1")
-	var res monitor.Result
-	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 || res.Error != "" {
-		t.Fatalf("report %q: %v", line, err)
-	}
+	cmd, res := startCreated(t, cfg, "FAKE_HOLD=1")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	watched := make(chan monitor.Exit, 1)
@@ -244,11 +278,7 @@ func TestMonitorSlowAttachClient(t *testing.T) {
 	}
 	const lines = 4096 // 4 MB
 	cfg := monitorConfig(t)
-	cmd, line := startMonitor(t, cfg, fmt.Sprintf("FAKE_FLOOD=%d", lines))
-	var res monitor.Result
-	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 {
-		t.Fatalf("report %q: %v", line, err)
-	}
+	cmd, _ := startCreated(t, cfg, fmt.Sprintf("FAKE_FLOOD=%d", lines))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	slow, err := monitor.Attach(ctx, cfg.Dir)
@@ -279,21 +309,7 @@ func TestMonitorSlowAttachClient(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	fastGot := make(chan string, 1)
-	go func() {
-		var out strings.Builder
-		br := bufio.NewReaderSize(fast, 256<<10)
-		for {
-			kind, p, err := monitor.ReadFrame(br)
-			if err != nil {
-				fastGot <- out.String()
-				return
-			}
-			if kind == monitor.FrameStdout {
-				out.Write(p)
-			}
-		}
-	}()
+	fastGot := stdoutFrames(bufio.NewReaderSize(fast, 256<<10))
 	watched := make(chan error, 1)
 	go func() {
 		_, _, err := monitor.Watch(ctx, cfg.Dir)
@@ -312,22 +328,18 @@ func TestMonitorSlowAttachClient(t *testing.T) {
 		t.Errorf("monitor: %v", err)
 	}
 
-	var want strings.Builder
-	for k := range lines {
-		want.WriteString(floodLine(k))
-	}
-	want.WriteString("out-line\n")
+	want := floodText(lines)
 	var logged strings.Builder
 	for _, l := range strings.Split(strings.TrimSuffix(readFile(cfg.LogPath), "\n"), "\n") {
 		if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[1] == "stdout" && f[3] != "creating" {
 			logged.WriteString(f[3] + "\n")
 		}
 	}
-	if logged.String() != want.String() {
-		t.Errorf("CRI log: %d bytes of stdout, want %d in order", logged.Len(), want.Len())
+	if logged.String() != want {
+		t.Errorf("CRI log: %d bytes of stdout, want %d in order", logged.Len(), len(want))
 	}
-	if got := <-fastGot; got != want.String() {
-		t.Errorf("the client that kept up got %d bytes of stdout, want %d in order", len(got), want.Len())
+	if got := <-fastGot; got != want {
+		t.Errorf("the client that kept up got %d bytes of stdout, want %d in order", len(got), len(want))
 	}
 	// What the slow client got: whole frames, then perhaps part of one; a prefix.
 	b := <-slowGot
@@ -340,8 +352,8 @@ func TestMonitorSlowAttachClient(t *testing.T) {
 		}
 		b = b[end:]
 	}
-	if !strings.HasPrefix(want.String(), out.String()) || out.Len() >= want.Len() {
-		t.Errorf("the slow client got %d bytes of stdout: want a proper prefix of the %d", out.Len(), want.Len())
+	if !strings.HasPrefix(want, out.String()) || out.Len() >= len(want) {
+		t.Errorf("the slow client got %d bytes of stdout: want a proper prefix of the %d", out.Len(), len(want))
 	}
 	if !strings.Contains(readFile(filepath.Join(cfg.Dir, monitor.LogFile)), "attach client dropped") {
 		t.Errorf("monitor.log does not say the slow client was dropped")
@@ -438,11 +450,7 @@ func TestMonitorAttachStdinWaits(t *testing.T) {
 		// has sent the last output: give it time. The C monitor reads the pipes first.
 		env = append(env, "FAKE_LINGER=1")
 	}
-	cmd, line := startMonitor(t, cfg, env...)
-	var res monitor.Result
-	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid <= 0 {
-		t.Fatalf("report %q: %v", line, err)
-	}
+	cmd, _ := startCreated(t, cfg, env...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	att, err := monitor.Attach(ctx, cfg.Dir)
@@ -450,32 +458,15 @@ func TestMonitorAttachStdinWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer att.Close()
-	var want strings.Builder
-	for k := range lines {
-		want.WriteString(floodLine(k))
-	}
-	want.WriteString("out-line\n")
-	got := make(chan string, 1)
-	go func() {
-		var out strings.Builder
-		_ = att.SetReadDeadline(time.Now().Add(30 * time.Second))
-		for {
-			kind, p, err := monitor.ReadFrame(att)
-			if err != nil {
-				got <- out.String()
-				return
-			}
-			if kind == monitor.FrameStdout {
-				out.Write(p)
-			}
-		}
-	}()
+	want := floodText(lines)
+	_ = att.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got := stdoutFrames(att)
 	time.Sleep(100 * time.Millisecond)
 	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	// 32 KiB frames, the last one's end mid-line.
-	data := []byte(strings.TrimSuffix(want.String(), "out-line\n"))
+	data := []byte(strings.TrimSuffix(want, "out-line\n"))
 	for len(data) > 0 {
 		n := min(32<<10, len(data))
 		if err := monitor.WriteFrame(att, monitor.FrameStdin, data[:n]); err != nil {
@@ -486,8 +477,8 @@ func TestMonitorAttachStdinWaits(t *testing.T) {
 	if err := monitor.WriteFrame(att, monitor.FrameCloseStdin, nil); err != nil {
 		t.Fatal(err)
 	}
-	if g := <-got; g != want.String() {
-		t.Errorf("the client got %d bytes of stdout, want %d in order", len(g), want.Len())
+	if g := <-got; g != want {
+		t.Errorf("the client got %d bytes of stdout, want %d in order", len(g), len(want))
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("monitor: %v", err)

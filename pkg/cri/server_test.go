@@ -13,9 +13,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/network"
 )
 
 func TestInterceptorRecoversPanics(t *testing.T) {
@@ -123,5 +126,25 @@ func TestRuntimeReadyCondition(t *testing.T) {
 	c := runtimeReady([]*handlers.Handler{broken})
 	if c.Status || c.Reason != "NoRuntimeHandlerReady" || !strings.Contains(c.Message, "kata: binary not found") {
 		t.Errorf("with none ready: %v", c)
+	}
+}
+
+// kubelet sends mounts' noexec/nodev/nosuid (mount_options) only to a runtime whose
+// Status says it honours them; pkg/oci/mounts.go does.
+func TestStatusAdvertisesFeatures(t *testing.T) {
+	table, err := handlers.New(&config.Config{}, handlers.NewRuntimes(handlers.Env{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{
+		Handlers: handlers.NewLive(context.Background(), table, nil, handlers.Probe{}),
+		Network:  network.New(network.Options{ConfDir: t.TempDir()}),
+	}
+	resp, err := s.Status(context.Background(), &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := resp.GetFeatures(); !f.GetMountOptions() || !f.GetSupplementalGroupsPolicy() {
+		t.Errorf("features %v, want mount_options and supplemental_groups_policy", f)
 	}
 }

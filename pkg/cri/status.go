@@ -29,8 +29,10 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			rtCond,
 			netCond,
 		}},
-		// supplemental_groups_policy Merge and Strict are applied in the spec (pkg/oci/user.go).
-		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
+		// supplemental_groups_policy Merge and Strict are applied in the spec (pkg/oci/user.go);
+		// mounts' mount_options (noexec, nodev, nosuid) go into the bind mount's options
+		// (pkg/oci/mounts.go). kubelet sends neither unless the runtime says so.
+		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
 	}
 	for _, h := range list {
 		if !h.Ready {

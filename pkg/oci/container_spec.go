@@ -294,7 +294,12 @@ func containerAnnotations(o ContainerOptions) map[string]string {
 	out[AnnotationSandboxNS] = md.GetNamespace()
 	out[AnnotationSandboxUID] = md.GetUid()
 	out[AnnotationContainerName] = o.Config.GetMetadata().GetName()
+	// kubelet sends the image's ID in image.image and the pod spec's name in
+	// user_specified_image (containerd annotates the latter); older kubelets only the first.
 	out[AnnotationImageName] = o.Config.GetImage().GetImage()
+	if name := o.Config.GetImage().GetUserSpecifiedImage(); name != "" {
+		out[AnnotationImageName] = name
+	}
 	out[AnnotationCRIOType] = ContainerTypeContainer
 	out[AnnotationCRIOSandboxID] = o.SandboxID
 	return out

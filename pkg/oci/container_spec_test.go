@@ -240,6 +240,21 @@ func TestContainerSpecBasics(t *testing.T) {
 	}
 }
 
+// kubelet sends the image's ID in image.image and the name the pod spec gives in
+// user_specified_image: the annotation runtimes and tools read names the image as the
+// user did, and older kubelets' image.image stays what it was.
+func TestImageNameAnnotation(t *testing.T) {
+	o := testOptions(t)
+	o.Config.Image = &runtimeapi.ImageSpec{Image: "sha256:4d0c4c3c8e2f5b8a1e7b0f6a0d3f9c2b1a8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c", UserSpecifiedImage: "busybox:1.36"}
+	if got := mustSpec(t, o).Annotations[AnnotationImageName]; got != "busybox:1.36" {
+		t.Errorf("%s = %q, want the user_specified_image", AnnotationImageName, got)
+	}
+	o.Config.Image.UserSpecifiedImage = ""
+	if got := mustSpec(t, o).Annotations[AnnotationImageName]; got != o.Config.Image.Image {
+		t.Errorf("%s = %q without user_specified_image, want image.image", AnnotationImageName, got)
+	}
+}
+
 func TestPrivilegedNeedsPrivilegedSandbox(t *testing.T) {
 	o := testOptions(t)
 	o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{Privileged: true}

@@ -175,8 +175,9 @@ func TestContainerLifecycle(t *testing.T) {
 			if st.ExitCode != 0 || st.Reason != "Completed" || st.FinishedAt < st.StartedAt || st.StartedAt < st.CreatedAt {
 				t.Errorf("exit 0 container: code %d reason %q times %d/%d/%d", st.ExitCode, st.Reason, st.CreatedAt, st.StartedAt, st.FinishedAt)
 			}
-			if st.ImageRef == "" || !strings.HasPrefix(st.ImageRef, "sha256:") || st.Image.Image != e.image {
-				t.Errorf("image %q ref %q", st.Image.GetImage(), st.ImageRef)
+			// The image's name, its repo digest, and its ID (PullImage's image_ref).
+			if !strings.HasPrefix(st.ImageRef, strings.TrimSuffix(e.image, ":1")+"@sha256:") || !strings.HasPrefix(st.ImageId, "sha256:") || st.Image.Image != e.image {
+				t.Errorf("image %q ref %q id %q", st.Image.GetImage(), st.ImageRef, st.ImageId)
 			}
 			if st.LogPath != filepath.Join(pod.LogDirectory, "ok.log") {
 				t.Errorf("log path %q", st.LogPath)

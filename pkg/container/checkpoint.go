@@ -120,10 +120,20 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	return nil
 }
 
+// userImage is the image as the pod spec names it, where kubelet sent that.
+func (c *Container) userImage() string {
+	if s := c.config.GetImage().GetUserSpecifiedImage(); s != "" {
+		return s
+	}
+	return c.ImageRef
+}
+
 // checkpointFiles adds config.dump, spec.dump and CRIU's log to the archive's content.
 func (m *Manager) checkpointFiles(c *Container, content, work string, at time.Time) error {
 	cfg, err := json.Marshal(checkpointConfig{
-		ID: c.ID, Name: c.Name, RootfsImage: c.ImageRef, RootfsImageRef: c.ImageID, RootfsImageName: c.ImageRef,
+		// As CRI-O: the image the user asked for, its ID, and its name (kubelet sends the
+		// ID in config.image.image, which restoring tools cannot pull).
+		ID: c.ID, Name: c.Name, RootfsImage: c.userImage(), RootfsImageRef: c.ImageID, RootfsImageName: c.imageName(),
 		OCIRuntime: c.Handler, CreatedTime: time.Unix(0, c.CreatedAt), CheckpointedAt: at,
 	})
 	if err != nil {

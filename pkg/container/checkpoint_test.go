@@ -5,15 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rtshimd/rtshimd/pkg/store"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/kind"
+	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // noCheckpoint is a kind without kind.Checkpointer (as shim v2).
@@ -44,7 +46,9 @@ func TestCheckpointArchive(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"process":{"args":["sleep","1000"]}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "busybox:1", ImageID: "sha256:abc"},
+	// As kubelet sends it: the image's ID, and the pod spec's name beside it.
+	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "sha256:abc", ImageID: "sha256:abc", ImageName: "busybox:1"},
+		config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "sha256:abc", UserSpecifiedImage: "busybox:1"}},
 		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
 	m := &Manager{containers: map[string]*Container{"c1": c}}
 	out := t.TempDir()
@@ -72,6 +76,7 @@ func TestCheckpointArchive(t *testing.T) {
 	}
 	if got["checkpoint/inventory.img"] != "img of c1" || !strings.Contains(got["spec.dump"], "sleep") ||
 		!strings.Contains(got["config.dump"], `"id":"c1"`) || !strings.Contains(got["config.dump"], `"rootfsImageRef":"sha256:abc"`) ||
+		!strings.Contains(got["config.dump"], `"rootfsImage":"busybox:1"`) || !strings.Contains(got["config.dump"], `"rootfsImageName":"busybox:1"`) ||
 		!strings.Contains(got["dump.log"], "finished") {
 		t.Errorf("archive entries: %v", got)
 	}

@@ -43,13 +43,22 @@ type Metadata struct {
 	Shared  bool         `json:"shared,omitempty"`
 	Runtime *oci.Runtime `json:"runtime"`
 	// PodDir is the pod's sandbox container directory (a pod-wide supervisor's state).
-	PodDir    string          `json:"pod_dir,omitempty"`
-	Config    json.RawMessage `json:"config"` // the ContainerConfig (protojson)
-	ImageRef  string          `json:"image_ref"`
-	ImageID   string          `json:"image_id"`
-	CreatedAt int64           `json:"created_at"`
-	Dir       string          `json:"dir"` // bundle and monitor files
-	LogPath   string          `json:"log_path,omitempty"`
+	PodDir string          `json:"pod_dir,omitempty"`
+	Config json.RawMessage `json:"config"` // the ContainerConfig (protojson)
+	// ImageRef is the config's image.image (kubelet sends the image's ID there), ImageID
+	// the image's ID ("sha256:<config digest>", PullImage's image_ref).
+	ImageRef string `json:"image_ref"`
+	ImageID  string `json:"image_id"`
+	// ImageName and ImageRepoDigest are the image as ContainerStatus and ListContainers
+	// show it (image.image, image_ref), resolved once at create so that no status asks
+	// the image store: the name the pod spec gave (user_specified_image), else the image's
+	// first tag, else ImageRef; and its repo digest ("repo@sha256:<manifest digest>"),
+	// "" for an image without one. Records of earlier releases have neither.
+	ImageName       string `json:"image_name,omitempty"`
+	ImageRepoDigest string `json:"image_repo_digest,omitempty"`
+	CreatedAt       int64  `json:"created_at"`
+	Dir             string `json:"dir"` // bundle and monitor files
+	LogPath         string `json:"log_path,omitempty"`
 	// LogDir is the pod's log directory, below which LogPath lies.
 	LogDir string `json:"log_dir,omitempty"`
 	Rootfs string `json:"rootfs"`

@@ -78,7 +78,7 @@ func (c *Container) listItem() (*runtimeapi.Container, []byte) {
 			Id:           c.ID,
 			PodSandboxId: c.SandboxID,
 			Metadata:     c.config.Metadata,
-			Image:        &runtimeapi.ImageSpec{Image: c.ImageRef},
+			Image:        &runtimeapi.ImageSpec{Image: c.imageName()},
 			ImageRef:     c.imageRef(),
 			ImageId:      key.imageID,
 			State:        key.state,

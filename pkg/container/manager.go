@@ -188,7 +188,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		Metadata: Metadata{
 			ID: id, Name: name, SandboxID: sb.ID, Handler: sb.Handler,
 			Kind: sb.Kind, Runtime: sb.Runtime, PodDir: sb.InfraDir(), Config: raw,
-			ImageRef: cfg.Image.Image, CreatedAt: time.Now().UnixNano(),
+			ImageRef: cfg.Image.Image, ImageName: cfg.Image.UserSpecifiedImage, CreatedAt: time.Now().UnixNano(),
 			Dir:         filepath.Join(m.opts.RunDir, id),
 			CgroupsPath: cgpath.For(m.opts.CgroupDriver == config.SystemdDriver, sb.PodConfig().GetLinux().GetCgroupParent(), id),
 		},
@@ -270,6 +270,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		}
 	}
 	c.Rootfs, c.ImageID = rootfs, imageID
+	c.ImageName, c.ImageRepoDigest = m.imageNames(c.ID, cfg.Image, imageID)
 	if err := failpoint.Fail("create-container/rootfs"); err != nil {
 		return err
 	}
@@ -385,6 +386,36 @@ func terminationLog(cfg *runtimeapi.ContainerConfig) string {
 		}
 	}
 	return ""
+}
+
+// imageNames resolves the image's name and repo digest as the container's status shows
+// them (Metadata.ImageName, ImageRepoDigest), once: statuses never ask the image store.
+func (m *Manager) imageNames(id string, spec *runtimeapi.ImageSpec, imageID string) (name, repoDigest string) {
+	img, err := m.opts.Images.Status(imageID)
+	if err != nil {
+		// Only the names are missing (RemoveImage may have hidden the image meanwhile):
+		// the status shows what the config said and the ID.
+		logrus.WithError(err).WithFields(logrus.Fields{"container": id, "image": imageID}).Warn("image names for the container's status")
+		img = nil
+	}
+	return imageNames(spec, img)
+}
+
+// imageNames is the name status.image.image shows (user_specified_image, else the image's
+// first tag, else config.image.image) and the image's repo digest in that name's
+// repository (else its first; "" for none), as containerd and CRI-O show them.
+func imageNames(spec *runtimeapi.ImageSpec, img *image.Image) (name, repoDigest string) {
+	name = spec.GetUserSpecifiedImage()
+	if name == "" && img != nil && len(img.RepoTags) > 0 {
+		name = img.RepoTags[0]
+	}
+	if name == "" {
+		name = spec.GetImage()
+	}
+	if img != nil {
+		repoDigest = img.RepoDigest(name)
+	}
+	return name, repoDigest
 }
 
 func (m *Manager) imageConfig(imageID string) (ocispec.ImageConfig, error) {

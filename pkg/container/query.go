@@ -45,7 +45,7 @@ func criStatus(c *Container) *runtimeapi.ContainerStatus {
 		StartedAt:   st.StartedAt,
 		FinishedAt:  st.FinishedAt,
 		ExitCode:    st.ExitCode,
-		Image:       &runtimeapi.ImageSpec{Image: c.ImageRef},
+		Image:       &runtimeapi.ImageSpec{Image: c.imageName()},
 		ImageRef:    c.imageRef(),
 		ImageId:     c.ImageID,
 		Reason:      st.Reason,
@@ -97,9 +97,23 @@ func criResources(r *specs.LinuxResources) *runtimeapi.LinuxContainerResources {
 	return out
 }
 
-// imageRef is the image ID the container runs, or, for one whose create failed before
-// its rootfs was recorded (kept for cleanup), the image it asked for: the CRI wants one.
+// imageName is the image as status.image.image names it: a name, not the ID kubelet
+// sends in config.image.image (kubectl shows it). A record of an earlier release has no
+// ImageName and shows what its config said, as it did.
+func (c *Container) imageName() string {
+	if c.ImageName != "" {
+		return c.ImageName
+	}
+	return c.ImageRef
+}
+
+// imageRef is the image's repo digest; for an image without one (or a record of an
+// earlier release) its ID; for a container whose create failed before its rootfs was
+// recorded (kept for cleanup), the image it asked for: the CRI wants one.
 func (c *Container) imageRef() string {
+	if c.ImageRepoDigest != "" {
+		return c.ImageRepoDigest
+	}
 	if c.ImageID != "" {
 		return c.ImageID
 	}

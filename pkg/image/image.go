@@ -141,6 +141,23 @@ func (im *Image) UID() (uid *int64, name string) {
 	return nil, u
 }
 
+// RepoDigest is the image's repo digest ("repo@sha256:<manifest digest>") in the
+// repository of name when it has one there, else its first; "" when it has none (an
+// image never pulled from a registry).
+func (im *Image) RepoDigest(name string) string {
+	if named, err := dockerref.ParseNormalizedNamed(name); err == nil {
+		for _, d := range im.RepoDigests {
+			if dn, err := dockerref.ParseNormalizedNamed(d); err == nil && dn.Name() == named.Name() {
+				return d
+			}
+		}
+	}
+	if len(im.RepoDigests) > 0 {
+		return im.RepoDigests[0]
+	}
+	return ""
+}
+
 // lookup finds an image by ID ("sha256:..." or bare), ID prefix, tag or digest reference.
 func (s *Service) lookup(ref string) (*storage.Image, error) {
 	if ref == "" {

@@ -62,7 +62,8 @@ type Metadata struct {
 	// LogDir is the pod's log directory, below which LogPath lies.
 	LogDir string `json:"log_dir,omitempty"`
 	Rootfs string `json:"rootfs"`
-	// StopSignal is the image's STOPSIGNAL, as the runtime's kill accepts it.
+	// StopSignal is what StopContainer sends, as the runtime's kill accepts it: the
+	// config's stop_signal, else the image's STOPSIGNAL, else SIGTERM.
 	StopSignal  string `json:"stop_signal"`
 	CgroupsPath string `json:"cgroups_path"`
 	// TerminationLog is the host file whose content becomes the exit message.

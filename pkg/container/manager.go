@@ -154,6 +154,9 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if p := cfg.GetLogPath(); p != "" && (!filepath.IsLocal(p) || filepath.Clean(p) == ".") {
 		return "", invalid("config.log_path %q must be a relative path below the pod's log_directory", p)
 	}
+	if _, err := oci.CRIStopSignal(cfg.GetStopSignal()); err != nil {
+		return "", err
+	}
 	tm := phasetime.Start()
 	sb, err := m.opts.Sandboxes.Get(sandboxID)
 	if err != nil {
@@ -278,7 +281,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
-	if c.StopSignal, err = oci.StopSignal(imgCfg.StopSignal); err != nil {
+	if c.StopSignal, err = stopSignal(cfg, imgCfg); err != nil {
 		return fmt.Errorf("image %s: %w", c.ImageRef, err)
 	}
 	tm.Mark("image_config")
@@ -386,6 +389,16 @@ func terminationLog(cfg *runtimeapi.ContainerConfig) string {
 		}
 	}
 	return ""
+}
+
+// stopSignal is what StopContainer sends, as the runtime's kill takes it: the config's
+// stop_signal (KEP-4960: the pod spec's lifecycle.stopSignal) over the image's STOPSIGNAL,
+// else SIGTERM.
+func stopSignal(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (string, error) {
+	if s, err := oci.CRIStopSignal(cfg.GetStopSignal()); err != nil || s != "" {
+		return s, err
+	}
+	return oci.StopSignal(img.StopSignal)
 }
 
 // imageNames resolves the image's name and repo digest as the container's status shows

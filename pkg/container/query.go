@@ -5,6 +5,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/oci"
 )
 
 // CRIStatus is the container as ContainerStatus reports it; verbose adds the pid, the
@@ -54,6 +56,7 @@ func criStatus(c *Container) *runtimeapi.ContainerStatus {
 		Annotations: cfg.Annotations,
 		Mounts:      statusMounts(c),
 		LogPath:     c.LogPath,
+		StopSignal:  oci.CRISignal(c.StopSignal),
 	}
 	if len(st.Resources) > 0 {
 		var r specs.LinuxResources

@@ -1,10 +1,15 @@
 package container
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -94,5 +99,47 @@ func TestStatusImageOfEarlierRecord(t *testing.T) {
 	st := criStatus(c)
 	if got, want := [3]string{st.GetImage().GetImage(), st.GetImageRef(), st.GetImageId()}, [3]string{"busybox:1.36", testImageID, testImageID}; got != want {
 		t.Errorf("image, image_ref, image_id = %q, want %q", got, want)
+	}
+}
+
+// KEP-4960: the config's stop_signal overrides the image's STOPSIGNAL, and the status
+// says which signal StopContainer sends.
+func TestStopSignal(t *testing.T) {
+	for _, tt := range []struct {
+		cfg   runtimeapi.Signal
+		image string
+		want  string
+		enum  runtimeapi.Signal
+	}{
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "", "SIGTERM", runtimeapi.Signal_SIGNAL_SIGTERM},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGINT", "SIGINT", runtimeapi.Signal_SIGNAL_SIGINT},
+		{runtimeapi.Signal_SIGNAL_SIGQUIT, "SIGINT", "SIGQUIT", runtimeapi.Signal_SIGNAL_SIGQUIT},
+		{runtimeapi.Signal_SIGNAL_SIGRTMINPLUS3, "", "37", runtimeapi.Signal_SIGNAL_SIGRTMINPLUS3},
+		// The config's signal wins over an image STOPSIGNAL that is no signal.
+		{runtimeapi.Signal_SIGNAL_SIGUSR1, "BOGUS", "SIGUSR1", runtimeapi.Signal_SIGNAL_SIGUSR1},
+	} {
+		cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, StopSignal: tt.cfg}
+		got, err := stopSignal(cfg, ocispec.ImageConfig{StopSignal: tt.image})
+		if err != nil || got != tt.want {
+			t.Errorf("config %v, image %q: %q, %v, want %q", tt.cfg, tt.image, got, err, tt.want)
+			continue
+		}
+		c := &Container{Metadata: Metadata{ID: "c1", StopSignal: got}, config: cfg, status: store.NewTracked(Status{State: StateRunning})}
+		if st := criStatus(c).GetStopSignal(); st != tt.enum {
+			t.Errorf("config %v, image %q: status stop_signal %v, want %v", tt.cfg, tt.image, st, tt.enum)
+		}
+	}
+}
+
+// An unknown stop_signal is refused by name before anything is made.
+func TestCreateRefusesUnknownStopSignal(t *testing.T) {
+	m := &Manager{}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+		StopSignal: runtimeapi.Signal(99),
+	}
+	_, err := m.Create(context.Background(), "pod", cfg)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "config.stop_signal 99") {
+		t.Errorf("stop_signal 99: %v, want InvalidArgument naming config.stop_signal and 99", err)
 	}
 }

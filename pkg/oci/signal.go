@@ -1,11 +1,13 @@
 package oci
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Real-time signals as glibc numbers them (the kernel's 32 and 33 are taken by threading),
@@ -31,6 +33,49 @@ func StopSignal(imageStopSignal string) (string, error) {
 		return name, nil
 	}
 	return strconv.Itoa(num), nil
+}
+
+// CRIStopSignal is a ContainerConfig's stop_signal (KEP-4960) as StopSignal names it
+// ("SIGQUIT"; "37" for SIGRTMIN+3); "" for RUNTIME_DEFAULT, which leaves the image's.
+func CRIStopSignal(s runtimeapi.Signal) (string, error) {
+	if s == runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
+		return "", nil
+	}
+	name, ok := runtimeapi.Signal_name[int32(s)]
+	if !ok {
+		return "", invalidf("config.stop_signal %d is not a signal this runtime knows", int32(s))
+	}
+	// SIGNAL_SIGRTMINPLUS3 is SIGRTMIN+3, SIGNAL_SIGRTMAXMINUS1 SIGRTMAX-1.
+	name = strings.TrimPrefix(name, "SIGNAL_")
+	name = strings.Replace(strings.Replace(name, "PLUS", "+", 1), "MINUS", "-", 1)
+	out, err := StopSignal(name)
+	if err != nil {
+		return "", invalidf("config.stop_signal %s: %v", s, err)
+	}
+	return out, nil
+}
+
+// CRISignal is a signal as StopSignal names it, as the CRI's enum
+// (ContainerStatus.stop_signal); RUNTIME_DEFAULT for one the enum lacks (32, 33).
+func CRISignal(s string) runtimeapi.Signal {
+	n, err := SignalNumber(s)
+	if err != nil {
+		return runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT
+	}
+	var name string
+	switch rt := int(n); {
+	case rt == sigRTMin:
+		name = "SIGRTMIN"
+	case rt == sigRTMax:
+		name = "SIGRTMAX"
+	case rt > sigRTMin && rt-sigRTMin <= 15:
+		name = fmt.Sprintf("SIGRTMINPLUS%d", rt-sigRTMin)
+	case rt > sigRTMin && rt < sigRTMax:
+		name = fmt.Sprintf("SIGRTMAXMINUS%d", sigRTMax-rt)
+	default:
+		name = unix.SignalName(n)
+	}
+	return runtimeapi.Signal(runtimeapi.Signal_value["SIGNAL_"+name])
 }
 
 func parseSignal(s string) (int, error) {

@@ -37,6 +37,11 @@ func TestContainerEvents(t *testing.T) {
 	podID, pod := e.pod("events", "runc")
 	id := e.run(podID, pod, e.ctrConfig("short", "sh", "-c", "sleep 1; exit 2"))
 	e.waitExit(id)
+	// kubelet's Evented PLEG reads the pod's containers from PodSandboxStatus alone.
+	if resp, err := e.d.RS.PodSandboxStatus(ctxT(t), podID, false); err != nil || len(resp.GetContainersStatuses()) != 1 ||
+		resp.ContainersStatuses[0].Id != id || resp.ContainersStatuses[0].ExitCode != 2 {
+		t.Errorf("PodSandboxStatus containers_statuses %v, %v; want the exited container", resp.GetContainersStatuses(), err)
+	}
 	if err := e.d.RS.RemoveContainer(ctxT(t), id); err != nil {
 		t.Fatal(err)
 	}

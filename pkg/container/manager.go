@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -591,15 +592,22 @@ func (m *Manager) saveMeta(c *Container, fn func(*Status)) error {
 	return c.status.Update(m.opts.Store, c.ID, &c.Metadata, fn)
 }
 
-// publish sends a lifecycle event with the container's and its pod's statuses.
+// publish sends a lifecycle event with its pod's status and those of the pod's
+// containers, as containerd does: kubelet's Evented PLEG replaces its view of the pod with
+// what an event carries, so one container's status alone would hide the others.
 func (m *Manager) publish(c *Container, t runtimeapi.ContainerEventType) {
 	if m.opts.Events == nil {
 		return
 	}
 	pod, _, _ := m.opts.Sandboxes.CRIStatus(c.SandboxID, false)
+	statuses := m.PodStatuses(c.SandboxID)
+	if !slices.ContainsFunc(statuses, func(s *runtimeapi.ContainerStatus) bool { return s.Id == c.ID }) {
+		// A removed container is unlisted before its DELETED event, which still names it.
+		statuses = append(statuses, criStatus(c))
+	}
 	m.opts.Events.Publish(&runtimeapi.ContainerEventResponse{
 		ContainerId: c.ID, ContainerEventType: t, CreatedAt: time.Now().UnixNano(),
-		PodSandboxStatus: pod, ContainersStatuses: []*runtimeapi.ContainerStatus{criStatus(c)},
+		PodSandboxStatus: pod, ContainersStatuses: statuses,
 	})
 }
 

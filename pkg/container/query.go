@@ -1,7 +1,10 @@
 package container
 
 import (
+	"cmp"
 	"encoding/json"
+	"slices"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -33,6 +36,21 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatu
 		return nil, nil, err
 	}
 	return out, map[string]string{"info": string(info)}, nil
+}
+
+// PodStatuses is the ContainerStatus of every container of the pod, oldest first, from
+// memory: PodSandboxStatus and the events carry them, and kubelet's Evented PLEG takes a
+// pod's containers from there alone.
+func (m *Manager) PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus {
+	of := m.ofSandbox(sandboxID)
+	slices.SortFunc(of, func(a, b *Container) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	out := make([]*runtimeapi.ContainerStatus, len(of))
+	for i, c := range of {
+		out[i] = criStatus(c)
+	}
+	return out
 }
 
 // criStatus is the container's ContainerStatus, from memory.

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/events"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/store"
@@ -141,5 +143,57 @@ func TestCreateRefusesUnknownStopSignal(t *testing.T) {
 	_, err := m.Create(context.Background(), "pod", cfg)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "config.stop_signal 99") {
 		t.Errorf("stop_signal 99: %v, want InvalidArgument naming config.stop_signal and 99", err)
+	}
+}
+
+// PodSandboxStatus and the events carry the statuses of all the pod's containers: kubelet's
+// Evented PLEG takes the pod's containers from there alone.
+func TestPodStatusesAndEvents(t *testing.T) {
+	m, _ := statsManager(t, 0, false)
+	bus := events.NewBus()
+	m.opts.Events = bus
+	sub := bus.Subscribe()
+	defer bus.Unsubscribe(sub)
+	add := func(id, pod string, created int64) *Container {
+		c := &Container{
+			Metadata: Metadata{ID: id, SandboxID: pod, CreatedAt: created},
+			config:   &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: id}},
+			status:   store.NewTracked(Status{State: StateRunning}), exited: make(chan struct{}),
+		}
+		m.mu.Lock()
+		m.add(c)
+		m.mu.Unlock()
+		return c
+	}
+	b := add("b", "p1", 2)
+	add("a", "p1", 1)
+	add("other", "p2", 0)
+	ids := func(l []*runtimeapi.ContainerStatus) string {
+		var out []string
+		for _, s := range l {
+			out = append(out, s.GetId())
+		}
+		return strings.Join(out, ",")
+	}
+	if got := ids(m.PodStatuses("p1")); got != "a,b" {
+		t.Errorf("PodStatuses(p1) = %s, want a,b (oldest first)", got)
+	}
+	if got := m.PodStatuses("none"); len(got) != 0 {
+		t.Errorf("PodStatuses of a pod without containers = %v", got)
+	}
+	m.publish(b, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	m.mu.Lock()
+	m.forget(b)
+	m.mu.Unlock()
+	m.publish(b, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
+	for _, want := range []string{"a,b", "a,b"} { // the removed one still named by its event
+		select {
+		case ev := <-sub.C:
+			if got := ids(ev.ContainersStatuses); got != want {
+				t.Errorf("%v event carries %s, want %s", ev.ContainerEventType, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no event")
+		}
 	}
 }

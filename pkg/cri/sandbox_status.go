@@ -7,11 +7,18 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// PodSandboxStatus reports one sandbox from memory.
+// PodSandboxStatus reports one sandbox and its containers from memory: kubelet's Evented
+// PLEG reads the pod's containers from containers_statuses alone (pkg/sandbox cannot ask
+// pkg/container, which imports it, so they are joined here).
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
 	st, info, err := s.Sandboxes.CRIStatus(req.GetPodSandboxId(), req.GetVerbose())
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.PodSandboxStatusResponse{Status: st, Info: info, Timestamp: time.Now().UnixNano()}, nil
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: st, Info: info}
+	if s.Containers != nil {
+		resp.ContainersStatuses = s.Containers.PodStatuses(st.GetId())
+	}
+	resp.Timestamp = time.Now().UnixNano()
+	return resp, nil
 }

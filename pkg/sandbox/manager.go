@@ -84,10 +84,11 @@ type Handlers interface {
 }
 
 // Containers is what a sandbox needs of the container manager: its containers go
-// before it does.
+// before it does, and its events carry their statuses.
 type Containers interface {
 	StopAll(ctx context.Context, sandboxID string) error
 	RemoveAll(ctx context.Context, sandboxID string) error
+	PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus
 }
 
 // Manager runs pod sandboxes.
@@ -832,14 +833,21 @@ func (m *Manager) saveMeta(sb *Sandbox, fn func(*Status)) error {
 	return sb.status.Update(m.opts.Store, sb.ID, &sb.Metadata, fn)
 }
 
-// publish sends a sandbox lifecycle event (its ID in container_id, as containerd does).
+// publish sends a sandbox lifecycle event (its ID in container_id, as containerd does)
+// with the statuses of the pod's containers: kubelet's Evented PLEG replaces its view of
+// the pod with what an event carries, so a stopped pod's event without them would hide
+// its containers.
 func (m *Manager) publish(sb *Sandbox, t runtimeapi.ContainerEventType) {
 	if m.opts.Events == nil {
 		return
 	}
-	m.opts.Events.Publish(&runtimeapi.ContainerEventResponse{
+	ev := &runtimeapi.ContainerEventResponse{
 		ContainerId: sb.ID, ContainerEventType: t, CreatedAt: time.Now().UnixNano(), PodSandboxStatus: criStatusOf(sb),
-	})
+	}
+	if m.containers != nil {
+		ev.ContainersStatuses = m.containers.PodStatuses(sb.ID)
+	}
+	m.opts.Events.Publish(ev)
 }
 
 // All returns every sandbox, whatever its state.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/moby/profiles/apparmor"
 	"github.com/opencontainers/selinux/go-selinux"
@@ -162,6 +163,37 @@ func (h Host) SELinuxLabels(field string, o *runtimeapi.SELinuxOption, privilege
 		return "", "", invalidf("%s %q: %s", f, strings.Join(opts, ","), errText(err))
 	}
 	return process, mount, nil
+}
+
+// relabel is label.Relabel; tests replace it, as no node here has SELinux.
+var relabel = label.Relabel
+
+// CheckRelabel refuses a mount's selinux_relabel (field names it, what is its host path or
+// image) where SELinux is not enabled: there is no label to give the files, and kubelet
+// only asks for it on SELinux nodes, so a request here is a mistake to name, not to drop.
+func (h Host) CheckRelabel(field, what string) error {
+	if !h.SELinux {
+		return invalidf("%s is set for %s: SELinux is not enabled on this node, so the volume cannot be relabeled; run the pod on an SELinux node or unset selinux_relabel", field, what)
+	}
+	return nil
+}
+
+// Relabel gives path (a mount's host path, symlinks resolved) and everything under it the
+// container's mount label, private to the container (its MCS level kept), as containerd
+// and CRI-O do for selinux_relabel. go-selinux refuses system directories (/, /usr, /etc,
+// ...). A file system that cannot hold labels is left as it is, as containerd does.
+func (h Host) Relabel(field, path, mountLabel string) error {
+	if err := h.CheckRelabel(field, fmt.Sprintf("host path %q", path)); err != nil {
+		return err
+	}
+	if err := relabel(path, mountLabel, false); err != nil {
+		if errors.Is(err, syscall.ENOTSUP) {
+			logrus.WithFields(logrus.Fields{"field": field, "path": path}).Warn("selinux_relabel: the file system does not support SELinux labels; left as it is")
+			return nil
+		}
+		return fmt.Errorf("%s: relabel host path %q with %q: %w", field, path, mountLabel, err)
+	}
+	return nil
 }
 
 func errText(err error) string {

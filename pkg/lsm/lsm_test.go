@@ -2,9 +2,13 @@ package lsm
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/opencontainers/selinux/go-selinux/label"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
@@ -62,5 +66,53 @@ func TestSELinuxWithoutSELinux(t *testing.T) {
 	_, _, err := h.SELinuxLabels(f, &runtimeapi.SELinuxOption{Type: "spc_t", Level: "s0:c1,c2"}, false)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `config.linux.security_context.selinux_options "type:spc_t,level:s0:c1,c2": SELinux is not enabled`) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// selinux_relabel: refused by name without SELinux (nothing relabeled); with it, the host
+// path gets the container's mount label, private (not shared), and a file system without
+// label support is left as it is.
+func TestRelabel(t *testing.T) {
+	var calls []string
+	relabel = func(path, fileLabel string, shared bool) error {
+		calls = append(calls, fmt.Sprintf("%s %s %v", path, fileLabel, shared))
+		if path == "/nolabels" {
+			return fmt.Errorf("lsetxattr %s: %w", path, syscall.ENOTSUP)
+		}
+		return nil
+	}
+	defer func() { relabel = label.Relabel }()
+	const field = "config.mounts[2].selinux_relabel"
+	const mountLabel = "system_u:object_r:container_file_t:s0:c1,c2"
+
+	var off Host
+	if err := off.CheckRelabel(field, `config.mounts[2].host_path "/data"`); !errors.Is(err, errdefs.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), `config.mounts[2].selinux_relabel is set for config.mounts[2].host_path "/data": SELinux is not enabled on this node`) {
+		t.Errorf("CheckRelabel without SELinux: %v", err)
+	}
+	if err := off.Relabel(field, "/data", ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `host path "/data": SELinux is not enabled`) {
+		t.Errorf("Relabel without SELinux: %v", err)
+	}
+	if len(calls) != 0 {
+		t.Fatalf("relabeled without SELinux: %q", calls)
+	}
+
+	on := Host{SELinux: true}
+	if err := on.CheckRelabel(field, "x"); err != nil {
+		t.Errorf("CheckRelabel with SELinux: %v", err)
+	}
+	if err := on.Relabel(field, "/data", mountLabel); err != nil {
+		t.Errorf("Relabel: %v", err)
+	}
+	if err := on.Relabel(field, "/nolabels", mountLabel); err != nil {
+		t.Errorf("Relabel of a file system without labels: %v", err)
+	}
+	want := []string{"/data " + mountLabel + " false", "/nolabels " + mountLabel + " false"}
+	if !slices.Equal(calls, want) {
+		t.Errorf("relabel calls %q, want %q", calls, want)
+	}
+	relabel = func(string, string, bool) error { return errors.New("SELinux relabeling of / is not allowed") }
+	if err := on.Relabel(field, "/", mountLabel); err == nil || !strings.Contains(err.Error(), `config.mounts[2].selinux_relabel: relabel host path "/" with "`+mountLabel+`": SELinux relabeling of / is not allowed`) {
+		t.Errorf("Relabel of /: %v", err)
 	}
 }

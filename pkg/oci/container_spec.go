@@ -130,7 +130,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	}
 
 	// Mounts.
-	cri, err := criMounts(config, o.ImageVolumes)
+	cri, err := criMounts(config, o.ImageVolumes, o.LSM, spec.Linux.MountLabel)
 	if err != nil {
 		return nil, err
 	}

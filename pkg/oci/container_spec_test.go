@@ -514,6 +514,11 @@ func TestMountErrors(t *testing.T) {
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, MountOptions: []string{"ro,exec"}}, `config.mounts[1].mount_options[0] "ro,exec" is not a mount option`},
+		// This node has no SELinux (the zero lsm.Host): selinux_relabel is refused, not dropped.
+		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: filepath.Join(vol, "never"), SelinuxRelabel: true},
+			`config.mounts[1].selinux_relabel is set for config.mounts[1].host_path "` + filepath.Join(vol, "never") + `": SELinux is not enabled on this node`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, SelinuxRelabel: true},
+			`config.mounts[1].selinux_relabel is set for config.mounts[1].image.image "busybox": SELinux is not enabled on this node`},
 	}
 	for _, tt := range tests {
 		o := testOptions(t)

@@ -12,6 +12,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/pkg/lsm"
 )
 
 // bindMount is a CRI mount or a pod file, checked and ready to become a spec mount.
@@ -59,10 +61,12 @@ var imageVolumeOptions = []string{"nosuid", "nodev", "noexec"}
 
 // criMounts checks config.mounts: container_path absolute, host_path present (created as a
 // directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with
-// readonly and private propagation. An image mount binds its entry of imageVolumes,
+// readonly and private propagation, selinux_relabel only where the node has SELinux (there
+// the host path gets mountLabel). An image mount binds its entry of imageVolumes,
 // read-only.
-func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string) ([]bindMount, error) {
+func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, host lsm.Host, mountLabel string) ([]bindMount, error) {
 	var out []bindMount
+	var relabels [][2]string // field, host path
 	for i, m := range config.GetMounts() {
 		field := func(f string) string { return "config.mounts[" + strconv.Itoa(i) + "]." + f }
 		if m == nil {
@@ -109,6 +113,19 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string) 
 				return nil, invalidf("%s[%d] %q is not a mount option", field("mount_options"), j, o)
 			}
 		}
+		if m.GetSelinuxRelabel() {
+			what := fmt.Sprintf("%s %q", field("host_path"), m.GetHostPath())
+			if image {
+				what = fmt.Sprintf("%s %q", field("image.image"), m.GetImage().GetImage())
+			}
+			if err := host.CheckRelabel(field("selinux_relabel"), what); err != nil {
+				return nil, err
+			}
+			if image {
+				// Its layers are read-only and shared by every user of the image.
+				return nil, invalidf("%s is set for %s: an image volume is not relabeled", field("selinux_relabel"), what)
+			}
+		}
 		if image {
 			src, ok := imageVolumes[i]
 			if !ok {
@@ -131,10 +148,20 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string) 
 		if err != nil {
 			return nil, invalidf("%s %q: %s", field("host_path"), m.GetHostPath(), errText(err))
 		}
+		if m.GetSelinuxRelabel() {
+			relabels = append(relabels, [2]string{field("selinux_relabel"), src})
+		}
 		out = append(out, bindMount{
 			dst: dst, src: src, readonly: ro, rro: m.GetRecursiveReadOnly(),
 			propagation: m.GetPropagation(), options: slices.Clone(m.GetMountOptions()),
 		})
+	}
+	// Relabeled once every mount is valid: a label, unlike a missing directory, changes
+	// what other users of the host path may read.
+	for _, r := range relabels {
+		if err := host.Relabel(r[0], r[1], mountLabel); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

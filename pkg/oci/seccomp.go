@@ -23,11 +23,30 @@ func containerSeccomp(sc *runtimeapi.LinuxContainerSecurityContext, spec *specs.
 	if sc.GetPrivileged() {
 		return nil, nil
 	}
+	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec) //nolint:staticcheck // deprecated, still sent by old clients
+}
+
+// SandboxSeccomp is the seccomp filter of a pod's sandbox (infra) container, from the pod's
+// security_context.seccomp (or seccomp_profile_path), by the containers' rules, as
+// containerd applies it to its pause container. RuntimeDefault is judged against the infra
+// container's capabilities (none, as InfraSpec gives it).
+func SandboxSeccomp(sc *runtimeapi.LinuxSandboxSecurityContext) (*specs.LinuxSeccomp, error) {
+	if sc.GetPrivileged() {
+		return nil, nil
+	}
+	spec := &specs.Spec{Process: &specs.Process{Capabilities: infraCapabilities()}}
+	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec) //nolint:staticcheck // deprecated, still sent by old clients
+}
+
+// seccompProfile reads a security context's seccomp field, or its deprecated path when
+// the field is unset; errors name config.linux.security_context's field, which is the same
+// for a pod and a container.
+func seccompProfile(p *runtimeapi.SecurityProfile, path string, spec *specs.Spec) (*specs.LinuxSeccomp, error) {
 	field := fieldSeccomp
 	typ, ref := runtimeapi.SecurityProfile_Unconfined, ""
-	if p := sc.GetSeccomp(); p != nil {
+	if p != nil {
 		typ, ref = p.GetProfileType(), p.GetLocalhostRef()
-	} else if path := sc.GetSeccompProfilePath(); path != "" { //nolint:staticcheck // deprecated, still sent by old clients
+	} else if path != "" {
 		field = "config.linux.security_context.seccomp_profile_path"
 		switch {
 		case path == "runtime/default" || path == "docker/default":

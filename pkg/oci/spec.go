@@ -64,6 +64,8 @@ type InfraOptions struct {
 	IDMappings *IDMappings
 	// Security modules' labels for the pod ("" = none).
 	ApparmorProfile, SelinuxLabel, MountLabel string
+	// Seccomp is the pod's filter (SandboxSeccomp; nil = none).
+	Seccomp *specs.LinuxSeccomp
 }
 
 // IDMappings are a pod user namespace's ID mappings. The runtime joins the namespace by
@@ -75,7 +77,7 @@ type IDMappings struct {
 }
 
 // InfraSpec builds the spec of an infra container: the pause program on a read-only
-// rootfs, no capabilities, no new privileges.
+// rootfs, no capabilities, no new privileges, the pod's seccomp filter.
 func InfraSpec(o InfraOptions) *specs.Spec {
 	shm := specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
 		Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}
@@ -93,7 +95,7 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 			Env:             []string{"PATH=/"},
 			User:            o.User,
 			NoNewPrivileges: true,
-			Capabilities:    &specs.LinuxCapabilities{},
+			Capabilities:    infraCapabilities(),
 			OOMScoreAdj:     o.OOMScoreAdj,
 		},
 		Mounts: []specs.Mount{
@@ -116,8 +118,13 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 	}
 	o.IDMappings.apply(spec.Linux)
 	spec.Process.ApparmorProfile, spec.Process.SelinuxLabel, spec.Linux.MountLabel = o.ApparmorProfile, o.SelinuxLabel, o.MountLabel
+	spec.Linux.Seccomp = o.Seccomp
 	return spec
 }
+
+// infraCapabilities are the infra container's: none. SandboxSeccomp judges the default
+// profile against them.
+func infraCapabilities() *specs.LinuxCapabilities { return &specs.LinuxCapabilities{} }
 
 func (m *IDMappings) apply(l *specs.Linux) {
 	if m != nil {

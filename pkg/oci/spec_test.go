@@ -82,6 +82,14 @@ func TestInfraSpec(t *testing.T) {
 		t.Errorf("/sys = %+v, want read-only", sys)
 	}
 
+	if s.Linux.Seccomp != nil {
+		t.Errorf("seccomp = %+v without one asked", s.Linux.Seccomp)
+	}
+	o.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActErrno}
+	if got := InfraSpec(o).Linux.Seccomp; got != o.Seccomp {
+		t.Errorf("seccomp = %+v, want the pod's %+v", got, o.Seccomp)
+	}
+
 	o.ShmPath = ""
 	shm = mountAt(InfraSpec(o), "/dev/shm")
 	if shm == nil || shm.Type != "tmpfs" || contains(shm.Options, "rbind") {

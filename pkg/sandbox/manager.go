@@ -310,7 +310,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	if _, err := resolvConf(cfg.GetDnsConfig()); err != nil {
 		return "", invalid("config.%v", err)
 	}
-	labels, err := m.podLabels(cfg)
+	security, err := m.podSecurity(cfg)
 	if err != nil {
 		return "", err
 	}
@@ -343,11 +343,11 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 			BundleDir: filepath.Join(m.opts.RunDir, id, id),
 		},
-		config: cfg,
-		labels: labels,
-		rt:     h.Kind,
-		status: store.NewTracked(Status{State: StateCreating}),
-		exited: make(chan struct{}),
+		config:   cfg,
+		security: security,
+		rt:       h.Kind,
+		status:   store.NewTracked(Status{State: StateCreating}),
+		exited:   make(chan struct{}),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
 	tm := phasetime.Start()
@@ -544,24 +544,34 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	return err
 }
 
-// lsmLabels are the security modules' labels of a pod's sandbox container.
-type lsmLabels struct{ apparmor, process, mount string }
+// infraSecurity is the confinement of a pod's sandbox container: the security modules'
+// labels and the seccomp filter.
+type infraSecurity struct {
+	apparmor, process, mount string
+	seccomp                  *specs.LinuxSeccomp
+}
 
-// podLabels checks the pod's AppArmor and SELinux requests against the node before
-// anything is made, and returns the sandbox container's labels.
-func (m *Manager) podLabels(cfg *runtimeapi.PodSandboxConfig) (lsmLabels, error) {
+// podSecurity checks the pod's AppArmor, SELinux and seccomp requests against the node
+// before anything is made, and returns the sandbox container's confinement.
+func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig) (infraSecurity, error) {
 	const f = "config.linux.security_context"
 	sc := cfg.GetLinux().GetSecurityContext()
-	var l lsmLabels
+	var l infraSecurity
 	var err error
 	if l.apparmor, err = m.opts.LSM.AppArmorProfile(f, sc.GetApparmor(), "", sc.GetPrivileged()); err != nil {
 		return l, err
 	}
-	l.process, l.mount, err = m.opts.LSM.SELinuxLabels(f, sc.GetSelinuxOptions(), sc.GetPrivileged())
+	if l.process, l.mount, err = m.opts.LSM.SELinuxLabels(f, sc.GetSelinuxOptions(), sc.GetPrivileged()); err != nil {
+		return l, err
+	}
+	// Checked for every pod, also those whose kind makes no sandbox container: a profile
+	// that cannot be read is the pod's error, whoever would have used it.
+	l.seccomp, err = oci.SandboxSeccomp(sc)
 	return l, err
 }
 
-func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool, tm *phasetime.Timer) error {
+// infraSpec is the runtime spec of the pod's sandbox container.
+func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) *specs.Spec {
 	cfg := sb.config
 	var ns []specs.LinuxNamespace
 	add := func(t specs.LinuxNamespaceType, path string, host bool) {
@@ -590,7 +600,7 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 	if hostNet {
 		hostname = "" // the node's UTS namespace: runtimes refuse to set a hostname there
 	}
-	spec := oci.InfraSpec(oci.InfraOptions{
+	return oci.InfraSpec(oci.InfraOptions{
 		ID:              sb.ID,
 		Rootfs:          m.opts.PauseRootfs,
 		Args:            []string{pause.Binary},
@@ -603,7 +613,8 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 		ShmPath:         sb.Shm,
 		Resources:       sandboxLimits(sb),
 		IDMappings:      sb.IDMappings,
-		ApparmorProfile: sb.labels.apparmor, SelinuxLabel: sb.labels.process, MountLabel: sb.labels.mount,
+		ApparmorProfile: sb.security.apparmor, SelinuxLabel: sb.security.process, MountLabel: sb.security.mount,
+		Seccomp: sb.security.seccomp,
 		Annotations: map[string]string{
 			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
 			oci.AnnotationSandboxID:     sb.ID,
@@ -614,7 +625,10 @@ func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, 
 			oci.AnnotationCRIOSandboxID: sb.ID,
 		},
 	})
-	if err := oci.WriteBundle(sb.InfraDir(), spec); err != nil {
+}
+
+func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool, tm *phasetime.Timer) error {
+	if err := oci.WriteBundle(sb.InfraDir(), m.infraSpec(sb, hostname, hostNet, hostIPC, hostPID)); err != nil {
 		return err
 	}
 	tm.Mark("infra_bundle")

@@ -91,8 +91,8 @@ type Status struct {
 // Sandbox is one pod sandbox in memory.
 type Sandbox struct {
 	Metadata
-	config *runtimeapi.PodSandboxConfig
-	labels lsmLabels // the sandbox container's AppArmor and SELinux labels (RunPodSandbox only)
+	config   *runtimeapi.PodSandboxConfig
+	security infraSecurity // the sandbox container's labels and seccomp filter (RunPodSandbox only)
 	// kept: its run and its cleanup failed; it is listed until a retried cleanup succeeds.
 	kept bool
 	// rt is the kind of runtime that runs the pod (from Kind and Runtime).

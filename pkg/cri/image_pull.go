@@ -15,7 +15,8 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	a := req.GetAuth()
 	start := time.Now()
 	id, err := s.Images.Pull(ctx, req.GetImage().GetImage(), image.Auth{
-		Username: a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
+		ServerAddress: a.GetServerAddress(),
+		Username:      a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
 		IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken(),
 	})
 	if err != nil {

@@ -2,9 +2,9 @@ package image
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,33 +20,29 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 )
 
-// Auth is the credential a pull request carries (CRI AuthConfig).
-type Auth struct {
-	Username, Password string
-	Auth               string // base64 "user:password"
-	IdentityToken      string
-	RegistryToken      string
-}
-
-func (a Auth) key() string {
-	return a.Username + "\x00" + a.Password + "\x00" + a.Auth + "\x00" + a.IdentityToken + "\x00" + a.RegistryToken
-}
-
 // Pull fetches ref into the store and returns the image ID ("sha256:..."). Identical
-// concurrent pulls (same reference and credentials) do the work once.
+// concurrent pulls (same reference, credentials and their registry) do the work once. The
+// credentials go only to the registry they belong to (scopedAuth.apply).
 func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, error) {
 	named, err := normalize(ref)
 	if err != nil {
 		return "", err
 	}
-	sys := s.pullContext()
-	if err := applyAuth(&sys, auth); err != nil {
+	creds, err := scope(auth, named)
+	if err != nil {
 		return "", err
 	}
-	v, err, shared := s.pulls.Do(named.String()+"\x00"+auth.key(), func() (any, error) {
+	sys := s.pullContext()
+	v, err, shared := s.pulls.Do(named.String()+"\x00"+creds.key(), func() (any, error) {
 		// Detached from any one caller: a kubelet retry after a timeout joins this pull.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
 		defer cancel()
+		// Written here, so the file lives exactly as long as the pull that reads it.
+		done, err := creds.apply(&sys, filepath.Join(s.opts.RunRoot, "auth"))
+		defer done()
+		if err != nil {
+			return "", err
+		}
 		return s.pull(pctx, named, &sys)
 	})
 	if shared {
@@ -56,26 +52,6 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 		return "", err
 	}
 	return v.(string), nil
-}
-
-func applyAuth(sys *types.SystemContext, a Auth) error {
-	user, pass := a.Username, a.Password
-	if a.Auth != "" {
-		dec, err := base64.StdEncoding.DecodeString(a.Auth)
-		if err != nil {
-			return fmt.Errorf("auth.auth is not base64 \"user:password\": %w", errdefs.ErrInvalidArgument)
-		}
-		u, p, ok := strings.Cut(string(dec), ":")
-		if !ok {
-			return fmt.Errorf("auth.auth does not decode to \"user:password\": %w", errdefs.ErrInvalidArgument)
-		}
-		user, pass = u, p
-	}
-	if user != "" || pass != "" || a.IdentityToken != "" {
-		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: user, Password: pass, IdentityToken: a.IdentityToken}
-	}
-	sys.DockerBearerRegistryToken = a.RegistryToken
-	return nil
 }
 
 func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.SystemContext) (string, error) {

@@ -46,8 +46,8 @@ SUBNET_RE='10\.231\.0\.'
 export GOFLAGS="-buildvcs=false -tags=containers_image_openpgp,exclude_graphdriver_btrfs"
 
 T0=$(date +%s)
-log() { echo "[conformance +$(($(date +%s) - T0))s] $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_TAG=conformance
+. hack/lib/harness.sh
 
 [ "$(id -u)" = 0 ] || die "needs root (namespaces, mounts, cgroups, CNI)"
 [ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-monitor-c ] && [ -x bin/rtshim-pause ] || die "run make build first (make conformance does)"
@@ -56,57 +56,16 @@ die() { log "ERROR: $*"; exit 1; }
 pkgs="docker-registry runc runsc containerd containernetworking-plugins iptables iproute2 jq"
 # The current runsc the runsc row names (pinned in hack/tools.sh).
 hack/tools.sh install-runsc >/dev/null || die "building the pinned runsc failed"
-missing=""
-for p in $pkgs; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-	log "installing:$missing"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-fi
+apt_need $pkgs
 
 W=$(mktemp -d /tmp/rtshimd-conformance.XXXXXX)
 chmod 0711 "$W"
 mkdir -p "$OUT" "$W/bin" "$W/registry" "$W/state" "$W/run" "$W/cni/net.d" "$W/cni/ipam" "$W/cni/cache"
 rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt
 SOCK=$W/rtshimd.sock
-REG_PID="" DAEMON_PID="" EVENTS_PID="" HOLD_PID="" LEAKS=0
+REG_PID="" REG="" DAEMON_PID="" EVENTS_PID="" HOLD_PID="" LEAKS=0
 
 # --- cleanup (trap) ------------------------------------------------------------------------
-leak() { LEAKS=$((LEAKS + 1)); log "LEAK: $*"; }
-
-# pids of processes that belong to this run: command line, executable or cwd in $W.
-run_pids() {
-	local p
-	for p in /proc/[0-9]*; do
-		p=${p#/proc/}
-		[ "$p" = $$ ] && continue
-		if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$W" ||
-			readlink "/proc/$p/cwd" 2>/dev/null | grep -qF "$W"; then
-			echo "$p"
-		fi
-	done
-}
-
-# iptables rules the CNI plugins made for this run's network (bridge ipMasq, portmap) and
-# the per-pod chains they jump to; the shared CNI-HOSTPORT-* chains stay. Prints the count.
-iptables_cleanup() {
-	local table save chains jumps rule n=0 c
-	for table in nat filter; do
-		save=$(iptables-save -t $table 2>/dev/null) || continue
-		chains=$({
-			grep -E -- "^-A .*($NET_NAME|$SUBNET_RE)" <<<"$save" | grep -oE -- '-j CNI-[A-Za-z0-9_-]+' | cut -c4-
-			grep -E -- "^-A CNI-[^ ]+ .*($NET_NAME|$SUBNET_RE)" <<<"$save" | awk '{print $2}'
-		} | grep -vE '^CNI-HOSTPORT-(DNAT|MASQ|SETMARK)$' | sort -u)
-		jumps=$(echo $chains | tr ' ' '|')
-		while read -r rule; do
-			[ -n "$rule" ] || continue
-			n=$((n + 1))
-			eval "iptables -t $table ${rule/#-A/-D}" 2>/dev/null
-		done < <(grep -E -- "^-A .*($NET_NAME|$SUBNET_RE${jumps:+|-j ($jumps)( |\$)})" <<<"$save")
-		for c in $chains; do iptables -t $table -F "$c" 2>/dev/null; iptables -t $table -X "$c" 2>/dev/null; done
-	done
-	[ $n = 0 ] || leak "$n iptables rule(s) of network $NET_NAME ($SUBNET) were left"
-}
-
 cleanup() {
 	local rc=$? pids ids m
 	trap - EXIT INT TERM
@@ -135,13 +94,7 @@ cleanup() {
 	# Whatever the daemon left behind: processes (monitors, runtimes, sandboxes, container
 	# processes run from our rootfs or bundles), runtime state, mounts, cgroups, network.
 	log "cleanup: checking for leaks"
-	pids=$(run_pids)
-	if [ -n "$pids" ]; then
-		leak "processes of this run still alive:"
-		for p in $pids; do echo "    $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-200)" >&2; done
-		kill -KILL $pids 2>/dev/null
-		sleep 0.5
-	fi
+	kill_run_pids
 	for h in runc runsc runsc-debian; do
 		[ -d "$W/run/$h" ] || continue
 		bin=/usr/sbin/runc
@@ -159,11 +112,8 @@ cleanup() {
 		leak "runc-shim's runc still knows containers: $(echo $ids)"
 		for id in $ids; do runc --root /run/containerd/runc/rtshimd delete -force "$id" >/dev/null 2>&1; done
 	fi
-	m=$(awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r)
-	if [ -n "$m" ]; then
-		leak "mounts left under $W: $(echo "$m" | wc -l) (first: $(echo "$m" | tail -1))"
-		for mp in $m; do umount -l "$mp" 2>/dev/null; done
-	fi
+	m=$(umount_under "$W")
+	[ "$m" = 0 ] || leak "$m mount(s) were left under $W"
 	ids=""
 	[ -f "$W/events.json" ] && ids=$(grep -oE '"(containerId|id)": *"[0-9a-f]{64}"' "$W/events.json" | grep -oE '[0-9a-f]{64}' | sort -u)
 	if [ -n "$ids" ]; then
@@ -176,7 +126,7 @@ cleanup() {
 	if ip link show "$BRIDGE" >/dev/null 2>&1; then
 		ip link del "$BRIDGE"
 	fi
-	iptables_cleanup
+	iptables_cleanup "$NET_NAME" "$SUBNET_RE"
 	rm -rf "$W" || leak "could not remove $W"
 	[ -e "$W" ] && leak "$W still exists"
 	if [ "$LEAKS" -gt 0 ]; then
@@ -214,17 +164,8 @@ EOF
 crictl_() { "$CRICTL" --config "$W/crictl.yaml" "$@"; }
 
 # --- 2. images ------------------------------------------------------------------------------
-# Debian's dynamic busybox (not installed: it conflicts with busybox-static), kept in the
-# tools cache. Its shell execs applets, which the MaskedPaths spec needs.
 BB_DIR=$TOOLS/conformance/busybox
-if [ ! -x "$BB_DIR/bin/busybox" ]; then
-	log "fetching Debian's busybox package"
-	dl=$(mktemp -d)
-	(cd "$dl" && { apt-get -o APT::Sandbox::User=root download busybox >/dev/null 2>&1 ||
-		{ apt-get update -qq && apt-get -o APT::Sandbox::User=root download busybox >/dev/null; }; } &&
-		rm -rf "$BB_DIR" && mkdir -p "$BB_DIR" && dpkg-deb -x busybox_*.deb "$BB_DIR")
-	rm -rf "$dl"
-fi
+fetch_busybox "$BB_DIR"
 log "building the stand-ins and the image builder"
 for s in nginx labutils nnp; do
 	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$W/bin/$s" "./hack/conformance/standins/$s"
@@ -233,23 +174,7 @@ cp bin/rtshim-pause "$W/bin/pause"
 go build -o "$W/bin/conformance-images" ./hack/conformance/images
 go build -o "$W/bin/conformance-check" ./hack/conformance/check
 
-cat >"$W/registry/config.yml" <<EOF
-version: 0.1
-log: {level: info, accesslog: {disabled: true}}
-storage: {filesystem: {rootdirectory: $W/registry/storage}}
-http: {addr: "127.0.0.1:0"}
-EOF
-docker-registry serve "$W/registry/config.yml" >"$W/registry/log" 2>&1 &
-REG_PID=$!
-REG=""
-for _ in $(seq 1 100); do
-	REG=$(sed -n 's/.*msg="listening on \(127\.0\.0\.1:[0-9]*\)".*/\1/p' "$W/registry/log")
-	[ -n "$REG" ] && break
-	kill -0 $REG_PID 2>/dev/null || break
-	sleep 0.1
-done
-[ -n "$REG" ] || { cat "$W/registry/log" >&2; die "docker-registry did not come up"; }
-log "registry on http://$REG"
+start_registry "$W/registry"
 "$W/bin/conformance-images" -registry "$REG" -busybox "$BB_DIR/bin/busybox" -bin "$W/bin" -out "$OUT/images.txt"
 
 # --- 3. the daemon --------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+# Shared by the suites that run the built daemon against real clients offline
+# (hack/conformance/run.sh, hack/node-e2e/run.sh). Source it; it defines functions only.
+# The caller sets T0 (start time), LOG_TAG (log prefix), and, before using the leak checks,
+# W (its temp dir) and LEAKS=0.
+
+log() { echo "[$LOG_TAG +$(($(date +%s) - T0))s] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+leak() { LEAKS=$((LEAKS + 1)); log "LEAK: $*"; }
+
+# apt_need PKG...: install the Debian packages that are missing (apt-get update once).
+apt_need() {
+	local p missing=""
+	for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"; done
+	if [ -n "$missing" ]; then
+		log "installing:$missing"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+	fi
+}
+
+# fetch_busybox DIR: Debian's dynamic busybox (not installed: it conflicts with
+# busybox-static) unpacked into DIR, kept in the tools cache. Its shell execs applets, which
+# critest's MaskedPaths spec needs.
+fetch_busybox() {
+	local dir=$1 dl
+	[ -x "$dir/bin/busybox" ] && return
+	log "fetching Debian's busybox package"
+	dl=$(mktemp -d)
+	(cd "$dl" && { apt-get -o APT::Sandbox::User=root download busybox >/dev/null 2>&1 ||
+		{ apt-get update -qq && apt-get -o APT::Sandbox::User=root download busybox >/dev/null; }; } &&
+		rm -rf "$dir" && mkdir -p "$dir" && dpkg-deb -x busybox_*.deb "$dir")
+	rm -rf "$dl"
+	[ -x "$dir/bin/busybox" ] || die "could not unpack Debian's busybox into $dir"
+}
+
+# start_registry DIR: Debian's docker-registry on 127.0.0.1 at a free port, storage in DIR;
+# sets REG (host:port) and REG_PID.
+start_registry() {
+	local dir=$1
+	mkdir -p "$dir"
+	cat >"$dir/config.yml" <<EOF
+version: 0.1
+log: {level: info, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $dir/storage}}
+http: {addr: "127.0.0.1:0"}
+EOF
+	docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
+	REG_PID=$!
+	REG=""
+	for _ in $(seq 1 100); do
+		REG=$(sed -n 's/.*msg="listening on \(127\.0\.0\.1:[0-9]*\)".*/\1/p' "$dir/log")
+		[ -n "$REG" ] && break
+		kill -0 "$REG_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -n "$REG" ] || { cat "$dir/log" >&2; die "docker-registry did not come up"; }
+	log "registry on http://$REG"
+}
+
+# run_pids: pids of processes that belong to this run: command line or cwd in $W.
+run_pids() {
+	local p
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		[ "$p" = $$ ] && continue
+		if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$W" ||
+			readlink "/proc/$p/cwd" 2>/dev/null | grep -qF "$W"; then
+			echo "$p"
+		fi
+	done
+}
+
+# kill_run_pids: report and kill what run_pids finds.
+kill_run_pids() {
+	local pids p
+	pids=$(run_pids)
+	[ -n "$pids" ] || return 0
+	leak "processes of this run still alive:"
+	for p in $pids; do echo "    $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-200)" >&2; done
+	kill -KILL $pids 2>/dev/null
+	sleep 0.5
+}
+
+# iptables_cleanup NET_NAME SUBNET_RE: remove the rules the CNI plugins made for one network
+# (bridge ipMasq, portmap) and the per-pod chains they jump to; the shared CNI-HOSTPORT-*
+# chains stay. Anything found is a leak.
+iptables_cleanup() {
+	local net=$1 subnet_re=$2 table save chains jumps rule n=0 c
+	for table in nat filter; do
+		save=$(iptables-save -t $table 2>/dev/null) || continue
+		chains=$({
+			grep -E -- "^-A .*($net|$subnet_re)" <<<"$save" | grep -oE -- '-j CNI-[A-Za-z0-9_-]+' | cut -c4-
+			grep -E -- "^-A CNI-[^ ]+ .*($net|$subnet_re)" <<<"$save" | awk '{print $2}'
+		} | grep -vE '^CNI-HOSTPORT-(DNAT|MASQ|SETMARK)$' | sort -u)
+		jumps=$(echo $chains | tr ' ' '|')
+		while read -r rule; do
+			[ -n "$rule" ] || continue
+			n=$((n + 1))
+			eval "iptables -t $table ${rule/#-A/-D}" 2>/dev/null
+		done < <(grep -E -- "^-A .*($net|$subnet_re${jumps:+|-j ($jumps)( |\$)})" <<<"$save")
+		for c in $chains; do iptables -t $table -F "$c" 2>/dev/null; iptables -t $table -X "$c" 2>/dev/null; done
+	done
+	[ $n = 0 ] || leak "$n iptables rule(s) of network $net were left"
+}
+
+# umount_under DIR: unmount whatever is mounted at or below DIR (deepest first); prints the count.
+umount_under() {
+	local m mp
+	m=$(awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r)
+	[ -n "$m" ] || { echo 0; return; }
+	for mp in $m; do umount -l "$mp" 2>/dev/null; done
+	echo "$m" | wc -l
+}

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,18 +14,18 @@ import (
 )
 
 // TestSecurityModulesNeverSilent: an AppArmor or SELinux request is applied or refused
-// by name, never dropped. This node has neither module enabled, so Localhost profiles and
-// SELinux labels are refused (pod and container, new field and deprecated string), while
-// RuntimeDefault and Unconfined run; where AppArmor is enabled a profile that is not
-// loaded is refused all the same.
+// by name, never dropped unsaid. This node has neither module enabled, so Localhost
+// AppArmor profiles are refused (pod and container, new field and deprecated string),
+// while RuntimeDefault and Unconfined run; where AppArmor is enabled a profile that is not
+// loaded is refused all the same. SELinux labels run without the label, as with containerd
+// and CRI-O (kubelet sends a pod's seLinuxOptions to every node), and a warning names
+// them; strict_selinux refuses them (TestStrictSELinux).
 func TestSecurityModulesNeverSilent(t *testing.T) {
 	b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	aaReason := "AppArmor is not enabled on this node"
 	if strings.TrimSpace(string(b)) == "Y" {
 		aaReason = "no AppArmor profile of that name is loaded"
 	}
-	_, err := os.Stat("/sys/fs/selinux/enforce")
-	selinuxOn := err == nil
 
 	e := newContainerEnv(t)
 	ctx := ctxT(t)
@@ -41,17 +42,16 @@ func TestSecurityModulesNeverSilent(t *testing.T) {
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `config.linux.security_context.apparmor.localhost_ref "rtshimd-test-no-such-profile": `+aaReason) {
 				t.Errorf("pod with a Localhost AppArmor profile: %v", err)
 			}
-			if !selinuxOn {
-				pod.Linux.SecurityContext.Apparmor = nil
-				pod.Linux.SecurityContext.SelinuxOptions = label
-				_, err = e.d.RS.RunPodSandbox(ctx, pod, handler)
-				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `config.linux.security_context.selinux_options "type:spc_t": SELinux is not enabled`) {
-					t.Errorf("pod with an SELinux label: %v", err)
-				}
-			}
 			assertNoSandboxes(t, e.d)
 
-			podID, podCfg := e.pod("lsm-"+handler, handler)
+			// The pod asks for an SELinux label: it runs (labelled where SELinux is on).
+			podCfg := podConfig("lsm-"+handler, runtimeapi.NamespaceMode_CONTAINER)
+			podCfg.LogDirectory = filepath.Join(e.logs, podCfg.Metadata.Name)
+			podCfg.Linux.SecurityContext.SelinuxOptions = label
+			podID, err := e.d.RS.RunPodSandbox(ctx, podCfg, handler)
+			if err != nil {
+				t.Fatalf("pod with an SELinux label: %v", err)
+			}
 			for _, c := range []struct {
 				name string
 				set  func(*runtimeapi.LinuxContainerSecurityContext)
@@ -66,8 +66,7 @@ func TestSecurityModulesNeverSilent(t *testing.T) {
 					sc.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
 				}, ""},
 				{"unconfined", func(sc *runtimeapi.LinuxContainerSecurityContext) { sc.ApparmorProfile = "unconfined" }, ""},
-				{"selinux", func(sc *runtimeapi.LinuxContainerSecurityContext) { sc.SelinuxOptions = label },
-					map[bool]string{false: `config.linux.security_context.selinux_options "type:spc_t": SELinux is not enabled`, true: ""}[selinuxOn]},
+				{"selinux", func(sc *runtimeapi.LinuxContainerSecurityContext) { sc.SelinuxOptions = label }, ""},
 			} {
 				cfg := e.ctrConfig("lsm-"+c.name, "true")
 				c.set(cfg.Linux.SecurityContext)
@@ -90,8 +89,46 @@ func TestSecurityModulesNeverSilent(t *testing.T) {
 				}
 			}
 			ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})
-			if err != nil || len(ctrs) != 2 {
-				t.Errorf("containers of the pod: %d (%v), want the 2 that ran; nothing of the refused ones", len(ctrs), err)
+			if err != nil || len(ctrs) != 3 {
+				t.Errorf("containers of the pod: %d (%v), want the 3 that ran; nothing of the refused ones", len(ctrs), err)
+			}
+			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestStrictSELinux: with strict_selinux, a pod or container asking for an SELinux label on
+// a node without SELinux is refused by field and label, and nothing of it is left.
+func TestStrictSELinux(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/selinux/enforce"); err == nil {
+		t.Skip("SELinux is enabled here: labels are applied, strict_selinux changes nothing")
+	}
+	e := newContainerEnvTable(t, func(run string) string { return "strict_selinux = true\n" + handlerTable(run) }, "")
+	ctx := ctxT(t)
+	label := &runtimeapi.SELinuxOption{Type: "spc_t"}
+	const want = `config.linux.security_context.selinux_options "type:spc_t": SELinux is not enabled on this node`
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			pod := podConfig("strict-pod-"+handler, runtimeapi.NamespaceMode_CONTAINER)
+			pod.Linux.SecurityContext.SelinuxOptions = label
+			if _, err := e.d.RS.RunPodSandbox(ctx, pod, handler); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+				t.Errorf("pod with an SELinux label: %v, want InvalidArgument containing %q", err, want)
+			}
+			assertNoSandboxes(t, e.d)
+			podID, podCfg := e.pod("strict-"+handler, handler)
+			cfg := e.ctrConfig("strict-selinux", "true")
+			cfg.Linux.SecurityContext.SelinuxOptions = label
+			if _, err := e.d.RS.CreateContainer(ctx, podID, cfg, podCfg); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+				t.Errorf("container with an SELinux label: %v, want InvalidArgument containing %q", err, want)
+			}
+			if ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID}); err != nil || len(ctrs) != 0 {
+				t.Errorf("containers of the pod: %d (%v), want none", len(ctrs), err)
 			}
 			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
 				t.Fatal(err)

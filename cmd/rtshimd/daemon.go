@@ -184,8 +184,10 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 		podNRI, ctrNRI = nri, nri
 	}
+	host := lsm.Detect()
+	host.StrictSELinux = cfg.StrictSELinux
 	mgr, err := sandbox.NewManager(sandbox.Options{
-		LSM:            lsm.Detect(),
+		LSM:            host,
 		Handlers:       table,
 		Store:          st,
 		RunDir:         filepath.Join(cfg.RunRoot, "sandboxes"),
@@ -213,7 +215,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		return nil, err
 	}
 	ctrs, err := container.NewManager(container.Options{
-		LSM:            lsm.Detect(),
+		LSM:            host,
 		Store:          cstore,
 		RunDir:         filepath.Join(cfg.RunRoot, "containers"),
 		Runtimes:       rts,

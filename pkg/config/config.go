@@ -41,13 +41,16 @@ const (
 
 // Config is the daemon configuration.
 type Config struct {
-	Socket         string              `toml:"socket"`
-	StateRoot      string              `toml:"state_root"`
-	RunRoot        string              `toml:"run_root"`
-	CgroupDriver   string              `toml:"cgroup_driver"`
-	LogLevel       string              `toml:"log_level"`
-	MonitorPath    string              `toml:"monitor_path"`
-	PausePath      string              `toml:"pause_path"`
+	Socket       string `toml:"socket"`
+	StateRoot    string `toml:"state_root"`
+	RunRoot      string `toml:"run_root"`
+	CgroupDriver string `toml:"cgroup_driver"`
+	LogLevel     string `toml:"log_level"`
+	MonitorPath  string `toml:"monitor_path"`
+	PausePath    string `toml:"pause_path"`
+	// StrictSELinux refuses SELinux labels asked for on a node without SELinux; by default
+	// they are not applied, with a warning, as containerd and CRI-O do.
+	StrictSELinux  bool                `toml:"strict_selinux"`
 	DefaultHandler string              `toml:"default_handler"`
 	Handlers       map[string]*Handler `toml:"handlers"`
 	Image          Image               `toml:"image"`
@@ -561,6 +564,7 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("cgroup_driver", old.CgroupDriver, cfg.CgroupDriver)
 	differ("monitor_path", old.MonitorPath, cfg.MonitorPath)
 	differ("pause_path", old.PausePath, cfg.PausePath)
+	differ("strict_selinux", old.StrictSELinux, cfg.StrictSELinux)
 	differ("image.pinned", old.Image.Pinned, cfg.Image.Pinned)
 	differ("image.storage_driver", old.Image.StorageDriver, cfg.Image.StorageDriver)
 	differ("image.max_parallel_downloads", old.Image.MaxParallelDownloads, cfg.Image.MaxParallelDownloads)

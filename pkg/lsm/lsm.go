@@ -31,6 +31,9 @@ type Host struct {
 	AppArmor bool
 	// SELinux: the module is enabled (a policy is loaded).
 	SELinux bool
+	// StrictSELinux: where SELinux is not enabled, refuse a request for labels instead of
+	// running it without them (config strict_selinux).
+	StrictSELinux bool
 }
 
 var (
@@ -50,7 +53,7 @@ func Detect() Host {
 			log.Info("AppArmor is not enabled on this node: RuntimeDefault runs unconfined, Localhost profiles are refused")
 		}
 		if !detected.SELinux {
-			log.Info("SELinux is not enabled on this node: requests for SELinux labels are refused")
+			log.Info("SELinux is not enabled on this node: SELinux labels asked for are not applied (refused with strict_selinux)")
 		}
 	})
 	return detected
@@ -139,8 +142,10 @@ func appArmorRequest(field string, sp *runtimeapi.SecurityProfile, deprecated st
 
 // SELinuxLabels returns the process and mount labels for a request's selinux_options
 // (field names it). Where SELinux is enabled every container gets labels (a fresh MCS
-// level unless the request sets one), as containerd's and CRI-O's; where it is not, a
-// request that sets any part of a label is refused, and none gets no labels.
+// level unless the request sets one), as containerd's and CRI-O's. Where it is not, there
+// are no labels: a request that sets any part of one runs without it and a warning names
+// the field and the label (kubelet passes a pod's seLinuxOptions to every node, and
+// containerd and CRI-O run such pods), or, with StrictSELinux, is refused.
 func (h Host) SELinuxLabels(field string, o *runtimeapi.SELinuxOption, privileged bool) (process, mount string, err error) {
 	f := field + ".selinux_options"
 	var opts []string
@@ -150,9 +155,14 @@ func (h Host) SELinuxLabels(field string, o *runtimeapi.SELinuxOption, privilege
 		}
 	}
 	if !h.SELinux {
-		if len(opts) > 0 {
-			return "", "", invalidf("%s %q: SELinux is not enabled on this node, so the label cannot be applied; run the pod on an SELinux node or drop selinuxOptions", f, strings.Join(opts, ","))
+		if len(opts) == 0 {
+			return "", "", nil
 		}
+		if h.StrictSELinux {
+			return "", "", invalidf("%s %q: SELinux is not enabled on this node, so the label cannot be applied (strict_selinux); run the pod on an SELinux node or drop selinuxOptions", f, strings.Join(opts, ","))
+		}
+		logrus.WithFields(logrus.Fields{"field": f, "label": strings.Join(opts, ",")}).
+			Warn("SELinux is not enabled on this node: running without the SELinux label asked for")
 		return "", "", nil
 	}
 	if privileged {

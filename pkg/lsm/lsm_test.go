@@ -54,16 +54,22 @@ func TestAppArmorWithoutAppArmor(t *testing.T) {
 	}
 }
 
-// Without SELinux, any label part is refused naming the field and the label; none is fine.
+// Without SELinux there are no labels: a label asked for is left out (warned about), or
+// with StrictSELinux refused naming the field and the label; none is fine either way.
 func TestSELinuxWithoutSELinux(t *testing.T) {
-	var h Host
-	if p, m, err := h.SELinuxLabels(f, nil, false); p != "" || m != "" || err != nil {
-		t.Errorf("no options: %q %q %v", p, m, err)
+	for _, h := range []Host{{}, {StrictSELinux: true}} {
+		if p, m, err := h.SELinuxLabels(f, nil, false); p != "" || m != "" || err != nil {
+			t.Errorf("strict %v, no options: %q %q %v", h.StrictSELinux, p, m, err)
+		}
+		if p, m, err := h.SELinuxLabels(f, &runtimeapi.SELinuxOption{}, false); p != "" || m != "" || err != nil {
+			t.Errorf("strict %v, empty options: %q %q %v", h.StrictSELinux, p, m, err)
+		}
 	}
-	if p, m, err := h.SELinuxLabels(f, &runtimeapi.SELinuxOption{}, false); p != "" || m != "" || err != nil {
-		t.Errorf("empty options: %q %q %v", p, m, err)
+	asked := &runtimeapi.SELinuxOption{Type: "spc_t", Level: "s0:c1,c2"}
+	if p, m, err := (Host{}).SELinuxLabels(f, asked, false); p != "" || m != "" || err != nil {
+		t.Errorf("a label, not strict: %q %q %v, want no labels and no error", p, m, err)
 	}
-	_, _, err := h.SELinuxLabels(f, &runtimeapi.SELinuxOption{Type: "spc_t", Level: "s0:c1,c2"}, false)
+	_, _, err := Host{StrictSELinux: true}.SELinuxLabels(f, asked, false)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `config.linux.security_context.selinux_options "type:spc_t,level:s0:c1,c2": SELinux is not enabled`) {
 		t.Errorf("err = %v", err)
 	}

@@ -588,7 +588,7 @@ static bool tail_on;
 
 static void attach_broadcast(int kind, const char *p, size_t n);
 
-// stream_lines writes the complete lines in s->buf as bufio.Reader.ReadLine would give them.
+// stream_lines writes the complete lines in s->buf as CRILog.Copy does (pkg/monitor).
 static void stream_lines(struct stream *s, bool eof) {
 	size_t off = 0;
 	for (;;) {
@@ -613,7 +613,9 @@ static void stream_lines(struct stream *s, bool eof) {
 			continue;
 		}
 		if (eof && n > 0) {
-			log_entry(s->name, 'F', b, n);
+			// Output that ends without a newline is partial, as containerd writes it:
+			// kubelet adds a newline after an F entry only.
+			log_entry(s->name, 'P', b, n);
 			off += n;
 		}
 		break;

@@ -42,7 +42,7 @@ create)
 			i=$((i + 64)); sleep 0.01
 		done
 		if [ -n "$FAKE_CAT" ]; then sleep 1; cat; fi
-		echo out-line; printf "err-line\n" >&2
+		echo out-line; printf "err-line\nerr-tail" >&2
 		if [ -n "$FAKE_LINGER" ]; then sleep 0.3; fi
 		exit 7' <&3 3<&- &
 	echo $! > "$pidf"
@@ -218,7 +218,8 @@ func TestMonitorProtocol(t *testing.T) {
 		}
 		got = append(got, strings.Join(f[1:], " "))
 	}
-	want := map[string]bool{"stdout F creating": true, "stdout F out-line": true, "stderr F err-line": true}
+	// Output that ends without a newline is a P entry, as containerd writes it.
+	want := map[string]bool{"stdout F creating": true, "stdout F out-line": true, "stderr F err-line": true, "stderr P err-tail": true}
 	for _, g := range got {
 		delete(want, g)
 	}

@@ -38,21 +38,36 @@ func OpenCRILog(dir, path string) (*CRILog, error) {
 	return &CRILog{dir: dir, rel: rel, f: f}, nil
 }
 
-// Copy reads r until EOF or error and writes each line as an entry of stream.
+// Copy reads r until EOF or error and writes each line as an entry of stream: a full line
+// (its "\n" or "\r\n" dropped) as F; a line over maxLogLine in P parts; and output that
+// ends without a newline as P, as containerd writes it, so that kubelet, which adds a
+// newline after an F entry, gives back what the container wrote (`echo -n DONE` as a
+// termination message from the log is "DONE").
 func (l *CRILog) Copy(stream string, r io.Reader) {
 	br := bufio.NewReaderSize(r, maxLogLine)
 	for {
-		line, isPrefix, err := br.ReadLine()
-		if len(line) > 0 || (err == nil && !isPrefix) {
-			tag := "F"
-			if isPrefix {
-				tag = "P"
+		line, err := br.ReadSlice('\n')
+		switch {
+		case err == nil:
+			line = line[:len(line)-1]
+			if n := len(line); n > 0 && line[n-1] == '\r' {
+				line = line[:n-1]
 			}
-			l.write(stream, tag, line)
+			l.write(stream, "F", line)
+			continue
+		case err == bufio.ErrBufferFull:
+			// "\r\n" may straddle the buffer: keep the \r for the next entry.
+			if n := len(line); n > 1 && line[n-1] == '\r' {
+				_ = br.UnreadByte()
+				line = line[:n-1]
+			}
+			l.write(stream, "P", line)
+			continue
 		}
-		if err != nil {
-			return
+		if len(line) > 0 {
+			l.write(stream, "P", line)
 		}
+		return
 	}
 }
 

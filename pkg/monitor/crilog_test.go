@@ -56,7 +56,9 @@ func TestCRILogCopy(t *testing.T) {
 		want []entry // text of P entries checked only by length and concatenation
 	}{
 		{"lines", "hello\nworld\n", []entry{{"stdout", "F", "hello"}, {"stdout", "F", "world"}}},
-		{"no final newline", "a\nb", []entry{{"stdout", "F", "a"}, {"stdout", "F", "b"}}},
+		// As containerd: output that ends without a newline is a P entry, so that kubelet
+		// (which ends an F entry with a newline) reads back exactly "a\nb".
+		{"no final newline", "a\nb", []entry{{"stdout", "F", "a"}, {"stdout", "P", "b"}}},
 		{"empty line", "\n", []entry{{"stdout", "F", ""}}},
 		{"empty lines between", "a\n\nb\n", []entry{{"stdout", "F", "a"}, {"stdout", "F", ""}, {"stdout", "F", "b"}}},
 		{"nothing", "", nil},

@@ -130,3 +130,14 @@ bench: deps-test build
 .PHONY: conformance
 conformance: build
 	hack/conformance/run.sh
+
+# Kubernetes' node conformance suite (test/e2e_node, [NodeConformance]) against the built
+# daemon through a real kubelet, offline, on runc, on runsc and with kubelet taking its
+# stats from the CRI, checked against conformance/node-e2e/ (hack/node-e2e/run.sh). The
+# test command runs node-e2e-short: the specs of conformance/node-e2e/subset.txt, one or
+# more of every area, on the same three passes.
+.PHONY: node-e2e node-e2e-short
+node-e2e: build
+	hack/node-e2e/run.sh
+node-e2e-short: build
+	NODE_E2E_SUBSET=1 hack/node-e2e/run.sh

@@ -2,6 +2,8 @@
 # Builds the real clients the test suites drive, from the Go module proxy, at pinned versions,
 # into a cache outside the checkout (kept between runs; a version bump builds anew):
 #   kubelet, kube-apiserver   k8s.io/kubernetes (static, version-stamped)
+#   e2e-node, ginkgo, agnhost the node e2e suite (e2e_node.test), the ginkgo CLI of its
+#                             go.mod and agnhost, from the same k8s.io/kubernetes module
 #   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
 #   crictl, critest           sigs.k8s.io/cri-tools
 #   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
@@ -63,6 +65,32 @@ build_kube() { # kubelet | kube-apiserver
 	log "building $name $KUBE_VERSION (several minutes on 2 cores)"
 	(cd "$dir" && go build -trimpath -ldflags "-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
 		-o "$BIN/$name-$KUBE_VERSION.tmp" "k8s.io/kubernetes/cmd/$name")
+	mv "$BIN/$name-$KUBE_VERSION.tmp" "$BIN/$name-$KUBE_VERSION"
+	have "$name" "$KUBE_VERSION"
+}
+
+# e2e-node: test/e2e_node as a test binary, e2e_node.test (its test-only dependencies add
+# only go.sum lines to the scratch module, hence -mod=mod), version-stamped as kubelet is.
+build_e2e_node() {
+	have e2e_node.test "$KUBE_VERSION" && return
+	local dir minor=${KUBE_VERSION#v1.}
+	dir=$(kube_module)
+	minor=${minor%%.*}
+	local v=k8s.io/component-base/version
+	log "building e2e_node.test $KUBE_VERSION (ten minutes or more on 2 cores)"
+	(cd "$dir" && GOFLAGS="$GOFLAGS -mod=mod" go test -c -trimpath -ldflags "-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
+		-o "$BIN/e2e_node.test-$KUBE_VERSION.tmp" k8s.io/kubernetes/test/e2e_node)
+	mv "$BIN/e2e_node.test-$KUBE_VERSION.tmp" "$BIN/e2e_node.test-$KUBE_VERSION"
+	have e2e_node.test "$KUBE_VERSION"
+}
+
+# ginkgo | agnhost: a main package of the k8s.io/kubernetes module's build graph.
+build_kube_cmd() { # name package
+	local name=$1 pkg=$2 dir
+	have "$name" "$KUBE_VERSION" && return
+	dir=$(kube_module)
+	log "building $name ($pkg, from k8s.io/kubernetes $KUBE_VERSION's go.mod)"
+	(cd "$dir" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags '-s -w' -o "$BIN/$name-$KUBE_VERSION.tmp" "$pkg")
 	mv "$BIN/$name-$KUBE_VERSION.tmp" "$BIN/$name-$KUBE_VERSION"
 	have "$name" "$KUBE_VERSION"
 }
@@ -143,6 +171,9 @@ for t in "$@"; do
 	case $t in
 	kubelet | kube-apiserver) build_kube "$t" ;;
 	etcd) build_etcd ;;
+	e2e-node) build_e2e_node ;;
+	ginkgo) build_kube_cmd ginkgo github.com/onsi/ginkgo/v2/ginkgo ;;
+	agnhost) build_kube_cmd agnhost k8s.io/kubernetes/test/images/agnhost ;;
 	crictl) build_crictl ;;
 	critest) build_critest ;;
 	runsc) build_runsc ;;

@@ -49,7 +49,7 @@ func run(t *testing.T, expected []string, exceptions string, specs []specReport,
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := check(out, "runc", got, rt, list, forHandler(ex, "runc"), partial, false, true, filepath.Join(dir, "runc.txt"), filepath.Join(dir, "results"))
+	ok := check(out, "critest", "runc", got, rt, list, forHandler(ex, "runc"), partial, false, true, filepath.Join(dir, "runc.txt"), filepath.Join(dir, "results"))
 	out.Close()
 	b, _ := os.ReadFile(filepath.Join(dir, "out"))
 	return ok, string(b)

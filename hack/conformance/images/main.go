@@ -17,8 +17,13 @@
 //
 // Usage:
 //
-//	images -registry 127.0.0.1:PORT -busybox /path/busybox -bin DIR [-out FILE]
-//	images -list
+//	images [-set critest|node-e2e] -registry 127.0.0.1:PORT -busybox /path/busybox -bin DIR [-out FILE]
+//	images [-set ...] -list
+//
+// -set node-e2e builds instead the images Kubernetes' node e2e suite pulls (make node-e2e,
+// hack/node-e2e/run.sh), under repository paths that keep the upstream host
+// (registry.k8s.io/e2e-test-images/agnhost:2.66.1 -> <registry>/registry.k8s.io/e2e-test-images/agnhost:2.66.1),
+// for a runtime that maps each host onto <registry>/<host>; DIR then holds agnhost too.
 //
 // DIR holds the stand-in programs nginx, labutils, nnp and pause (rtshim-pause). Every
 // file and image carries a fixed timestamp, so the same inputs give the same digests.
@@ -81,13 +86,32 @@ type image struct {
 func main() {
 	registry := flag.String("registry", "", "registry host:port to push to (plain HTTP)")
 	busybox := flag.String("busybox", "", "busybox binary of the base layer; a dynamic one gets its ELF interpreter and libraries copied")
-	binDir := flag.String("bin", "", "directory holding the stand-in programs nginx, labutils, nnp and pause")
+	binDir := flag.String("bin", "", "directory holding the stand-in programs nginx, labutils, nnp and pause (and for -set node-e2e agnhost, localhost.crt and localhost.key)")
 	list := flag.Bool("list", false, "print the image list and exit")
+	set := flag.String("set", "critest", "which suite's images: critest or node-e2e")
 	out := flag.String("out", "", "write one 'reference digest' line per pushed tag to this file")
 	flag.Parse()
 
+	imagesOf := specs
+	switch *set {
+	case "critest":
+	case "node-e2e":
+		// agnhost's image carries curl and OpenBSD's nc (the suite's exec hooks and
+		// networking specs run them there; busybox's nc has no -u): Debian's, with their
+		// libraries.
+		var tools []entry
+		if !*list {
+			var err error
+			if tools, err = hostPrograms([][2]string{{"/usr/bin/curl", "/usr/bin/curl"}, {"/bin/nc.openbsd", "/usr/bin/nc"}}); err != nil {
+				fatalf("tools of the agnhost image: %v", err)
+			}
+		}
+		imagesOf = func(h map[string][]byte) []image { return nodeE2ESpecs(h, tools) }
+	default:
+		fatalf("-set %q: want critest or node-e2e", *set)
+	}
 	if *list {
-		for _, im := range specs(nil) {
+		for _, im := range imagesOf(nil) {
 			for _, t := range im.Tags {
 				fmt.Printf("%s:%s\t%s\n", im.Repo, t, im.Note)
 			}
@@ -98,7 +122,11 @@ func main() {
 		fatalf("-registry, -busybox and -bin are required")
 	}
 	helpers := map[string][]byte{}
-	for _, h := range []string{"pause", "nnp", "nginx", "labutils"} {
+	programs := []string{"pause", "nnp", "nginx", "labutils"}
+	if *set == "node-e2e" {
+		programs = append(programs, "agnhost", "localhost.crt", "localhost.key")
+	}
+	for _, h := range programs {
 		b, err := os.ReadFile(filepath.Join(*binDir, h))
 		if err != nil {
 			fatalf("stand-in program: %v", err)
@@ -116,7 +144,7 @@ func main() {
 
 	start := time.Now()
 	var lines []string
-	for _, im := range specs(helpers) {
+	for _, im := range imagesOf(helpers) {
 		img, err := build(im, base)
 		if err != nil {
 			fatalf("%s: %v", im.Repo, err)
@@ -187,33 +215,14 @@ func specs(helpers map[string][]byte) []image {
 	shCmd := v1.Config{Env: []string{"PATH=" + defaultPath}, Cmd: []string{"sh"}}
 	withUser := func(u string) v1.Config { c := shCmd; c.User = u; return c }
 
-	nginxFiles := func(port int) []entry {
-		return []entry{
-			dir("/usr", 0o755), dir("/usr/sbin", 0o755),
-			file("/usr/sbin/nginx", 0o755, helpers["nginx"]),
-			dir("/etc", 0o755), dir("/etc/nginx", 0o755), dir("/etc/nginx/conf.d", 0o755),
-			text("/etc/nginx/conf.d/default.conf", fmt.Sprintf("# rtshimd conformance nginx stand-in: only 'listen' is read\nserver {\n    listen       %d;\n    server_name  localhost;\n    root         /usr/share/nginx/html;\n}\n", port)),
-			dir("/usr/share", 0o755), dir("/usr/share/nginx", 0o755), dir("/usr/share/nginx/html", 0o755),
-			text("/usr/share/nginx/html/index.html", "<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>\n<body><h1>Welcome to nginx!</h1><p>rtshimd conformance stand-in.</p></body></html>\n"),
-			dir("/var", 0o755), dir("/var/log", 0o755), dir("/var/log/nginx", 0o755),
-		}
-	}
-	nginxConfig := func(port int) v1.Config {
-		return v1.Config{
-			Env:          []string{"PATH=" + defaultPath, "NGINX_VERSION=stand-in"},
-			Cmd:          []string{"nginx", "-g", "daemon off;"},
-			ExposedPorts: map[string]struct{}{fmt.Sprintf("%d/tcp", port): {}},
-			StopSignal:   "SIGTERM",
-		}
-	}
 	marker := func(n string) []entry { return []entry{text("/"+n, n+"\n")} }
 
 	return []image{
 		{Repo: e2e + "busybox", Tags: []string{"1.29-2"}, Base: true, Config: shCmd,
 			Note: "the default test container image"},
-		{Repo: e2e + "nginx", Tags: []string{"1.14-2"}, Base: true, Extra: nginxFiles(80), Config: nginxConfig(80),
+		{Repo: e2e + "nginx", Tags: []string{"1.14-2"}, Base: true, Extra: nginxFiles(helpers, 80), Config: nginxConfig(80),
 			Note: "web server: the nginx stand-in on :80"},
-		{Repo: cri + "hostnet-nginx-" + runtime.GOARCH, Tags: []string{"latest"}, Base: true, Extra: nginxFiles(12003), Config: nginxConfig(12003),
+		{Repo: cri + "hostnet-nginx-" + runtime.GOARCH, Tags: []string{"latest"}, Base: true, Extra: nginxFiles(helpers, 12003), Config: nginxConfig(12003),
 			Note: "host-network web server: the nginx stand-in on :12003"},
 		{Repo: e2e + "httpd", Tags: []string{"2.4.39-4"}, Base: true,
 			Extra: []entry{
@@ -263,6 +272,76 @@ func specs(helpers map[string][]byte) []image {
 	}
 }
 
+// nodeE2ESpecs lists the images the node e2e suite of Kubernetes v1.37 pulls for its
+// [NodeConformance] specs (test/utils/image/manifest.go, test/e2e_node/image_list.go), under
+// paths that keep the upstream host. helpers may be nil when only listing.
+func nodeE2ESpecs(helpers map[string][]byte, tools []entry) []image {
+	const e2e = "registry.k8s.io/e2e-test-images/"
+	shCmd := v1.Config{Env: []string{"PATH=" + defaultPath}, Cmd: []string{"sh"}}
+	// agnhost's own image (test/images/agnhost/Dockerfile): the real binary at /agnhost (and
+	// /agnhost-2), porter's TLS pair at /localhost.crt and /localhost.key (netexec's https
+	// hooks serve with it), a user and group defined in the image, /uploads, curl and nc
+	// (tools), and the ports it serves.
+	agnhost := append([]entry{
+		file("/agnhost", 0o755, helpers["agnhost"]),
+		{Path: "/agnhost-2", Mode: 0o755, Hardlink: "/agnhost"},
+		file("/localhost.crt", 0o644, helpers["localhost.crt"]),
+		file("/localhost.key", 0o600, helpers["localhost.key"]),
+		dir("/uploads", 0o755),
+		dir("/etc", 0o755),
+		text("/etc/passwd", passwd+"user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n"),
+		text("/etc/group", group+"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"),
+		dir("/home", 0o755),
+		{Path: "/home/user-defined-in-image", Mode: 0o755, UID: 1000, GID: 1000, Dir: true},
+	}, tools...)
+	agnhostConfig := v1.Config{Env: []string{"PATH=" + defaultPath}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
+		ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}
+	nnp := []entry{dir("/usr", 0o755), dir("/usr/local", 0o755), dir("/usr/local/bin", 0o755), file("/usr/local/bin/nnp", 0o4755, helpers["nnp"])}
+	nonroot := shCmd
+	nonroot.User = "1234"
+	nnpConfig := shCmd
+	nnpConfig.Cmd = []string{"nnp"}
+	return []image{
+		{Repo: e2e + "agnhost", Tags: []string{"2.55", "2.66.1"}, Base: true, Extra: agnhost, Config: agnhostConfig,
+			Note: "agnhost, the real binary (k8s.io/kubernetes/test/images/agnhost at the pinned version)"},
+		{Repo: e2e + "busybox", Tags: []string{"1.37.0-2", "1.36.1-1", "1.29-2"}, Base: true, Config: shCmd,
+			Note: "busybox (Debian's); the suite's by-digest busybox cannot be reproduced"},
+		{Repo: e2e + "nginx", Tags: []string{"1.27.0-2", "1.28.0-2"}, Base: true, Extra: nginxFiles(helpers, 80), Config: nginxConfig(80),
+			Note: "web server: the nginx stand-in on :80"},
+		{Repo: e2e + "glibc-dns-testing", Tags: []string{"2.1.1"}, Base: true, Config: shCmd,
+			Note: "glibc-dns-testing: Debian's busybox is built against glibc too (hostname -f resolves through it)"},
+		{Repo: e2e + "nonewprivs", Tags: []string{"1.4"}, Base: true, Extra: nnp, Config: nnpConfig,
+			Note: "setuid-root program printing its effective uid"},
+		{Repo: e2e + "nonroot", Tags: []string{"1.5"}, Base: true, Config: nonroot,
+			Note: "busybox with USER 1234"},
+		{Repo: "registry.k8s.io/pause", Tags: []string{"3.10.2", "3.10.1", "3.10"}, Extra: []entry{file("/pause", 0o755, helpers["pause"])},
+			Config: v1.Config{Entrypoint: []string{"/pause"}}, Note: "pause (rtshim-pause)"},
+	}
+}
+
+// nginxFiles is the nginx stand-in's layer, listening on port.
+func nginxFiles(helpers map[string][]byte, port int) []entry {
+	return []entry{
+		dir("/usr", 0o755), dir("/usr/sbin", 0o755),
+		file("/usr/sbin/nginx", 0o755, helpers["nginx"]),
+		dir("/etc", 0o755), dir("/etc/nginx", 0o755), dir("/etc/nginx/conf.d", 0o755),
+		text("/etc/nginx/conf.d/default.conf", fmt.Sprintf("# rtshimd conformance nginx stand-in: only 'listen' is read\nserver {\n    listen       %d;\n    server_name  localhost;\n    root         /usr/share/nginx/html;\n}\n", port)),
+		dir("/usr/share", 0o755), dir("/usr/share/nginx", 0o755), dir("/usr/share/nginx/html", 0o755),
+		text("/usr/share/nginx/html/index.html", "<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>\n<body><h1>Welcome to nginx!</h1><p>rtshimd conformance stand-in.</p></body></html>\n"),
+		dir("/var", 0o755), dir("/var/log", 0o755), dir("/var/log/nginx", 0o755),
+	}
+}
+
+// nginxConfig runs the nginx stand-in as the nginx image does.
+func nginxConfig(port int) v1.Config {
+	return v1.Config{
+		Env:          []string{"PATH=" + defaultPath, "NGINX_VERSION=stand-in"},
+		Cmd:          []string{"nginx", "-g", "daemon off;"},
+		ExposedPorts: map[string]struct{}{fmt.Sprintf("%d/tcp", port): {}},
+		StopSignal:   "SIGTERM",
+	}
+}
+
 const passwd = `root:x:0:0:root:/root:/bin/sh
 daemon:x:1:1:daemon:/usr/sbin:/bin/false
 bin:x:2:2:bin:/bin:/bin/false
@@ -303,7 +382,7 @@ nogroup:x:65534:
 `
 
 // baseLayer lays out a busybox root filesystem: /bin/busybox and one hard link per applet,
-// the libraries a dynamic busybox needs, account files, and labutils for pgrep and ipcs
+// the libraries a dynamic busybox needs, account files, and labutils for pgrep, ipcs and nmeter
 // where the busybox lacks them.
 //
 // critest's MaskedPaths spec masks /bin/ls and expects `sh -c ls` to fail: that needs a
@@ -348,7 +427,7 @@ func baseLayer(busybox string, labutils []byte) ([]entry, error) {
 	}
 	es = append(es, entry{Path: "/bin/[", Mode: 0o755, Hardlink: "/bin/busybox"})
 	addedLabutils := false
-	for _, a := range []string{"pgrep", "ipcs"} {
+	for _, a := range []string{"pgrep", "ipcs", "nmeter"} {
 		if applets[a] {
 			continue
 		}
@@ -445,6 +524,44 @@ func elfDeps(bin string) ([]lib, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// hostPrograms lays out programs of this machine (source, destination in the image) with
+// the libraries they need and the directories of both, each path once, for an image whose
+// base layer lacks them.
+func hostPrograms(progs [][2]string) ([]entry, error) {
+	var es []entry
+	made := map[string]bool{"/": true}
+	add := func(dst string, data []byte) {
+		if made[dst] {
+			return
+		}
+		var dirs []string
+		for d := path.Dir(dst); !made[d]; d = path.Dir(d) {
+			made[d] = true
+			dirs = append([]string{d}, dirs...)
+		}
+		for _, d := range dirs {
+			es = append(es, dir(d, 0o755))
+		}
+		made[dst] = true
+		es = append(es, file(dst, 0o755, data))
+	}
+	for _, p := range progs {
+		data, err := os.ReadFile(p[0])
+		if err != nil {
+			return nil, err
+		}
+		libs, err := elfDeps(p[0])
+		if err != nil {
+			return nil, err
+		}
+		add(p[1], data)
+		for _, l := range libs {
+			add(l.dst, l.data)
+		}
+	}
+	return es, nil
 }
 
 // layerOf writes the entries to a tar and wraps it as a gzip-compressed layer.

@@ -124,7 +124,10 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
-var hostnameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+// hostnameRE: DNS labels joined by dots, and an optional final dot: kubelet sends a pod
+// with setHostnameAsFQDN the absolute FQDN "<host>.<subdomain>.<ns>.svc.<cluster domain>",
+// which ends with the dot when the cluster domain is empty.
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\.?$`)
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
@@ -147,7 +150,7 @@ func validate(cfg *runtimeapi.PodSandboxConfig) error {
 		}
 	}
 	if h := cfg.Hostname; h != "" && (len(h) > 64 || !hostnameRE.MatchString(h)) {
-		return invalid("config.hostname %q is not a valid hostname (lower-case letters, digits, '-' and '.', at most 64 characters)", h)
+		return invalid("config.hostname %q is not a valid hostname (DNS labels of lower-case letters, digits and '-', joined and optionally ended by '.', at most 64 characters)", h)
 	}
 	// Containers' log files are opened below it, by root: a relative one would depend on
 	// the daemon's working directory.

@@ -70,6 +70,12 @@ func TestValidate(t *testing.T) {
 		{"empty uid", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Uid = ""; return c }, "config.metadata.uid"},
 		{"underscore in name", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Name = "a_b"; return c }, "config.metadata.name"},
 		{"slash in uid", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Metadata.Uid = "../x"; return c }, "config.metadata.uid"},
+		{"FQDN hostname ending with a dot", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Hostname = "web-0.t.ns.svc."
+			return c
+		}, ""},
+		{"hostname with an empty label", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Hostname = "a..b"; return c }, "config.hostname"},
+		{"hostname that is only a dot", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Hostname = "."; return c }, "config.hostname"},
 		{"upper-case hostname", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Hostname = "Web"; return c }, "config.hostname"},
 		{"hostname with space", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig { c.Hostname = "a b"; return c }, "config.hostname"},
 		{"hostname too long", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {

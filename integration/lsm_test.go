@@ -19,7 +19,7 @@ import (
 // while RuntimeDefault and Unconfined run; where AppArmor is enabled a profile that is not
 // loaded is refused all the same. SELinux labels run without the label, as with containerd
 // and CRI-O (kubelet sends a pod's seLinuxOptions to every node), and a warning names
-// them; strict_selinux refuses them (TestStrictSELinux).
+// them; so does a mount's selinux_relabel. strict_selinux refuses both (TestStrictSELinux).
 func TestSecurityModulesNeverSilent(t *testing.T) {
 	b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	aaReason := "AppArmor is not enabled on this node"
@@ -88,9 +88,19 @@ func TestSecurityModulesNeverSilent(t *testing.T) {
 					t.Errorf("%s: CreateContainer = %v, want InvalidArgument containing %q", c.name, err, c.want)
 				}
 			}
+			// A mount asks for relabeling (critest's volume specs do on every node): mounted as it is.
+			cfg := e.ctrConfig("lsm-relabel", "test", "-d", "/relabel")
+			cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/relabel", HostPath: t.TempDir(), SelinuxRelabel: true}}
+			if id, err := e.d.RS.CreateContainer(ctx, podID, cfg, podCfg); err != nil {
+				t.Errorf("selinux_relabel: %v", err)
+			} else if err := e.d.RS.StartContainer(ctx, id); err != nil {
+				t.Errorf("selinux_relabel: start: %v", err)
+			} else if st := e.waitExit(id); st.ExitCode != 0 {
+				t.Errorf("selinux_relabel: exit %d", st.ExitCode)
+			}
 			ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})
-			if err != nil || len(ctrs) != 3 {
-				t.Errorf("containers of the pod: %d (%v), want the 3 that ran; nothing of the refused ones", len(ctrs), err)
+			if err != nil || len(ctrs) != 4 {
+				t.Errorf("containers of the pod: %d (%v), want the 4 that ran; nothing of the refused ones", len(ctrs), err)
 			}
 			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
 				t.Fatal(err)
@@ -102,8 +112,9 @@ func TestSecurityModulesNeverSilent(t *testing.T) {
 	}
 }
 
-// TestStrictSELinux: with strict_selinux, a pod or container asking for an SELinux label on
-// a node without SELinux is refused by field and label, and nothing of it is left.
+// TestStrictSELinux: with strict_selinux, a pod or container asking for an SELinux label, or
+// a mount asking for relabeling, on a node without SELinux is refused by field, and nothing
+// of it is left.
 func TestStrictSELinux(t *testing.T) {
 	if _, err := os.Stat("/sys/fs/selinux/enforce"); err == nil {
 		t.Skip("SELinux is enabled here: labels are applied, strict_selinux changes nothing")
@@ -126,6 +137,13 @@ func TestStrictSELinux(t *testing.T) {
 			cfg.Linux.SecurityContext.SelinuxOptions = label
 			if _, err := e.d.RS.CreateContainer(ctx, podID, cfg, podCfg); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
 				t.Errorf("container with an SELinux label: %v, want InvalidArgument containing %q", err, want)
+			}
+			cfg = e.ctrConfig("strict-relabel", "true")
+			vol := filepath.Join(t.TempDir(), "vol")
+			cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/relabel", HostPath: vol, SelinuxRelabel: true}}
+			wantRelabel := `config.mounts[0].selinux_relabel is set for config.mounts[0].host_path "` + vol + `": SELinux is not enabled on this node`
+			if _, err := e.d.RS.CreateContainer(ctx, podID, cfg, podCfg); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), wantRelabel) {
+				t.Errorf("container with selinux_relabel: %v, want InvalidArgument containing %q", err, wantRelabel)
 			}
 			if ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID}); err != nil || len(ctrs) != 0 {
 				t.Errorf("containers of the pod: %d (%v), want none", len(ctrs), err)

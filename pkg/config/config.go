@@ -48,7 +48,7 @@ type Config struct {
 	LogLevel     string `toml:"log_level"`
 	MonitorPath  string `toml:"monitor_path"`
 	PausePath    string `toml:"pause_path"`
-	// StrictSELinux refuses SELinux labels asked for on a node without SELinux; by default
+	// StrictSELinux refuses SELinux labels and relabeling asked for on a node without SELinux; by default
 	// they are not applied, with a warning, as containerd and CRI-O do.
 	StrictSELinux  bool                `toml:"strict_selinux"`
 	DefaultHandler string              `toml:"default_handler"`

@@ -178,22 +178,30 @@ func (h Host) SELinuxLabels(field string, o *runtimeapi.SELinuxOption, privilege
 // relabel is label.Relabel; tests replace it, as no node here has SELinux.
 var relabel = label.Relabel
 
-// CheckRelabel refuses a mount's selinux_relabel (field names it, what is its host path or
-// image) where SELinux is not enabled: there is no label to give the files, and kubelet
-// only asks for it on SELinux nodes, so a request here is a mistake to name, not to drop.
-func (h Host) CheckRelabel(field, what string) error {
-	if !h.SELinux {
-		return invalidf("%s is set for %s: SELinux is not enabled on this node, so the volume cannot be relabeled; run the pod on an SELinux node or unset selinux_relabel", field, what)
+// CheckRelabel says whether a mount's selinux_relabel (field names it, what is its host
+// path or image) is carried out. Where SELinux is enabled it is. Where it is not, there is
+// no label to give the files: the mount is made without one and a warning names the field,
+// as containerd and CRI-O run it (critest asks for it on every node; kubelet only on SELinux
+// nodes), or, with StrictSELinux, the request is refused by name.
+func (h Host) CheckRelabel(field, what string) (bool, error) {
+	if h.SELinux {
+		return true, nil
 	}
-	return nil
+	if h.StrictSELinux {
+		return false, invalidf("%s is set for %s: SELinux is not enabled on this node, so the volume cannot be relabeled (strict_selinux); run the pod on an SELinux node or unset selinux_relabel", field, what)
+	}
+	logrus.WithFields(logrus.Fields{"field": field, "mount": what}).
+		Warn("SELinux is not enabled on this node: mounting without relabeling")
+	return false, nil
 }
 
 // Relabel gives path (a mount's host path, symlinks resolved) and everything under it the
 // container's mount label, private to the container (its MCS level kept), as containerd
-// and CRI-O do for selinux_relabel. go-selinux refuses system directories (/, /usr, /etc,
-// ...). A file system that cannot hold labels is left as it is, as containerd does.
+// and CRI-O do for selinux_relabel; without SELinux it is CheckRelabel. go-selinux refuses
+// system directories (/, /usr, /etc, ...). A file system that cannot hold labels is left
+// as it is, as containerd does.
 func (h Host) Relabel(field, path, mountLabel string) error {
-	if err := h.CheckRelabel(field, fmt.Sprintf("host path %q", path)); err != nil {
+	if ok, err := h.CheckRelabel(field, fmt.Sprintf("host path %q", path)); !ok {
 		return err
 	}
 	if err := relabel(path, mountLabel, false); err != nil {

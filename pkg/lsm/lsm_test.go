@@ -75,9 +75,9 @@ func TestSELinuxWithoutSELinux(t *testing.T) {
 	}
 }
 
-// selinux_relabel: refused by name without SELinux (nothing relabeled); with it, the host
-// path gets the container's mount label, private (not shared), and a file system without
-// label support is left as it is.
+// selinux_relabel: without SELinux left out (nothing relabeled) or, strict, refused by
+// name; with it, the host path gets the container's mount label, private (not shared), and
+// a file system without label support is left as it is.
 func TestRelabel(t *testing.T) {
 	var calls []string
 	relabel = func(path, fileLabel string, shared bool) error {
@@ -92,19 +92,26 @@ func TestRelabel(t *testing.T) {
 	const mountLabel = "system_u:object_r:container_file_t:s0:c1,c2"
 
 	var off Host
-	if err := off.CheckRelabel(field, `config.mounts[2].host_path "/data"`); !errors.Is(err, errdefs.ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), `config.mounts[2].selinux_relabel is set for config.mounts[2].host_path "/data": SELinux is not enabled on this node`) {
-		t.Errorf("CheckRelabel without SELinux: %v", err)
+	if ok, err := off.CheckRelabel(field, `config.mounts[2].host_path "/data"`); ok || err != nil {
+		t.Errorf("CheckRelabel without SELinux = %v, %v; want false, nil", ok, err)
 	}
-	if err := off.Relabel(field, "/data", ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `host path "/data": SELinux is not enabled`) {
+	if err := off.Relabel(field, "/data", ""); err != nil {
 		t.Errorf("Relabel without SELinux: %v", err)
+	}
+	strict := Host{StrictSELinux: true}
+	if ok, err := strict.CheckRelabel(field, `config.mounts[2].host_path "/data"`); ok || !errors.Is(err, errdefs.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), `config.mounts[2].selinux_relabel is set for config.mounts[2].host_path "/data": SELinux is not enabled on this node`) {
+		t.Errorf("CheckRelabel without SELinux, strict: %v, %v", ok, err)
+	}
+	if err := strict.Relabel(field, "/data", ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `host path "/data": SELinux is not enabled`) {
+		t.Errorf("Relabel without SELinux, strict: %v", err)
 	}
 	if len(calls) != 0 {
 		t.Fatalf("relabeled without SELinux: %q", calls)
 	}
 
 	on := Host{SELinux: true}
-	if err := on.CheckRelabel(field, "x"); err != nil {
+	if ok, err := on.CheckRelabel(field, "x"); !ok || err != nil {
 		t.Errorf("CheckRelabel with SELinux: %v", err)
 	}
 	if err := on.Relabel(field, "/data", mountLabel); err != nil {

@@ -514,7 +514,7 @@ func TestMountErrors(t *testing.T) {
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, MountOptions: []string{"ro,exec"}}, `config.mounts[1].mount_options[0] "ro,exec" is not a mount option`},
-		// This node has no SELinux (the zero lsm.Host): selinux_relabel is refused, not dropped.
+		// No SELinux and strict_selinux (strict below): selinux_relabel is refused, not dropped.
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: filepath.Join(vol, "never"), SelinuxRelabel: true},
 			`config.mounts[1].selinux_relabel is set for config.mounts[1].host_path "` + filepath.Join(vol, "never") + `": SELinux is not enabled on this node`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, SelinuxRelabel: true},
@@ -523,8 +523,20 @@ func TestMountErrors(t *testing.T) {
 	for _, tt := range tests {
 		o := testOptions(t)
 		o.Config.Mounts = []*runtimeapi.Mount{{ContainerPath: "/ok", HostPath: vol}, tt.mount}
+		o.LSM.StrictSELinux = true
 		_, err := ContainerSpec(o)
 		wantInvalid(t, err, tt.want)
+	}
+	// Not strict (the default): the mount is made without relabeling, as containerd does;
+	// critest asks for selinux_relabel on every node.
+	o := testOptions(t)
+	o.Config.Mounts = []*runtimeapi.Mount{{ContainerPath: "/m", HostPath: vol, SelinuxRelabel: true}}
+	spec, err := ContainerSpec(o)
+	if err != nil {
+		t.Fatalf("selinux_relabel without SELinux, not strict: %v", err)
+	}
+	if !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == "/m" && m.Source == vol }) {
+		t.Errorf("mount /m missing: %+v", spec.Mounts)
 	}
 	// The missing host path of a mount refused for another reason is not created.
 	if _, err := os.Stat(filepath.Join(vol, "never")); !errors.Is(err, os.ErrNotExist) {

@@ -61,8 +61,9 @@ var imageVolumeOptions = []string{"nosuid", "nodev", "noexec"}
 
 // criMounts checks config.mounts: container_path absolute, host_path present (created as a
 // directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with
-// readonly and private propagation, selinux_relabel only where the node has SELinux (there
-// the host path gets mountLabel). An image mount binds its entry of imageVolumes,
+// readonly and private propagation, selinux_relabel carried out where the node has SELinux
+// (the host path gets mountLabel; an image volume is refused), left out with a warning
+// where it has not, unless strict_selinux refuses it. An image mount binds its entry of imageVolumes,
 // read-only.
 func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, host lsm.Host, mountLabel string) ([]bindMount, error) {
 	var out []bindMount
@@ -118,10 +119,11 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, 
 			if image {
 				what = fmt.Sprintf("%s %q", field("image.image"), m.GetImage().GetImage())
 			}
-			if err := host.CheckRelabel(field("selinux_relabel"), what); err != nil {
+			relabel, err := host.CheckRelabel(field("selinux_relabel"), what)
+			if err != nil {
 				return nil, err
 			}
-			if image {
+			if relabel && image {
 				// Its layers are read-only and shared by every user of the image.
 				return nil, invalidf("%s is set for %s: an image volume is not relabeled", field("selinux_relabel"), what)
 			}
@@ -148,7 +150,7 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, 
 		if err != nil {
 			return nil, invalidf("%s %q: %s", field("host_path"), m.GetHostPath(), errText(err))
 		}
-		if m.GetSelinuxRelabel() {
+		if m.GetSelinuxRelabel() && host.SELinux {
 			relabels = append(relabels, [2]string{field("selinux_relabel"), src})
 		}
 		out = append(out, bindMount{

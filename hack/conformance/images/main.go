@@ -96,13 +96,13 @@ func main() {
 	switch *set {
 	case "critest":
 	case "node-e2e":
-		// agnhost's image carries curl and OpenBSD's nc (the suite's exec hooks and
-		// networking specs run them there; busybox's nc has no -u): Debian's, with their
-		// libraries.
+		// agnhost's image carries curl, OpenBSD's nc and bash (the suite's exec hooks,
+		// probes and networking specs run them there; busybox's nc has no -u): Debian's,
+		// with their libraries.
 		var tools []entry
 		if !*list {
 			var err error
-			if tools, err = hostPrograms([][2]string{{"/usr/bin/curl", "/usr/bin/curl"}, {"/bin/nc.openbsd", "/usr/bin/nc"}}); err != nil {
+			if tools, err = hostPrograms([][2]string{{"/usr/bin/curl", "/usr/bin/curl"}, {"/bin/nc.openbsd", "/usr/bin/nc"}, {"/bin/bash", "/bin/bash"}}); err != nil {
 				fatalf("tools of the agnhost image: %v", err)
 			}
 		}
@@ -280,8 +280,8 @@ func nodeE2ESpecs(helpers map[string][]byte, tools []entry) []image {
 	shCmd := v1.Config{Env: []string{"PATH=" + defaultPath}, Cmd: []string{"sh"}}
 	// agnhost's own image (test/images/agnhost/Dockerfile): the real binary at /agnhost (and
 	// /agnhost-2), porter's TLS pair at /localhost.crt and /localhost.key (netexec's https
-	// hooks serve with it), a user and group defined in the image, /uploads, curl and nc
-	// (tools), and the ports it serves.
+	// hooks serve with it), a user and group defined in the image, /uploads, curl, nc and
+	// bash (tools), and the ports it serves.
 	agnhost := append([]entry{
 		file("/agnhost", 0o755, helpers["agnhost"]),
 		{Path: "/agnhost-2", Mode: 0o755, Hardlink: "/agnhost"},

@@ -24,7 +24,7 @@
 #   1. kubelet, e2e_node.test, the ginkgo CLI and agnhost at the pinned Kubernetes version
 #      (hack/tools.sh)
 #   2. the images the suite pulls, built by hack/conformance/images -set node-e2e (agnhost
-#      is the real binary, with Debian's curl and nc; busybox, nginx, nonewprivs, nonroot, pause are stand-ins), pushed
+#      is the real binary, with Debian's curl, nc and bash; busybox, nginx, nonewprivs, nonroot, pause are stand-ins), pushed
 #      to Debian's docker-registry on 127.0.0.1:<free port>
 #   3. per pass: bin/rtshimd with a config of its own in a temp dir (registries mapped onto
 #      the local one, a CNI bridge of its own), then e2e_node.test (kubelet is the one beside it), which runs etcd, the API
@@ -110,8 +110,9 @@ stop_daemon() {
 	kill -TERM "$DAEMON_PID"
 	for _ in $(seq 1 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
 	kill -0 "$DAEMON_PID" 2>/dev/null && { leak "daemon ignored SIGTERM for 10s"; kill -KILL "$DAEMON_PID"; }
-	wait "$DAEMON_PID" 2>/dev/null
+	wait "$DAEMON_PID" 2>/dev/null || true # its status is not the run's
 	DAEMON_PID=""
+	return 0
 }
 
 # stop_suite: the suite's process group (e2e_node.test, the services, kubelet).
@@ -141,6 +142,7 @@ kubelet_leftovers() {
 		if [ -s "$c/cgroup.procs" ]; then leak "cgroup $c still has processes: $(head -3 "$c/cgroup.procs" | tr '\n' ' ')"; fi
 		rmdir "$c" 2>/dev/null
 	done
+	return 0
 }
 
 cleanup() {

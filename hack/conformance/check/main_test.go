@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -115,5 +116,28 @@ func TestExceptions(t *testing.T) {
 		if _, err := readExceptions(p); err == nil || !strings.Contains(err.Error(), "exceptions.txt:1") {
 			t.Errorf("%q: want an error naming the line, got %v", bad, err)
 		}
+	}
+}
+
+// A node e2e report lists every spec the focus left out as skipped with no message: only
+// those a skip exception names are kept (they were skipped by its regular expression).
+func TestDropFiltered(t *testing.T) {
+	exc := []exception{
+		{kind: "skip", re: regexp.MustCompile(`waits long`)},
+		{kind: "fail", spec: "[k8s.io] Area listed failure"},
+	}
+	got := dropFiltered([]specReport{
+		spec("ran", "passed", ""),
+		spec("left out by the focus", "skipped", ""),
+		spec("listed failure", "skipped", ""),
+		spec("waits long", "skipped", ""),
+		spec("skipped by the suite", "skipped", "no such feature"),
+	}, exc)
+	var names []string
+	for _, s := range got {
+		names = append(names, s.LeafNodeText)
+	}
+	if want := "ran,waits long,skipped by the suite"; strings.Join(names, ",") != want {
+		t.Errorf("kept %q, want %q", strings.Join(names, ","), want)
 	}
 }

@@ -106,7 +106,7 @@ stop_daemon() {
 	crictl_ rmp -fa >/dev/null 2>"$W/rmp.err" || { log "crictl rmp -fa failed:"; cat "$W/rmp.err" >&2; }
 	left=$(crictl_ pods -q 2>/dev/null; crictl_ ps -aq 2>/dev/null)
 	[ -z "$left" ] || leak "pods/containers still listed after rmp -fa: $left"
-	[ -n "$EVENTS_PID" ] && { kill "$EVENTS_PID" 2>/dev/null; wait "$EVENTS_PID" 2>/dev/null; EVENTS_PID=""; }
+	[ -n "$EVENTS_PID" ] && { kill "$EVENTS_PID" 2>/dev/null; wait "$EVENTS_PID" 2>/dev/null || true; EVENTS_PID=""; }
 	kill -TERM "$DAEMON_PID"
 	for _ in $(seq 1 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.1; done
 	kill -0 "$DAEMON_PID" 2>/dev/null && { leak "daemon ignored SIGTERM for 10s"; kill -KILL "$DAEMON_PID"; }
@@ -134,13 +134,13 @@ kubelet_leftovers() {
 	local n c d
 	pkill -KILL -x kubelet 2>/dev/null && leak "a kubelet outlived its suite"
 	n=$(umount_under /var/lib/kubelet)
-	d=$(ls -A /var/lib/kubelet/pods 2>/dev/null | wc -l)
-	c=$(ls -A /var/log/pods 2>/dev/null | wc -l)
+	d=$(ls -A /var/lib/kubelet/pods 2>/dev/null | wc -l || true)
+	c=$(ls -A /var/log/pods 2>/dev/null | wc -l || true)
 	log "kubelet's leftovers: $n mount(s) under /var/lib/kubelet, $d pod dir(s), $c pod log dir(s); removed"
-	rm -rf /var/lib/kubelet/pods/* /var/log/pods/* /var/log/containers/* 2>/dev/null
+	rm -rf /var/lib/kubelet/pods/* /var/log/pods/* /var/log/containers/* 2>/dev/null || true
 	for c in $(find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -path '*/kubepods*' 2>/dev/null | sort -r); do
 		if [ -s "$c/cgroup.procs" ]; then leak "cgroup $c still has processes: $(head -3 "$c/cgroup.procs" | tr '\n' ' ')"; fi
-		rmdir "$c" 2>/dev/null
+		rmdir "$c" 2>/dev/null || true # a parent of one still in use
 	done
 	return 0
 }

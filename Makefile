@@ -1,7 +1,8 @@
 # rtshimd. As root on Debian 12:
 #   make run    install what the daemon needs, build it, and run it with the default config
-#   make test   install what the tests need, then unit, integration (kubelet, crictl) and
-#               conformance (critest on runc and runsc) tests
+#   make test   install what the tests need, then unit, integration (kubelet, crictl),
+#               conformance (critest on runc and runsc) and a part of Kubernetes' node
+#               conformance suite (node-e2e-short) tests
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
@@ -94,7 +95,7 @@ tools:
 integration: build tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 40m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-test: deps-test vet unit fuzz-short integration conformance
+test: deps-test vet unit fuzz-short integration conformance node-e2e-short
 
 # Soak: pod cycles on every ready handler by concurrent workers while the daemon is killed
 # with -9 and restarted; fails on a lost pod or container, or on anything left on the node

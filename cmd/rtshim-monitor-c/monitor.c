@@ -708,6 +708,11 @@ static bool stream_read(struct stream *s) {
 // MAX_CONNS bounds the connections served at once (the daemon holds a watch and opens a
 // few more): past it, new ones wait in the listen backlog instead of taking fds.
 #define MAX_CONNS 128
+// MAX_ATTACH bounds the attach sessions among them (monitor.MaxAttach): past it an attach is
+// refused with an error frame, so that sessions never take the connections the daemon's
+// control requests (reopen, watch, start, exit) need.
+#define MAX_ATTACH 32
+#define FRAME_ERROR 5
 
 enum conn_state { C_CMD, C_WATCH, C_ATTACH, C_BUSY, C_CLOSING };
 
@@ -1540,6 +1545,16 @@ static void handle_command(struct conn *c, const char *cmd) {
 	} else if (strcmp(cmd, "attach") == 0) {
 		if (attach_closed) {
 			conn_free(c);
+			return;
+		}
+		int sessions = 0;
+		for (struct conn *o = conns; o; o = o->next)
+			sessions += o->state == C_ATTACH;
+		if (sessions >= MAX_ATTACH) {
+			char f[64];
+			int n = snprintf(f + 5, sizeof f - 5, "too many attach sessions (%d)", MAX_ATTACH);
+			f[0] = FRAME_ERROR, f[1] = 0, f[2] = 0, f[3] = 0, f[4] = (char)n;
+			conn_send_close(c, f, 5 + (size_t)n);
 			return;
 		}
 		c->state = C_ATTACH;

@@ -59,6 +59,13 @@ func (a *attachers) serve(c net.Conn, r io.Reader) {
 		c.Close()
 		return
 	}
+	if len(a.conns) >= monitor.MaxAttach {
+		a.mu.Unlock()
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = monitor.WriteFrame(c, monitor.FrameError, []byte(fmt.Sprintf("too many attach sessions (%d)", monitor.MaxAttach)))
+		c.Close()
+		return
+	}
 	a.conns[c] = true
 	a.mu.Unlock()
 	defer func() {

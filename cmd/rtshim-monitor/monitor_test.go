@@ -488,3 +488,56 @@ func TestMonitorAttachStdinWaits(t *testing.T) {
 		t.Errorf("exit %+v %v, want status 7", e, err)
 	}
 }
+
+// Attach sessions have a bound of their own: anyone allowed to attach to the pod opens as
+// many as the monitor's connections (128) and still the daemon's control requests are
+// served; the sessions past monitor.MaxAttach are refused with an error frame.
+func TestMonitorAttachSessionsBounded(t *testing.T) {
+	cfg := monitorConfig(t)
+	startCreated(t, cfg, "FAKE_HOLD=1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600)
+	const opened = 128
+	var refused int
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < opened; i++ {
+		c, err := monitor.Attach(ctx, cfg.Dir)
+		if err != nil {
+			t.Fatalf("attach %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	// Each session past the bound gets an error frame and its end; the others stay open.
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		kind, p, err := monitor.ReadFrame(c)
+		switch {
+		case err == nil && kind == monitor.FrameError:
+			refused++
+			if !strings.Contains(string(p), fmt.Sprintf("too many attach sessions (%d)", monitor.MaxAttach)) {
+				t.Errorf("session %d refused with %q", i, p)
+			}
+		case err != nil && os.IsTimeout(err):
+		default:
+			t.Errorf("session %d: frame %d %q, %v", i, kind, p, err)
+		}
+	}
+	if refused != opened-monitor.MaxAttach {
+		t.Errorf("%d sessions refused, want %d", refused, opened-monitor.MaxAttach)
+	}
+	// Control requests are answered (a log reopen: kubelet's rotation waits on it).
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	if err := monitor.Command(rctx, cfg.Dir, monitor.CmdReopen); err != nil {
+		t.Errorf("reopen with %d attach sessions open: %v", opened, err)
+	}
+}

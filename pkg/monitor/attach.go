@@ -20,7 +20,13 @@ const (
 	FrameStderr     byte = 2 // monitor → client
 	FrameResize     byte = 3 // client → monitor: width, height (uint16 each, big-endian)
 	FrameCloseStdin byte = 4 // client → monitor: the client's stdin ended
+	FrameError      byte = 5 // monitor → client: the session is refused (why), then the end
 )
+
+// MaxAttach bounds a monitor's attach sessions at once. Past it an attach is refused with
+// a FrameError: sessions must never take the connections the daemon's control requests
+// (reopen, watch, start, exit) need, whoever may attach to the pod.
+const MaxAttach = 32
 
 // maxFrame bounds one frame's payload.
 const maxFrame = 1 << 20
@@ -117,6 +123,9 @@ func AttachSession(ctx context.Context, dir string, in io.Reader, out, errw io.W
 		kind, p, err := ReadFrame(conn)
 		if err != nil {
 			return nil // the container ended or the client left
+		}
+		if kind == FrameError {
+			return fmt.Errorf("attach to %s: %s", filepath.Base(dir), p)
 		}
 		w := out
 		if kind == FrameStderr && errw != nil {

@@ -218,6 +218,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		LSM:            host,
 		Store:          cstore,
 		RunDir:         filepath.Join(cfg.RunRoot, "containers"),
+		CheckpointDir:  filepath.Join(cfg.StateRoot, "checkpoints"),
 		Runtimes:       rts,
 		Images:         images,
 		Sandboxes:      mgr,

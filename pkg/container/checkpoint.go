@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
 	"github.com/rtshimd/rtshimd/pkg/kind"
@@ -72,11 +73,16 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if !ok {
 		return fmt.Errorf("checkpoint container %s: handler %q (%s) cannot checkpoint containers: %w", c.ID, c.Handler, c.rt.Type(), errdefs.ErrNotImplemented)
 	}
+	// location's directory is resolved once, now, and only ever reached through this
+	// descriptor: whatever its path becomes meanwhile, the archive goes to that directory.
 	dir := filepath.Dir(location)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	dirFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return invalid("location %q: %s is not an existing directory", location, dir)
 	}
-	if _, err := os.Lstat(location); err == nil {
+	defer unix.Close(dirFD)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirFD, filepath.Base(location), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
 		return fmt.Errorf("location %q exists; checkpoint archives are not overwritten: %w", location, errdefs.ErrAlreadyExists)
 	}
 	if timeout > 0 {
@@ -85,9 +91,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 		defer cancel()
 	}
 
-	// Beside location: CRIU's image can be large (not in run_root's tmpfs), and the
-	// finished archive is renamed into place, so location never holds half of one.
-	tmp, err := os.MkdirTemp(dir, "."+filepath.Base(location)+".tmp-")
+	// CRIU's image and the archive's content are made in the daemon's own directory on
+	// disk (the image can be large: not run_root's tmpfs), never in location's directory,
+	// which a user may write: there a swapped path would take root's writes anywhere, and a
+	// crash would leave the processes' memory beside location.
+	tmp, err := os.MkdirTemp(m.opts.CheckpointDir, c.ID+"-")
 	if err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
 	}
@@ -105,16 +113,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if err := m.checkpointFiles(c, content, work, start); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
 	}
-	archive := filepath.Join(tmp, "archive.tar")
-	if err := writeTar(archive, content); err != nil {
-		return fmt.Errorf("checkpoint container %s: archive: %w", c.ID, err)
-	}
-	// A link never replaces a file that appeared at location meanwhile (a rename would).
-	if err := os.Link(archive, location); err != nil {
+	if err := publishTar(dirFD, location, content); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("checkpoint container %s: location %q exists: %w", c.ID, location, errdefs.ErrAlreadyExists)
 		}
-		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+		return fmt.Errorf("checkpoint container %s: archive: %w", c.ID, err)
 	}
 	logrus.WithFields(logrus.Fields{"container": c.ID, "location": location, "duration": time.Since(start)}).Info("container checkpointed")
 	return nil
@@ -159,18 +162,49 @@ func (m *Manager) checkpointFiles(c *Container, content, work string, at time.Ti
 	return os.WriteFile(filepath.Join(content, dumpLogFile), log, 0o600)
 }
 
-// writeTar writes the directories and regular files under root, by their paths relative
-// to it, as an uncompressed tar at path (mode 0600).
-func writeTar(path, root string) (err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+// publishTar writes the archive of root as location's name in the directory dirFD:
+// an unnamed file (O_TMPFILE), written and synced, then linked in under that name, which a
+// link never replaces. A crash leaves nothing behind. Where the file system has no
+// O_TMPFILE, a new hidden name is used (created exclusively, never through a symlink) and
+// removed once linked.
+func publishTar(dirFD int, location, root string) error {
+	name := filepath.Base(location)
+	fd, err := unix.Openat(dirFD, ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		f := os.NewFile(uintptr(fd), location)
+		defer f.Close()
+		if err := writeTar(f, root); err != nil {
+			return err
+		}
+		// linkat of an O_TMPFILE file through /proc needs AT_SYMLINK_FOLLOW (root may).
+		return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), dirFD, name, unix.AT_SYMLINK_FOLLOW)
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	var tmp string
+	for i := 0; ; i++ {
+		tmp = fmt.Sprintf(".%s.tmp-%d-%d", name, os.Getpid(), time.Now().UnixNano()+int64(i))
+		fd, err = unix.Openat(dirFD, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) || i > 100 {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
+	defer unix.Unlinkat(dirFD, tmp, 0)
+	f := os.NewFile(uintptr(fd), tmp)
+	defer f.Close()
+	if err := writeTar(f, root); err != nil {
+		return err
+	}
+	return unix.Linkat(dirFD, tmp, dirFD, name, 0)
+}
+
+// writeTar writes the directories and regular files under root, by their paths relative
+// to it, as an uncompressed tar to f, and syncs it.
+func writeTar(f *os.File, root string) (err error) {
 	tw := tar.NewWriter(f)
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == root {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
@@ -26,10 +27,14 @@ func (noCheckpoint) Type() string { return kind.ShimV2 }
 // fakeCRIU checkpoints as runc does: an image in imageDir, CRIU's log in workDir.
 type fakeCRIU struct {
 	kind.Runtime
-	err error
+	err    error
+	during func(imageDir string) // runs while it dumps
 }
 
 func (f fakeCRIU) Checkpoint(ctx context.Context, t kind.Task, imageDir, workDir string) error {
+	if f.during != nil {
+		f.during(imageDir)
+	}
 	if err := os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("(00.1) Dumping finished successfully\n"), 0o600); err != nil {
 		return err
 	}
@@ -50,7 +55,7 @@ func TestCheckpointArchive(t *testing.T) {
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "sha256:abc", ImageID: "sha256:abc", ImageName: "busybox:1"},
 		config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "sha256:abc", UserSpecifiedImage: "busybox:1"}},
 		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
-	m := &Manager{containers: map[string]*Container{"c1": c}}
+	m := &Manager{containers: map[string]*Container{"c1": c}, opts: Options{CheckpointDir: t.TempDir()}}
 	out := t.TempDir()
 	loc := filepath.Join(out, "c1.tar")
 	if err := m.Checkpoint(context.Background(), "c1", loc, 0); err != nil {
@@ -144,9 +149,18 @@ func TestWriteTar(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := filepath.Join(t.TempDir(), "a.tar")
-	if err := writeTar(out, root); err != nil {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "a.tar")
+	dirFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer unix.Close(dirFD)
+	if err := publishTar(dirFD, out, root); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("beside the archive: %v", entries)
 	}
 	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("archive mode: %v %v", fi.Mode(), err)
@@ -176,5 +190,51 @@ func TestWriteTar(t *testing.T) {
 		if got[name] != body {
 			t.Errorf("%s: %q, want %q", name, got[name], body)
 		}
+	}
+}
+
+// A user who can write location's parent swaps location's directory for a symlink while
+// CRIU dumps: root's writes still go to the directory the call named (through its
+// descriptor), never through the symlink, and nothing of the dump was ever in that
+// directory (today's code made its image beside location and linked the archive in by path).
+func TestCheckpointSwappedDirectory(t *testing.T) {
+	bundle := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parent, elsewhere := t.TempDir(), t.TempDir()
+	dir := filepath.Join(parent, "ck")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(parent, "moved")
+	var imageIn string
+	swap := func(imageDir string) {
+		imageIn = imageDir
+		if err := os.Rename(dir, moved); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(elsewhere, dir); err != nil {
+			t.Error(err)
+		}
+	}
+	c := &Container{Metadata: Metadata{ID: "c1", Name: "n", Handler: "runc", Dir: bundle},
+		config: &runtimeapi.ContainerConfig{}, status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{during: swap}}
+	ckDir := t.TempDir()
+	m := &Manager{containers: map[string]*Container{"c1": c}, opts: Options{CheckpointDir: ckDir}}
+	if err := m.Checkpoint(context.Background(), "c1", filepath.Join(dir, "c1.tar"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(imageIn, ckDir+"/") {
+		t.Errorf("CRIU's image was made in %s, not in the daemon's checkpoint dir %s", imageIn, ckDir)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("written through the swapped-in symlink: %v", entries)
+	}
+	if entries, _ := os.ReadDir(moved); len(entries) != 1 || entries[0].Name() != "c1.tar" {
+		t.Errorf("the named directory holds %v, want the archive alone", entries)
+	}
+	if entries, _ := os.ReadDir(ckDir); len(entries) != 0 {
+		t.Errorf("the work dir was left: %v", entries)
 	}
 }

@@ -45,6 +45,9 @@ import (
 type Options struct {
 	Store  *store.Store
 	RunDir string // <run_root>/containers
+	// CheckpointDir is where checkpoints are made before their archive is written
+	// (<state_root>/checkpoints, root's only; emptied at start).
+	CheckpointDir string
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes       *handlers.Runtimes
 	Images         *image.Service
@@ -112,6 +115,15 @@ type Manager struct {
 func NewManager(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(opts.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create %s: %w", opts.RunDir, err)
+	}
+	if opts.CheckpointDir != "" {
+		// What a checkpoint cut short by a crash left: its processes' memory.
+		if err := os.RemoveAll(opts.CheckpointDir); err != nil {
+			return nil, fmt.Errorf("remove %s: %w", opts.CheckpointDir, err)
+		}
+		if err := os.MkdirAll(opts.CheckpointDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", opts.CheckpointDir, err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{opts: opts, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}

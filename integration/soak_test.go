@@ -99,14 +99,21 @@ func TestSoak(t *testing.T) {
 			}
 		}()
 	}
-	// Kills while the workers run, at random moments.
+	// Kills while the workers run: spread over the run by its progress (the k-th once
+	// k/(kills+1) of the cycles are done, so a fast machine does not finish first), each at
+	// a random moment after that, mid-call most often.
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	killed := 0
 	for killed < kills {
+		due := int64((killed + 1) * cycles / (kills + 1))
 		select {
 		case <-finished:
-		case <-time.After(time.Duration(500+rand.IntN(2000)) * time.Millisecond):
+		case <-time.After(20 * time.Millisecond):
+			if done.Load()+retried.Load() < due {
+				continue
+			}
+			time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 			transitions.Add(1)
 			e.d.Kill()
 			e.d.Start()

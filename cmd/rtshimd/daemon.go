@@ -241,6 +241,9 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err := ctrs.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
+	// After the containers: those of a pod whose record was quarantined went as orphans,
+	// through the pod's supervisor, which must still run for that.
+	mgr.StopQuarantined(ctx)
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
 	if nri != nil {
 		if err := nri.Start(); err != nil {

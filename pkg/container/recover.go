@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,18 +30,27 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, r := range recs {
 		known[r.ID] = true
 		log := logrus.WithField("container", r.ID)
+		if r.Err != nil {
+			m.quarantine(ctx, r.ID, fmt.Sprintf("unreadable: %v", r.Err))
+			continue
+		}
+		if r.Meta == nil {
+			// A crash between the record's mkdir and its first write: nothing was created.
+			log.Info("container record without metadata (created when the daemon stopped); removing what it may hold")
+			if err := m.removeLeftovers(r.ID); err != nil {
+				log.WithError(err).Error("container record kept: what it holds could not be removed")
+				continue
+			}
+			_ = m.opts.Store.Delete(r.ID)
+			continue
+		}
 		c, err := m.decodeRecord(r.Meta, r.Status)
 		if errors.Is(err, handlers.ErrNoRuntime) {
 			log.WithError(err).Error("container record left as it is")
 			continue
 		}
 		if err != nil {
-			log.WithError(err).Warn("unreadable container record; removing what it may hold")
-			if err := m.removeLeftovers(r.ID); err != nil {
-				log.WithError(err).Error("container record kept: what it holds could not be removed")
-				continue
-			}
-			_ = m.opts.Store.Delete(r.ID)
+			m.quarantine(ctx, r.ID, fmt.Sprintf("undecodable: %v", err))
 			continue
 		}
 		if c.Status().State == StateCreating {
@@ -101,6 +111,52 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// quarantine sets aside a container record that cannot be read (kept, named in the log
+// and in Status verbose) and ends the container it describes: found in the runtimes' own
+// state by its ID (its bundle names its pod), stopped and deleted there. Only once nothing
+// of it runs are its rootfs and files removed; a container that could not be stopped
+// keeps them.
+func (m *Manager) quarantine(ctx context.Context, id, why string) {
+	log := logrus.WithFields(logrus.Fields{"container": id, "reason": why})
+	path, err := m.opts.Store.Quarantine(id, why)
+	if err != nil {
+		log.WithError(err).Error("bad container record could not be set aside; left as it is, container not listed")
+		return
+	}
+	log = log.WithField("quarantined_at", path)
+	log.Error("bad container record quarantined; stopping the container it describes")
+	dir := filepath.Join(m.opts.RunDir, id)
+	task := kind.Task{ID: id, Dir: dir}
+	if spec, err := oci.ReadBundle(dir); err == nil {
+		task.PodID = spec.Annotations[oci.AnnotationSandboxID]
+	}
+	if sb, err := m.opts.Sandboxes.Get(task.PodID); err == nil {
+		task.PodDir = sb.InfraDir()
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*oci.DefaultTimeout)
+	defer cancel()
+	found, err := m.opts.Sandboxes.StopUnrecorded(sctx, task)
+	if err != nil {
+		log.WithError(err).Error("container of a quarantined record could not be stopped; its rootfs and files are kept")
+		return
+	}
+	if len(found) > 0 {
+		log.WithFields(logrus.Fields{"handlers": found, "sandbox": task.PodID}).Warn("container of a quarantined record stopped")
+	}
+	if err := m.removeLeftovers(id); err != nil {
+		log.WithError(err).Error("files of a quarantined container record could not be removed")
+	}
+}
+
+// Quarantined lists the container records set aside as unreadable.
+func (m *Manager) Quarantined() []store.Quarantined {
+	q, err := m.opts.Store.ListQuarantined()
+	if err != nil {
+		logrus.WithError(err).Warn("list quarantined container records")
+	}
+	return q
 }
 
 // removeLeftovers removes what a container without a usable record may hold: the mounts

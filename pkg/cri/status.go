@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
 // Status reports the runtime and network conditions and, per ready handler, its
@@ -63,7 +64,12 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		}{netReady, netWhy})
 		cidr, _ := json.Marshal(s.PodCIDR.Get())
 		nri, _ := json.Marshal(s.NRI.Info())
-		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri)}
+		// Records recovery set aside as unreadable: an operator's to read and mend.
+		quarantined, _ := json.Marshal(struct {
+			Sandboxes  []store.Quarantined `json:"sandboxes"`
+			Containers []store.Quarantined `json:"containers"`
+		}{s.Sandboxes.Quarantined(), s.Containers.Quarantined()})
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri), "quarantined": string(quarantined)}
 	}
 	return resp, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 )
 
 // Live is the table the daemon serves. Readers get the current table without a lock;
@@ -49,6 +50,11 @@ func (l *Live) Table() *Table { return l.cur.Load() }
 
 // Lookup resolves a handler in the table being served now (see Table.Lookup).
 func (l *Live) Lookup(name string) (*Handler, error) { return l.Table().Lookup(name) }
+
+// StopUnrecorded is Table.StopUnrecorded on the table served now.
+func (l *Live) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
+	return l.Table().StopUnrecorded(ctx, task)
+}
 
 // Change is what a reload did to the table.
 type Change struct {

@@ -352,6 +352,36 @@ func (m *Manager) Teardown(ctx context.Context, dir, name string, p Pod) error {
 	return nil
 }
 
+// TeardownUnrecorded runs DEL for every network libcni's cache says the pod sandboxID was
+// attached to, from what the cache kept (config, interface, args): for a pod whose record
+// was lost, so that its address and the plugins' rules are released. A netns that is no
+// longer pinned is left out, as in Teardown.
+func (m *Manager) TeardownUnrecorded(ctx context.Context, sandboxID string) error {
+	atts, err := m.cni.GetCachedAttachments(sandboxID)
+	if err != nil {
+		return fmt.Errorf("cached CNI attachments of pod %s: %w", sandboxID, err)
+	}
+	var errs []error
+	for _, a := range atts {
+		list, err := libcni.NetworkConfFromBytes(a.Config)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cached CNI config of pod %s (%s): %w", sandboxID, a.Network, err))
+			continue
+		}
+		rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: a.NetNS, IfName: a.IfName, Args: a.CniArgs, CapabilityArgs: a.CapabilityArgs}
+		if !nsfile.IsPinned(rt.NetNS) {
+			rt.NetNS = ""
+		}
+		dctx, cancel := m.bounded(ctx)
+		err = m.cni.DelNetworkList(dctx, list, rt)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("CNI network %q: DEL of pod %s: %w", list.Name, sandboxID, m.timedOut(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // restoreAddresses puts back, in the pod's namespace, the addresses ADD gave its
 // interfaces. A runtime with a network stack of its own takes them off the host kernel's
 // interface (gVisor's netstack answers for them instead), and plugins undo some of their

@@ -143,3 +143,16 @@ func WriteBundle(dir string, spec *specs.Spec) error {
 	}
 	return store.WriteFileAtomic(filepath.Join(dir, "config.json"), data, 0o600)
 }
+
+// ReadBundle reads dir/config.json: what a bundle says of a task whose record was lost.
+func ReadBundle(dir string) (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", dir, err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", dir, err)
+	}
+	return &spec, nil
+}

@@ -81,6 +81,8 @@ type NRI interface {
 // Handlers resolves a handler name in the table being served.
 type Handlers interface {
 	Lookup(name string) (*handlers.Handler, error)
+	// StopUnrecorded ends a task whose record was lost wherever a row's runtime knows it.
+	StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
 }
 
 // Containers is what a sandbox needs of the container manager: its containers go
@@ -99,6 +101,8 @@ type Manager struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*Sandbox
 	names     map[string]string // sandbox name -> id
+	// quarantined: pods whose records recovery set aside, stopped by StopQuarantined.
+	quarantined []string
 
 	// ctx ends watchers when the daemon shuts down.
 	ctx    context.Context

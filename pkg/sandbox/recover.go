@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -11,8 +12,10 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/config"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/nsfile"
+	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
 
@@ -29,6 +32,16 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, r := range recs {
 		known[r.ID] = true
 		log := logrus.WithField("sandbox", r.ID)
+		if r.Err != nil {
+			m.quarantine(ctx, r.ID, fmt.Sprintf("unreadable: %v", r.Err))
+			continue
+		}
+		if r.Meta == nil {
+			// A crash between the record's mkdir and its first write: nothing ran yet.
+			log.Info("sandbox record without metadata (created when the daemon stopped); cleaning up")
+			m.cleanupOrphan(r.ID)
+			continue
+		}
 		sb, err := m.decodeRecord(r.ID, r.Meta, r.Status)
 		if errors.Is(err, handlers.ErrNoRuntime) {
 			// Not ours to undo: a later rtshimd that knows its runtime takes it up.
@@ -36,8 +49,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			log.WithError(err).Warn("unreadable sandbox record; cleaning up what it may hold")
-			m.cleanupOrphan(r.ID)
+			m.quarantine(ctx, r.ID, fmt.Sprintf("undecodable: %v", err))
 			continue
 		}
 		if sb.Status().State == StateCreating {
@@ -119,6 +131,74 @@ func (m *Manager) reconcile(sb *Sandbox) {
 		// is reported at once, one that lost its supervisor is followed or ended by it.
 		m.watch(sb)
 	}
+}
+
+// quarantine sets aside a sandbox record that cannot be read (kept, named in the log and
+// in Status verbose); StopQuarantined then ends the pod it described.
+func (m *Manager) quarantine(_ context.Context, id, why string) {
+	log := logrus.WithFields(logrus.Fields{"sandbox": id, "reason": why})
+	path, err := m.opts.Store.Quarantine(id, why)
+	if err != nil {
+		log.WithError(err).Error("bad sandbox record could not be set aside; left as it is, pod not listed")
+		return
+	}
+	log.WithField("quarantined_at", path).Error("bad sandbox record quarantined; its pod is stopped once its containers are")
+	m.mu.Lock()
+	m.quarantined = append(m.quarantined, id)
+	m.mu.Unlock()
+}
+
+// StopQuarantined ends the pods whose records recovery quarantined, once the container
+// manager's recovery has removed their containers (their records name a pod no longer
+// known; a pod-wide supervisor such as a shim v2 must still run for that): each sandbox
+// container is found in the runtimes' own state and stopped, the network torn down from
+// libcni's cache, and the namespaces and mounts released.
+func (m *Manager) StopQuarantined(ctx context.Context) {
+	m.mu.Lock()
+	ids := m.quarantined
+	m.quarantined = nil
+	m.mu.Unlock()
+	for _, id := range ids {
+		m.stopQuarantined(ctx, id)
+	}
+}
+
+func (m *Manager) stopQuarantined(ctx context.Context, id string) {
+	log := logrus.WithField("sandbox", id)
+	dir := filepath.Join(m.opts.RunDir, id)
+	infra := filepath.Join(dir, id)
+	if _, err := os.Stat(filepath.Join(dir, "infra", "config.json")); err == nil {
+		infra = filepath.Join(dir, "infra") // an earlier release's layout
+	}
+	sctx, cancel := context.WithTimeout(ctx, StopTimeout+oci.DefaultTimeout)
+	defer cancel()
+	found, err := m.opts.Handlers.StopUnrecorded(sctx, kind.Task{ID: id, PodID: id, Sandbox: true, Dir: infra, PodDir: infra})
+	if err != nil {
+		log.WithError(err).Error("sandbox of a quarantined record could not be stopped; its files are kept")
+		return
+	}
+	log.WithField("handlers", found).Warn("pod of a quarantined record stopped")
+	if m.opts.Network != nil {
+		if err := m.opts.Network.TeardownUnrecorded(sctx, id); err != nil {
+			log.WithError(err).Error("network of a quarantined sandbox: CNI DEL failed")
+		}
+	}
+	m.cleanupOrphan(id)
+}
+
+// StopUnrecorded ends a task whose record was lost wherever a row of the live handler
+// table knows it (the container manager's recovery uses it).
+func (m *Manager) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
+	return m.opts.Handlers.StopUnrecorded(ctx, task)
+}
+
+// Quarantined lists the sandbox records set aside as unreadable.
+func (m *Manager) Quarantined() []store.Quarantined {
+	q, err := m.opts.Store.ListQuarantined()
+	if err != nil {
+		logrus.WithError(err).Warn("list quarantined sandbox records")
+	}
+	return q
 }
 
 // cleanupOrphan releases what a sandbox directory may hold when no usable record says

@@ -1,6 +1,7 @@
-// Package store keeps records on disk: one directory per object holding its immutable
-// metadata (written once) and its mutable status (rewritten on every change), each
-// replaced atomically. It knows nothing of what the records mean.
+// Package store keeps records on disk: one directory per object holding its metadata
+// (written at creation and when the object's description changes) and its mutable status
+// (rewritten on every change), each replaced atomically; and, beside them, the records
+// set aside as unreadable. It knows nothing of what the records mean.
 package store
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 const (
@@ -101,10 +103,14 @@ type Record struct {
 	ID     string
 	Meta   []byte
 	Status []byte // nil if no status was ever written
+	// Err is why the record's files could not be read; the caller quarantines it.
+	Err error
 }
 
 // Load reads every record. A directory without metadata (a crash between mkdir and the
-// first write) is returned with nil Meta so the caller can clean up after it.
+// first write) is returned with nil Meta so the caller can clean up after it. A record
+// whose files cannot be read is returned with Err: one bad record must not keep the
+// daemon, and every other pod, from starting.
 func (s *Store) Load() ([]Record, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -116,15 +122,82 @@ func (s *Store) Load() ([]Record, error) {
 			continue
 		}
 		r := Record{ID: e.Name()}
+		var errs []error
 		if r.Meta, err = readOptional(filepath.Join(s.dir, r.ID, metaFile)); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 		if r.Status, err = readOptional(filepath.Join(s.dir, r.ID, statusFile)); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
+		r.Err = errors.Join(errs...)
 		recs = append(recs, r)
 	}
 	return recs, nil
+}
+
+// quarantineDir is where Quarantine keeps records set aside: beside the store, so a
+// rename moves them and Load never reads them again.
+func (s *Store) quarantineDir() string { return s.dir + ".quarantine" }
+
+const reasonFile = "reason"
+
+// Quarantine sets the record of id aside, as it is, with why in a file beside it, and
+// returns where it now lies. Nothing of it is lost: an operator can read it, mend it and
+// put it back while the daemon is stopped.
+func (s *Store) Quarantine(id, why string) (string, error) {
+	q := s.quarantineDir()
+	if err := os.MkdirAll(q, 0o700); err != nil {
+		return "", fmt.Errorf("quarantine record %s: %w", id, err)
+	}
+	dst := filepath.Join(q, id)
+	for n := 1; ; n++ {
+		if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		dst = filepath.Join(q, fmt.Sprintf("%s.%d", id, n))
+	}
+	if err := os.Rename(filepath.Join(s.dir, id), dst); err != nil {
+		return "", fmt.Errorf("quarantine record %s: %w", id, err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return dst, fmt.Errorf("quarantine record %s: %w", id, err)
+	}
+	if err := syncDir(q); err != nil {
+		return dst, fmt.Errorf("quarantine record %s: %w", id, err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dst, reasonFile), []byte(why+"\n"), 0o600); err != nil {
+		return dst, fmt.Errorf("quarantine record %s: reason: %w", id, err)
+	}
+	return dst, nil
+}
+
+// Quarantined is a record Quarantine set aside.
+type Quarantined struct {
+	ID     string `json:"id"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// ListQuarantined returns the records set aside, oldest name first.
+func (s *Store) ListQuarantined() ([]Quarantined, error) {
+	entries, err := os.ReadDir(s.quarantineDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list quarantined records: %w", err)
+	}
+	var out []Quarantined
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(s.quarantineDir(), e.Name())
+		why, _ := os.ReadFile(filepath.Join(p, reasonFile))
+		id, _, _ := strings.Cut(e.Name(), ".")
+		out = append(out, Quarantined{ID: id, Path: p, Reason: strings.TrimSpace(string(why))})
+	}
+	return out, nil
 }
 
 func readOptional(path string) ([]byte, error) {

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -165,5 +167,78 @@ func TestSaveSkipsUnchangedMeta(t *testing.T) {
 	recs := load(t, s)
 	if len(recs) != 1 || string(recs[0].Meta) != `{"A":"b"}` || string(recs[0].Status) != `"stopped"` {
 		t.Errorf("records %+v", recs)
+	}
+}
+
+// One record whose file cannot be read is returned with its error, beside the others:
+// it must not stop the daemon from loading every other record.
+func TestLoadUnreadableRecord(t *testing.T) {
+	s, dir := newStore(t)
+	for _, id := range []string{"good", "bad"} {
+		if err := s.WriteMeta(id, []byte(`{"id":"`+id+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A status that is a directory: read(2) fails with EISDIR (root reads any mode).
+	if err := os.Mkdir(filepath.Join(dir, "bad", statusFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	recs := load(t, s)
+	if len(recs) != 2 {
+		t.Fatalf("records %+v, want 2", recs)
+	}
+	for _, r := range recs {
+		switch r.ID {
+		case "good":
+			if r.Err != nil || string(r.Meta) != `{"id":"good"}` {
+				t.Errorf("good: %+v", r)
+			}
+		case "bad":
+			if !errors.Is(r.Err, syscall.EISDIR) || string(r.Meta) != `{"id":"bad"}` {
+				t.Errorf("bad: err %v meta %q, want EISDIR and its metadata", r.Err, r.Meta)
+			}
+		}
+	}
+}
+
+// A quarantined record leaves the store as it was, with its reason beside it; a second
+// record of the same ID does not overwrite the first.
+func TestQuarantine(t *testing.T) {
+	s, dir := newStore(t)
+	for i, why := range []string{"first: bad json", "second: unreadable"} {
+		if err := s.Save("c1", map[string]int{"n": i}, map[string]string{"state": "running"}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.Quarantine("c1", why)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := filepath.Join(dir+".quarantine", "c1")
+		if i == 1 {
+			want += ".1"
+		}
+		if p != want {
+			t.Errorf("quarantined at %s, want %s", p, want)
+		}
+		if b, err := os.ReadFile(filepath.Join(p, metaFile)); err != nil || string(b) != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Errorf("quarantined meta %q %v", b, err)
+		}
+		if len(load(t, s)) != 0 {
+			t.Errorf("a quarantined record is still loaded")
+		}
+	}
+	q, err := s.ListQuarantined()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Quarantined{
+		{ID: "c1", Path: filepath.Join(dir+".quarantine", "c1"), Reason: "first: bad json"},
+		{ID: "c1", Path: filepath.Join(dir+".quarantine", "c1.1"), Reason: "second: unreadable"},
+	}
+	if !reflect.DeepEqual(q, want) {
+		t.Errorf("ListQuarantined = %+v, want %+v", q, want)
+	}
+	if _, err := s.Quarantine("missing", "x"); err == nil {
+		t.Errorf("quarantine of a missing record: no error")
 	}
 }

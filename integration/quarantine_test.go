@@ -1,0 +1,121 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A record recovery cannot read is quarantined, not trusted and not deleted: the daemon
+// starts, the record is kept aside and named in Status verbose, and what it describes is
+// found in the runtime's own state and stopped before its files go. Three records go bad
+// while the daemon is down: a running container's metadata turns to garbage (today's code
+// removed its rootfs while it ran), a pod's status becomes unreadable (a directory: the
+// daemon refused to start), and another pod's metadata is cut short (its sandbox kept
+// running, unlisted). Once the surviving pod is removed the node is as before.
+func TestBadRecordsQuarantined(t *testing.T) {
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e := newContainerEnv(t)
+			n := writeNetwork(t, e)
+			ctx := ctxT(t)
+			before := e.nodeState(n, handler)
+
+			podA, cfgA := e.pod("bad-ctr-"+handler, handler)
+			victim := e.run(podA, cfgA, e.ctrConfig("victim", "sleep", "1000"))
+			podB, cfgB := e.pod("bad-pod-status-"+handler, handler)
+			inB := e.run(podB, cfgB, e.ctrConfig("in-b", "sleep", "1000"))
+			podC, cfgC := e.pod("bad-pod-meta-"+handler, handler)
+			inC := e.run(podC, cfgC, e.ctrConfig("in-c", "sleep", "1000"))
+
+			e.d.Kill()
+			state := e.d.State
+			if err := os.WriteFile(filepath.Join(state, "containers", victim, "meta.json"), []byte("{\"id\": \x00garbage"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			bStatus := filepath.Join(state, "sandboxes", podB, "status.json")
+			if err := os.Remove(bStatus); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(bStatus, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			cMeta := filepath.Join(state, "sandboxes", podC, "meta.json")
+			b, err := os.ReadFile(cMeta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cMeta, b[:len(b)/2], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e.d.Start() // fails the test if the daemon does not come up
+
+			for _, id := range []string{victim, inB, inC} {
+				if _, err := e.d.RS.ContainerStatus(ctx, id, false); status.Code(err) != codes.NotFound {
+					t.Errorf("container %s after restart: %v, want NotFound", id[:12], err)
+				}
+			}
+			for _, id := range []string{podB, podC} {
+				if _, err := e.d.RS.PodSandboxStatus(ctx, id, false); status.Code(err) != codes.NotFound {
+					t.Errorf("pod %s after restart: %v, want NotFound", id[:12], err)
+				}
+			}
+			st, err := e.d.RS.Status(ctx, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var q struct {
+				Sandboxes, Containers []struct{ ID, Path, Reason string }
+			}
+			if err := json.Unmarshal([]byte(st.Info["quarantined"]), &q); err != nil {
+				t.Fatalf("Status verbose quarantined %q: %v", st.Info["quarantined"], err)
+			}
+			ids := func(l []struct{ ID, Path, Reason string }) []string {
+				var out []string
+				for _, r := range l {
+					out = append(out, r.ID)
+					if _, err := os.Stat(filepath.Join(r.Path, "meta.json")); err != nil || r.Reason == "" {
+						t.Errorf("quarantined record %s at %s: meta %v, reason %q", r.ID, r.Path, err, r.Reason)
+					}
+				}
+				slices.Sort(out)
+				return out
+			}
+			wantPods := []string{podB, podC}
+			slices.Sort(wantPods)
+			if got := ids(q.Sandboxes); !slices.Equal(got, wantPods) {
+				t.Errorf("quarantined sandboxes %v, want %v", got, wantPods)
+			}
+			if got := ids(q.Containers); !slices.Equal(got, []string{victim}) {
+				t.Errorf("quarantined containers %v, want [%s]", got, victim)
+			}
+
+			// The pod whose container was quarantined carries on.
+			ok := e.run(podA, cfgA, e.ctrConfig("after", "true"))
+			if st := e.waitExit(ok); st.ExitCode != 0 {
+				t.Errorf("container after the quarantine: exit %d", st.ExitCode)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podA); err != nil {
+				t.Fatal(err)
+			}
+			// Nothing of the three runs or is held any more (the records aside are not the node's).
+			var after map[string][]string
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if after = e.nodeState(n, handler); maps2Equal(before, after) {
+					break
+				}
+			}
+			if !maps2Equal(before, after) {
+				t.Errorf("after quarantine and the removal of the last pod, the node differs:\n%s", stateDiff(before, after))
+			}
+		})
+	}
+}

@@ -514,6 +514,11 @@ func TestMountErrors(t *testing.T) {
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, MountOptions: []string{"ro,exec"}}, `config.mounts[1].mount_options[0] "ro,exec" is not a mount option`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"noatime", "exec"}},
+			`config.mounts[1].mount_options[1] "exec" would undo the image volume's nosuid, nodev, noexec or read-only mount of config.mounts[1].image.image "busybox"`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"suid"}}, `config.mounts[1].mount_options[0] "suid" would undo`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"dev"}}, `config.mounts[1].mount_options[0] "dev" would undo`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"rw"}}, `config.mounts[1].mount_options[0] "rw" would undo`},
 		// No SELinux and strict_selinux (strict below): selinux_relabel is refused, not dropped.
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: filepath.Join(vol, "never"), SelinuxRelabel: true},
 			`config.mounts[1].selinux_relabel is set for config.mounts[1].host_path "` + filepath.Join(vol, "never") + `": SELinux is not enabled on this node`},

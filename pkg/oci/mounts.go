@@ -59,6 +59,10 @@ func IsImageMount(m *runtimeapi.Mount) bool { return m.GetImage().GetImage() != 
 // mount_options may add to them.
 var imageVolumeOptions = []string{"nosuid", "nodev", "noexec"}
 
+// imageVolumeUndo are the mount options that would undo imageVolumeOptions or the
+// read-only bind: refused on an image volume.
+var imageVolumeUndo = []string{"suid", "dev", "exec", "rw", "defaults"}
+
 // criMounts checks config.mounts: container_path absolute, host_path present (created as a
 // directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with
 // readonly and private propagation, selinux_relabel carried out where the node has SELinux
@@ -129,6 +133,13 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, 
 			}
 		}
 		if image {
+			// mount_options add to an image volume's options, never undo them.
+			for j, o := range m.GetMountOptions() {
+				if slices.Contains(imageVolumeUndo, o) {
+					return nil, invalidf("%s[%d] %q would undo the image volume's nosuid, nodev, noexec or read-only mount of %s %q",
+						field("mount_options"), j, o, field("image.image"), m.GetImage().GetImage())
+				}
+			}
 			src, ok := imageVolumes[i]
 			if !ok {
 				return nil, fmt.Errorf("%s %q: the image is not mounted", field("image.image"), m.GetImage().GetImage())

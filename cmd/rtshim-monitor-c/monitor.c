@@ -504,6 +504,13 @@ static int open_beneath(const char *dir, const char *rel, char *err, size_t errn
 		close(fd);
 		return -1;
 	}
+	if (st.st_nlink > 1) {
+		// A link planted at the log path would have root append to the file it names.
+		snprintf(err, errn, "open log %s/%s: the file has %lu hard links: a log file has one, so it is not written",
+			 dir, rel, (unsigned long)st.st_nlink);
+		close(fd);
+		return -1;
+	}
 	set_nonblock(fd, false);
 	return fd;
 }

@@ -541,3 +541,24 @@ func TestMonitorAttachSessionsBounded(t *testing.T) {
 		t.Errorf("reopen with %d attach sessions open: %v", opened, err)
 	}
 }
+
+// A hard link planted at the container's log path (by someone who can write the pod's log
+// directory) is not appended to as root: the create fails and names it.
+func TestMonitorLogHardLink(t *testing.T) {
+	cfg := monitorConfig(t)
+	victim := filepath.Join(cfg.Dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(victim, cfg.LogPath); err != nil {
+		t.Fatal(err)
+	}
+	_, line := startMonitor(t, cfg)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || !strings.Contains(res.Error, "hard links") {
+		t.Errorf("report %q: %v; want the create refused for the log's hard links", line, err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
+		t.Errorf("the linked file was written: %q", b)
+	}
+}

@@ -136,6 +136,11 @@ func openBeneath(dir, rel string, flags int, mode uint32) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("not a regular file (mode %#o)", st.Mode&unix.S_IFMT)
 	}
+	if st.Nlink > 1 {
+		// A link planted at the log path would have root append to the file it names.
+		unix.Close(fd)
+		return nil, fmt.Errorf("the file has %d hard links: a log file has one, so it is not written", st.Nlink)
+	}
 	if flags&unix.O_NONBLOCK != 0 {
 		if err := unix.SetNonblock(fd, false); err != nil {
 			unix.Close(fd)

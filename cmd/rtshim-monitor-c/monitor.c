@@ -1757,7 +1757,9 @@ static int listen_here(const char *name, char *err, size_t errn) {
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	snprintf(a.sun_path, sizeof a.sun_path, "%s", name);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 128) < 0) {
+	// The mode is set between bind and listen (a connect is refused until listen), so the
+	// socket never accepts with what the umask left: only root connects.
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(name, 0600) < 0 || listen(fd, 128) < 0) {
 		snprintf(err, errn, "listen unix %s: bind: %s", name, errstr(errno));
 		if (fd >= 0)
 			close(fd);

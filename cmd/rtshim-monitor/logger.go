@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/pkg/unixsock"
 )
 
 // Logger mode: we write one container's output to its CRI log and serve monitor.sock in
@@ -86,7 +87,7 @@ func runLogger(dir string) error {
 		log.Printf("attach unavailable: %v", err)
 	} else {
 		_ = os.Remove(monitor.SocketFile)
-		if ln, err = net.Listen("unix", monitor.SocketFile); err != nil {
+		if ln, err = unixsock.Listen(monitor.SocketFile, 0o600); err != nil {
 			log.Printf("attach unavailable: listen %s: %v", monitor.SocketFile, err)
 		} else {
 			go m.serve(ln)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 	"github.com/rtshimd/rtshimd/pkg/store"
+	"github.com/rtshimd/rtshimd/pkg/unixsock"
 )
 
 func main() {
@@ -115,7 +116,7 @@ func run(cfgPath string, sync *os.File) error {
 		return err
 	}
 	_ = os.Remove(monitor.SocketFile)
-	ln, err := net.Listen("unix", monitor.SocketFile)
+	ln, err := unixsock.Listen(monitor.SocketFile, 0o600)
 	if err != nil {
 		report(sync, monitor.Result{Error: fmt.Sprintf("monitor: listen %s: %v", monitor.SocketFile, err)})
 		return err

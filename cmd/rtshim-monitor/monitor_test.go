@@ -562,3 +562,17 @@ func TestMonitorLogHardLink(t *testing.T) {
 		t.Errorf("the linked file was written: %q", b)
 	}
 }
+
+// The monitor's socket lets only root connect whatever umask the monitor inherits (a
+// daemon run with umask 0 made it connectable by anyone on the node).
+func TestMonitorSocketMode(t *testing.T) {
+	old := syscall.Umask(0)
+	cfg := monitorConfig(t)
+	startCreated(t, cfg, "FAKE_HOLD=1")
+	syscall.Umask(old)
+	defer os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600)
+	fi, err := os.Stat(filepath.Join(cfg.Dir, monitor.SocketFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("monitor socket %v %v, want mode 0600", fi.Mode(), err)
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/rtshimd/rtshimd/pkg/unixsock"
 )
 
 // Event topics (containerd's) of the events a shim publishes.
@@ -52,15 +54,11 @@ func ServeEvents(path string, handle func(Event)) (*EventServer, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("shim events: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := unixsock.Listen(path, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("shim events: %w", err)
 	}
 	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("shim events: %w", err)
-	}
 	server, err := ttrpc.NewServer()
 	if err != nil {
 		ln.Close()

@@ -38,6 +38,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/mountpoint"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 	"github.com/rtshimd/rtshimd/pkg/store"
+	"github.com/rtshimd/rtshimd/pkg/unixsock"
 )
 
 // killWait bounds the wait for a task to go after SIGKILL or for its monitor to finish.
@@ -623,7 +624,7 @@ func (r *Runtime) DialPort(ctx context.Context, t kind.Task, port int32) (net.Co
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "s")
-	l, err := net.Listen("unix", path)
+	l, err := unixsock.Listen(path, 0o600)
 	if err != nil {
 		return nil, true, err
 	}

@@ -42,6 +42,9 @@ const (
 	nriMemLimit  = 96 << 20
 	nriMountPath = "/nri-mount"
 	nriFailure   = "the nri test plugin refuses this container"
+	// nriBadAdjust, a container annotation: the plugin accepts the container with an
+	// adjustment the daemon cannot apply (an unknown namespace type).
+	nriBadAdjust = "rtshimd.test/nri-bad-adjust"
 )
 
 func (p *nriPlugin) record(pod, event string) {
@@ -90,6 +93,11 @@ func (p *nriPlugin) CreateContainer(_ context.Context, pod *api.PodSandbox, c *a
 	p.record(pod.GetId(), "CreateContainer")
 	if p.fail.Load() {
 		return nil, nil, errors.New(nriFailure)
+	}
+	if _, ok := c.GetAnnotations()[nriBadAdjust]; ok {
+		adj := &api.ContainerAdjustment{}
+		adj.AddOrReplaceNamespace(&api.LinuxNamespace{Type: "bogus"})
+		return adj, nil, nil
 	}
 	if _, ok := pod.GetAnnotations()[nriAdjust]; !ok {
 		return nil, nil, nil
@@ -294,6 +302,19 @@ func TestNRIPlugin(t *testing.T) {
 		// of a removal (the adaptation stops at the first plugin's error).
 		if got, want := p.eventsOf(podID), []string{"RunPodSandbox", "CreateContainer", "CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer"}; !slices.Equal(got, want) {
 			t.Errorf("events of the pod:\n got %q\nwant %q", got, want)
+		}
+
+		// An adjustment the daemon cannot apply fails the create after the plugin accepted
+		// it: the plugin hears StopContainer and RemoveContainer (it may have reserved
+		// resources for it).
+		bad := e.ctrConfig("bad-adjust", "sleep", "1000")
+		bad.Annotations = map[string]string{nriBadAdjust: "yes"}
+		if _, err := e.d.RS.CreateContainer(ctx, podID, bad, pod); err == nil || !strings.Contains(err.Error(), "bogus") {
+			t.Errorf("CreateContainer with an adjustment that cannot be applied = %v, want its error", err)
+		}
+		if ev, want := p.eventsOf(podID), []string{"CreateContainer", "StopContainer", "RemoveContainer"}; !slices.Equal(ev[min(6, len(ev)):], want) {
+			got := ev[min(6, len(ev)):]
+			t.Errorf("events after the failed adjustment: %q, want %q", got, want)
 		}
 
 		// A plugin that connects now is synchronized with the pod and its running container.

@@ -72,7 +72,9 @@ type Options struct {
 // the runtime's create and may adjust the spec; it, StartContainer and UpdateContainer
 // fail the CRI call on a plugin's error, the others only log.
 type NRI interface {
-	CreateContainer(ctx context.Context, c *Container, spec *specs.Spec) error
+	// CreateContainer returns undo true once plugins accepted the create: from then on a
+	// failure of the create owes them RemoveContainer (a plugin's refusal does not).
+	CreateContainer(ctx context.Context, c *Container, spec *specs.Spec) (undo bool, err error)
 	PostCreateContainer(ctx context.Context, c *Container)
 	StartContainer(ctx context.Context, c *Container) error
 	PostStartContainer(ctx context.Context, c *Container)
@@ -221,8 +223,11 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if err := m.create(ctx, c, sb, tm); err != nil {
 		log.WithError(err).Warn("create container failed; cleaning up")
 		if c.nriCreated {
-			// Plugins that adjusted it hear it is gone.
-			m.opts.NRI.RemoveContainer(ctx, c)
+			// Plugins that accepted it hear it is gone, also when the request's deadline
+			// is what failed it (an expired context would reach no plugin).
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), oci.DefaultTimeout)
+			m.opts.NRI.RemoveContainer(uctx, c)
+			cancel()
 		}
 		if cerr := m.cleanup(c); cerr != nil {
 			m.keepForCleanup(c, err, cerr)
@@ -328,10 +333,11 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	// NRI plugins see the spec as the CRI built it, before the kind's changes, and their
 	// adjustments go through the kind's like the rest.
 	if m.opts.NRI != nil {
-		if err := m.opts.NRI.CreateContainer(ctx, c, spec); err != nil {
+		undo, err := m.opts.NRI.CreateContainer(ctx, c, spec)
+		c.nriCreated = undo
+		if err != nil {
 			return err
 		}
-		c.nriCreated = true
 		if spec.Linux != nil && spec.Linux.CgroupsPath != "" {
 			c.CgroupsPath = spec.Linux.CgroupsPath // a plugin may move it
 		}

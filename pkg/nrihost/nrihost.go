@@ -308,19 +308,22 @@ func (h *Host) RemovePodSandbox(ctx context.Context, sb *sandbox.Sandbox) {
 // CreateContainer asks plugins about a container before the runtime creates it, and
 // applies their adjustment to spec (and their updates to other containers). An error
 // fails CreateContainer, which then undoes everything.
-func (h *Host) CreateContainer(ctx context.Context, c *container.Container, spec *specs.Spec) error {
+func (h *Host) CreateContainer(ctx context.Context, c *container.Container, spec *specs.Spec) (bool, error) {
 	resp, err := h.nri.CreateContainer(ctx, &api.CreateContainerRequest{Pod: h.pod(c.SandboxID), Container: nriContainer(c, spec)})
 	count("CreateContainer", err)
 	if err != nil {
-		return fmt.Errorf("nri: create container %s: %w", c.ID, err)
+		// A plugin refused it: as containerd, no removal follows.
+		return false, fmt.Errorf("nri: create container %s: %w", c.ID, err)
 	}
+	// Accepted: plugins may have reserved resources for it, so any failure from here on
+	// owes them RemoveContainer.
 	if err := Adjust(spec, resp.GetAdjust()); err != nil {
-		return fmt.Errorf("nri: create container %s: %w", c.ID, err)
+		return true, fmt.Errorf("nri: create container %s: %w", c.ID, err)
 	}
 	if err := h.apply(ctx, resp.GetUpdate()); err != nil {
-		return fmt.Errorf("nri: create container %s: %w", c.ID, err)
+		return true, fmt.Errorf("nri: create container %s: %w", c.ID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // PostCreateContainer tells plugins the runtime created the container.

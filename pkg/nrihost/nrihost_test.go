@@ -146,6 +146,7 @@ func TestContainerForm(t *testing.T) {
 type plugin struct {
 	synced chan int
 	fail   bool
+	bad    bool // an adjustment rtshimd cannot apply
 }
 
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
@@ -159,6 +160,9 @@ func (p *plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Co
 	}
 	adj := &api.ContainerAdjustment{}
 	adj.AddEnv("FROM_PLUGIN", c.Id)
+	if p.bad {
+		adj.AddOrReplaceNamespace(&api.LinuxNamespace{Type: "bogus"})
+	}
 	return adj, nil, nil
 }
 
@@ -218,16 +222,24 @@ func TestHostWithPlugin(t *testing.T) {
 	}
 	c := &container.Container{Metadata: container.Metadata{ID: "c1", SandboxID: "p1"}}
 	spec := baseSpec()
-	if err := h.CreateContainer(ctx, c, spec); err != nil {
-		t.Fatal(err)
+	if undo, err := h.CreateContainer(ctx, c, spec); err != nil || !undo {
+		t.Fatalf("CreateContainer = %v, %v; want undo owed and no error", undo, err)
 	}
 	if !slices.Contains(spec.Process.Env, "FROM_PLUGIN=c1") {
 		t.Errorf("env = %q, want the plugin's variable", spec.Process.Env)
 	}
+	// An adjustment that cannot be applied fails the create after plugins accepted it:
+	// they are owed RemoveContainer.
+	p.bad = true
+	undo, err := h.CreateContainer(ctx, c, baseSpec())
+	p.bad = false
+	if err == nil || !undo || !strings.Contains(err.Error(), "bogus") {
+		t.Errorf("CreateContainer with an adjustment that fails = %v, %v; want the error and undo owed", undo, err)
+	}
 	p.fail = true
-	err = h.CreateContainer(ctx, c, baseSpec())
-	if err == nil || !strings.Contains(err.Error(), "refused by test") || !strings.HasPrefix(err.Error(), "nri: create container c1: ") {
-		t.Errorf("error = %v, want the plugin's", err)
+	undo, err = h.CreateContainer(ctx, c, baseSpec())
+	if err == nil || undo || !strings.Contains(err.Error(), "refused by test") || !strings.HasPrefix(err.Error(), "nri: create container c1: ") {
+		t.Errorf("error = %v (undo %v), want the plugin's and no undo", err, undo)
 	}
 	var nilHost *Host
 	if info := nilHost.Info(); info.Enabled {

@@ -37,7 +37,11 @@ type Options struct {
 type Service struct {
 	store storage.Store
 	sys   types.SystemContext // without per-request auth; read with pullContext
-	sysMu sync.RWMutex
+	sysMu sync.Mutex
+	// dirUsers counts the pulls that use each registries drop-in directory; a directory a
+	// reload replaced is removed once its last pull ends (retired), never under one.
+	dirUsers map[string]int
+	retired  map[string]bool
 	// regMu orders registry reloads; regGen names each one's drop-in directory.
 	regMu  sync.Mutex
 	regGen int

@@ -32,7 +32,8 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 	if err != nil {
 		return "", err
 	}
-	sys := s.pullContext()
+	sys, release := s.pullContext()
+	defer release()
 	v, err, shared := s.pulls.Do(named.String()+"\x00"+creds.key(), func() (any, error) {
 		// Detached from any one caller: a kubelet retry after a timeout joins this pull.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)

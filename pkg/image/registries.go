@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 	"github.com/containers/image/v5/pkg/sysregistriesv2"
@@ -44,18 +45,52 @@ func (s *Service) SetRegistries(cfg config.Image) error {
 	prev := s.sys.SystemRegistriesConfDirPath
 	s.sys.SystemRegistriesConfPath = sys.SystemRegistriesConfPath
 	s.sys.SystemRegistriesConfDirPath = sys.SystemRegistriesConfDirPath
+	remove := prev != "" && s.dirUsers[prev] == 0
+	if prev != "" && !remove {
+		if s.retired == nil {
+			s.retired = map[string]bool{}
+		}
+		s.retired[prev] = true // removed by its last pull's release
+	}
 	s.sysMu.Unlock()
-	if prev != "" {
+	if remove {
 		_ = os.RemoveAll(prev)
 	}
 	return nil
 }
 
-// pullContext is the pull context of now, without per-request auth.
-func (s *Service) pullContext() types.SystemContext {
-	s.sysMu.RLock()
-	defer s.sysMu.RUnlock()
-	return s.sys
+// pullContext is the pull context of now, without per-request auth, and the release the
+// pull calls when it is done: containers/image reads the drop-in directory lazily (when it
+// resolves a registry), so a reload must not remove the directory from under a pull under
+// way, which would then run without its blocked and mirror settings.
+func (s *Service) pullContext() (types.SystemContext, func()) {
+	s.sysMu.Lock()
+	defer s.sysMu.Unlock()
+	sys := s.sys
+	dir := sys.SystemRegistriesConfDirPath
+	if s.dirUsers == nil {
+		s.dirUsers = map[string]int{}
+	}
+	s.dirUsers[dir]++
+	var once sync.Once
+	return sys, func() {
+		once.Do(func() {
+			s.sysMu.Lock()
+			s.dirUsers[dir]--
+			last := s.dirUsers[dir] == 0
+			if last {
+				delete(s.dirUsers, dir)
+			}
+			remove := last && s.retired[dir]
+			if remove {
+				delete(s.retired, dir)
+			}
+			s.sysMu.Unlock()
+			if remove {
+				_ = os.RemoveAll(dir)
+			}
+		})
+	}
 }
 
 // renderRegistries writes the drop-in for cfg into dropins and validates the whole.

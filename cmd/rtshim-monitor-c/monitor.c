@@ -1004,6 +1004,13 @@ static int receive_console(int ln, char *err, size_t errn) {
 	}
 	int fd;
 	memcpy(&fd, CMSG_DATA(h), sizeof fd);
+	// Whoever reached the console socket could send any file: the container's stdio and
+	// its log would then go to and come from it.
+	if (!isatty(fd)) {
+		snprintf(err, errn, "the file received on %s is not a terminal: %s", CONSOLE_FILE, errstr(errno));
+		close(fd);
+		return -1;
+	}
 	diag("terminal received");
 	return fd;
 }

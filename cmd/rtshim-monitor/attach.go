@@ -144,6 +144,15 @@ func receiveConsole(ln *net.UnixListener) (*os.File, error) {
 	if err != nil || len(fds) == 0 {
 		return nil, errors.New("no terminal received")
 	}
+	for _, fd := range fds[1:] {
+		unix.Close(fd)
+	}
+	// Whoever reached the console socket could send any file: the container's stdio and
+	// its log would then go to and come from it.
+	if _, err := unix.IoctlGetTermios(fds[0], unix.TCGETS); err != nil {
+		unix.Close(fds[0])
+		return nil, fmt.Errorf("the file received on %s is not a terminal: %v", consoleSocketFile, err)
+	}
 	log.Printf("terminal received")
 	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 )
 
@@ -574,5 +576,41 @@ func TestMonitorSocketMode(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(cfg.Dir, monitor.SocketFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("monitor socket %v %v, want mode 0600", fi.Mode(), err)
+	}
+}
+
+// A file that is not a terminal, sent on the console socket by whoever reaches it first,
+// is refused: the container's stdio would otherwise go to and come from that file.
+func TestMonitorConsoleNotATerminal(t *testing.T) {
+	cfg := monitorConfig(t)
+	cfg.Terminal = true
+	release := filepath.Join(cfg.Dir, "release")
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(cfg.Dir, "started"), nil, 0o600) })
+	victim := filepath.Join(cfg.Dir, "victim")
+	go func() {
+		defer os.WriteFile(release, nil, 0o600)
+		for range 500 {
+			c, err := net.Dial("unix", filepath.Join(cfg.Dir, "console.sock"))
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			defer c.Close()
+			f, err := os.Create(victim)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_, _, _ = c.(*net.UnixConn).WriteMsgUnix([]byte("x"), unix.UnixRights(int(f.Fd())), nil)
+			return
+		}
+	}()
+	_, line := startMonitor(t, cfg, "FAKE_WAIT_FILE="+release)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || !strings.Contains(res.Error, "is not a terminal") {
+		t.Errorf("report %q: %v; want the file refused as not a terminal", line, err)
+	}
+	if b, _ := os.ReadFile(victim); len(b) != 0 {
+		t.Errorf("the file sent as a console was written: %q", b)
 	}
 }

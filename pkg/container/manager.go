@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -501,7 +503,11 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		if !sb.Infra || pid == 0 {
 			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s was created without a shared PID namespace: %w", sb.ID, errdefs.ErrFailedPrecondition)
 		}
-		o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", pid)
+		path, err := pidNamespaceOf(pid, sb.ID)
+		if err != nil {
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s's infra container: %w", sb.ID, err)
+		}
+		o.PIDNS = path
 	case runtimeapi.NamespaceMode_TARGET:
 		target, err := m.Get(ns.GetTargetId())
 		if err != nil {
@@ -510,9 +516,50 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		if target.SandboxID != sb.ID || target.Status().State != StateRunning {
 			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q is not a running container of pod %s: %w", ns.GetTargetId(), sb.ID, errdefs.ErrFailedPrecondition)
 		}
-		o.PIDNS = fmt.Sprintf("/proc/%d/ns/pid", target.Status().Pid)
+		path, err := pidNamespaceOf(target.Status().Pid, target.ID)
+		if err != nil {
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q: %w", ns.GetTargetId(), err)
+		}
+		o.PIDNS = path
 	}
 	return o, nil
+}
+
+// procRoot is /proc; tests point it at a tree of their own.
+var procRoot = "/proc"
+
+// pidNamespaceOf is the path of the PID namespace of process pid, which a record names as
+// the process of owner (an infra or a container, whose ID its cgroup path carries). A
+// recorded pid may have been reused by another process since (the owner died while the
+// daemon was down): joining its namespace would put the container beside a stranger's
+// processes. So the process must still be in owner's cgroup, before and after the
+// namespace is looked at.
+func pidNamespaceOf(pid int, owner string) (string, error) {
+	if pid <= 0 {
+		return "", fmt.Errorf("no process recorded: %w", errdefs.ErrFailedPrecondition)
+	}
+	path := filepath.Join(procRoot, strconv.Itoa(pid), "ns", "pid")
+	check := func() error {
+		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
+		if err != nil || !strings.Contains(string(b), owner) {
+			return fmt.Errorf("its process (pid %d) is gone (the pid is not in its cgroup now): %w", pid, errdefs.ErrFailedPrecondition)
+		}
+		return nil
+	}
+	if err := check(); err != nil {
+		return "", err
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("its process (pid %d) is gone: %w", pid, errdefs.ErrFailedPrecondition)
+	}
+	if err := check(); err != nil {
+		return "", err
+	}
+	if after, err := os.Stat(path); err != nil || !os.SameFile(before, after) {
+		return "", fmt.Errorf("its process (pid %d) changed while it was looked at: %w", pid, errdefs.ErrFailedPrecondition)
+	}
+	return path, nil
 }
 
 // watch follows the container through its runtime and records its exit. A recovered

@@ -734,6 +734,7 @@ struct conn {
 	bool paused;       // a stdin frame waits for the container to read what came before
 	bool in_eof;       // the client sent all it will (frames may still wait in `in`)
 	bool out_dead;     // a write to the client failed: its output is discarded
+	bool exit_reply;   // C_CLOSING: what it sends is the exit line
 	struct conn *next; // all connections
 	struct conn *qnext; // C_BUSY: the next start waiting behind this one
 };
@@ -791,9 +792,14 @@ static void conn_free(struct conn *c) {
 
 // conn_send_close writes the line to c and closes c once it is taken (or REPLY_MS
 // passed); the client reads no more from it.
+static bool exit_taken; // a watcher was sent the exit line whole
+
 static void conn_send_close(struct conn *c, const char *p, size_t n) {
 	struct iovec v = {(void *)p, n};
-	if (outq_put(&c->out, c->fd, &v, 1, SIZE_MAX) != OUTQ_OK || outq_pending(&c->out) == 0) {
+	int r = outq_put(&c->out, c->fd, &v, 1, SIZE_MAX);
+	if (r != OUTQ_OK || outq_pending(&c->out) == 0) {
+		if (r == OUTQ_OK && c->exit_reply)
+			exit_taken = true;
 		conn_free(c);
 		return;
 	}
@@ -1341,8 +1347,10 @@ static void notify(const char *line) {
 	exit_line = xstrdup(line);
 	for (struct conn *c = conns, *nx; c; c = nx) {
 		nx = c->next;
-		if (c->state == C_WATCH)
+		if (c->state == C_WATCH) {
+			c->exit_reply = line[0] == '{' && line[1] != '}';
 			conn_send_close(c, line, strlen(line));
+		}
 	}
 }
 
@@ -1548,6 +1556,7 @@ static void handle_command(struct conn *c, const char *cmd) {
 	}
 	if (strcmp(cmd, "watch") == 0) {
 		if (exit_line) {
+			c->exit_reply = exit_line[0] == '{' && exit_line[1] != '}';
 			conn_send_close(c, exit_line, strlen(exit_line));
 			return;
 		}
@@ -1632,6 +1641,8 @@ static void conn_event(struct conn *c, uint32_t events) {
 			outq_clear(&c->out);
 		}
 		if (c->state == C_CLOSING && outq_pending(&c->out) == 0) {
+			if (c->exit_reply)
+				exit_taken = true;
 			conn_free(c);
 			return;
 		}
@@ -1930,7 +1941,7 @@ static pid_t create(char *err, size_t errn) {
 	return (pid_t)pid;
 }
 
-static void write_exit_file(const char *data) {
+static bool write_exit_file(const char *data) {
 	char tmp[PATH_MAX], path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/%s", cfg.dir, EXIT_FILE);
 	snprintf(tmp, sizeof tmp, "%s/.%s.tmp%ld", cfg.dir, EXIT_FILE, (long)getpid());
@@ -1941,7 +1952,7 @@ static void write_exit_file(const char *data) {
 	}
 	if (fd < 0) {
 		diag("write exit file: open %s: %s", tmp, errstr(errno));
-		return;
+		return false;
 	}
 	size_t n = strlen(data);
 	bool ok = write(fd, data, n) == (ssize_t)n && fchmod(fd, 0600) == 0 && fsync(fd) == 0;
@@ -1955,13 +1966,14 @@ static void write_exit_file(const char *data) {
 			e = errno;
 		unlink(tmp);
 		diag("write exit file: %s", errstr(e));
-		return;
+		return false;
 	}
 	int dfd = open(cfg.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {
 		fsync(dfd);
 		close(dfd);
 	}
+	return true;
 }
 
 static int run_monitor(const char *cfgpath) {
@@ -2059,11 +2071,24 @@ static int run_monitor(const char *cfgpath) {
 		if (exit_signal)
 			l += snprintf(data + l, sizeof data - l, "\"signal\":%d,", exit_signal);
 		snprintf(data + l, sizeof data - l, "\"exited_at\":\"%s\"}", exit_at);
-		write_exit_file(data);
+		bool saved = write_exit_file(data);
 		diag("container exited with status %d", exit_status);
-		strcat(data, "\n");
-		notify(data);
+		char line[260];
+		snprintf(line, sizeof line, "%s\n", data);
+		notify(line);
 		attach_end();
+		// Without exit.json a daemon that is not watching now would never learn the exit
+		// (it would record 137): serve it to watchers until one takes it, and try the file
+		// again each second meanwhile.
+		if (!saved && !exit_taken)
+			diag("exit.json not written: serving the exit to the next watcher");
+		for (int64_t next = now_ms() + 1000; !saved && !exit_taken;) {
+			loop_once(next);
+			if (now_ms() >= next) {
+				saved = write_exit_file(data);
+				next = now_ms() + 1000;
+			}
+		}
 	} else {
 		diag("supervision ended without a start");
 		notify("{}\n");

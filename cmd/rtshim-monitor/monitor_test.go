@@ -614,3 +614,42 @@ func TestMonitorConsoleNotATerminal(t *testing.T) {
 		t.Errorf("the file sent as a console was written: %q", b)
 	}
 }
+
+// An exit.json that cannot be written does not lose the exit: the monitor serves it to the
+// next watcher (a daemon that was down when the container ended) and the watch returns it,
+// instead of a lost supervision the daemon would record as 137.
+func TestMonitorExitFileUnwritable(t *testing.T) {
+	if !cMonitor() {
+		t.Skip("the Go monitor, the fallback, exits once the container has (issue 27 removes it)")
+	}
+	cfg := monitorConfig(t)
+	// exit.json is a directory that is not empty: the rename onto it fails.
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, monitor.ExitFile, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd, res := startCreated(t, cfg, "FAKE_HOLD=1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	// The container ends while nobody watches.
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	e, ok, err := monitor.Watch(ctx, cfg.Dir)
+	if err != nil || !ok || e.Pid != res.Pid || e.Status != 7 || e.ExitedAt.IsZero() {
+		t.Errorf("watch after the end = %+v %v %v, want pid %d status 7", e, ok, err, res.Pid)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("monitor: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the monitor did not end once the exit was taken")
+	}
+}

@@ -202,16 +202,18 @@ func tail(path string) string {
 // monitor's socket, which the monitor answers when the init ends (or the kernel closes
 // when the monitor dies). ok is false if the monitor ended without recording an exit.
 func Watch(ctx context.Context, dir string) (Exit, bool, error) {
+	var line []byte
 	conn, err := dial(ctx, dir)
 	if err == nil {
 		_, _ = conn.Write([]byte(CmdWatch + "\n"))
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		// The answer's text is not needed (the exit is read from its file), only that it
-		// came: a small buffer, not a 4 KiB bufio.Reader held by every watch for the life
-		// of its container.
+		// The exit is read from its file; the answer (the exit line, under 256 bytes) is
+		// kept for a monitor that could not write the file. Read in small steps, not with
+		// a 4 KiB bufio.Reader held by every watch for the life of its container.
 		var b [64]byte
-		for {
+		for len(line) < 512 {
 			n, err := conn.Read(b[:])
+			line = append(line, b[:n]...)
 			if err != nil || bytes.IndexByte(b[:n], '\n') >= 0 {
 				break
 			}
@@ -224,6 +226,10 @@ func Watch(ctx context.Context, dir string) (Exit, bool, error) {
 	}
 	e, err := ReadExit(dir)
 	if err != nil {
+		// The monitor could not write exit.json and served the exit to this watch instead.
+		if l, _, ok := bytes.Cut(line, []byte("\n")); ok && json.Unmarshal(l, &e) == nil && !e.ExitedAt.IsZero() {
+			return e, true, nil
+		}
 		return Exit{}, false, nil
 	}
 	return e, true, nil

@@ -37,6 +37,12 @@ $(BIN)/rtshim-monitor-c: $(MONITOR_C_SRC)
 	@mkdir -p $(BIN)
 	$(MONITOR_CC) $(MONITOR_C_CFLAGS) -s -o $@ $(filter %.c,$(MONITOR_C_SRC))
 
+# The same monitor under AddressSanitizer and UndefinedBehaviorSanitizer, for the protocol
+# tests only (make unit): what they find fails the test that drove it.
+$(BIN)/rtshim-monitor-c-sanitized: $(MONITOR_C_SRC)
+	@mkdir -p $(BIN)
+	$(MONITOR_CC) -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wall -Wextra -o $@ $(filter %.c,$(MONITOR_C_SRC))
+
 # Install missing Debian packages only (apt-get update once, when something is missing).
 define apt_install
 	@missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
@@ -67,11 +73,12 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags integration,$(BUILDTAGS) ./integration/...
 
-unit: monitor-c
+unit: monitor-c $(BIN)/rtshim-monitor-c-sanitized
 	# cmd/rtshim-monitor's protocol tests run on the Go monitor (the test binary) here...
 	$(GO) test -count=1 ./...
-	# ...and again on the C monitor, the default.
+	# ...and again on the C monitor, the default, as built and under ASan+UBSan.
 	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
+	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c-sanitized $(GO) test -count=1 ./cmd/rtshim-monitor/
 
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
 # gives each 15,000 inputs; `make fuzz` longer (FUZZTIME). Inputs that failed are

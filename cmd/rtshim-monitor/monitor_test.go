@@ -127,11 +127,26 @@ func startMonitorRaw(t *testing.T, dir string, data []byte, env ...string) (*exe
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = append([]string{beLoggerEnv + "=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "FAKE_DIR=" + cfg.Dir}, env...)
+	for _, k := range []string{"ASAN_OPTIONS", "UBSAN_OPTIONS"} {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		// A sanitizer build (make unit runs one) reports what it found in monitor.log.
+		b, _ := os.ReadFile(filepath.Join(cfg.Dir, monitor.LogFile))
+		for _, s := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"} {
+			if i := strings.Index(string(b), s); i >= 0 {
+				t.Errorf("the monitor's sanitizer: %s", b[i:min(len(b), i+2000)])
+			}
+		}
+	})
 	// A monitor that hangs before its report fails the test instead of hanging it.
 	_ = r.SetReadDeadline(time.Now().Add(60 * time.Second))
 	line, _ := bufio.NewReader(r).ReadString('\n')

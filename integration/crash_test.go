@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -66,7 +67,46 @@ func TestCrashAtEveryStep(t *testing.T) {
 	}
 }
 
+// The same steps made to fail (an error at the point, the daemon running on), as a full
+// disk, a runtime that errs or a timeout would: the call fails, every pod and container
+// is listed as its runtime says, kubelet's retry succeeds, and once everything is removed
+// the node is as before. Three points only crash (their error is not one to give): there
+// the call succeeds and the retry finds its effect.
+func TestFailAtEveryStep(t *testing.T) {
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e := newContainerEnv(t)
+			n := writeNetwork(t, e)
+			points := filepath.Join(e.d.Dir, "failpoints")
+			e.d.Env = append(e.d.Env, "RTSHIMD_FAILPOINTS_FILE="+points)
+			e.d.Restart(false)
+			before := e.nodeState(n, handler)
+			for i, point := range crashPoints {
+				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i, fail: true}
+				c.run()
+				if t.Failed() {
+					return
+				}
+				var after map[string][]string
+				for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+					if after = e.nodeState(n, handler); maps2Equal(before, after) {
+						break
+					}
+				}
+				if !maps2Equal(before, after) {
+					t.Fatalf("after the failure at %s, its retry and the removal of every pod, the node differs:\n%s", point, stateDiff(before, after))
+				}
+			}
+		})
+	}
+}
+
+// crashOnly are the points whose error the daemon does not give (the work is done; only
+// a crash there matters).
+var crashOnly = []string{"run-sandbox/ready", "create-container/done", "start-container/done"}
+
 type crashCase struct {
+	fail    bool // an error at the point instead of a crash
 	e       *containerEnv
 	t       *testing.T
 	handler string
@@ -116,8 +156,12 @@ func (c *crashCase) run() {
 		}
 	}
 
-	// The call, with the daemon set to die at the point.
-	if err := os.WriteFile(c.file, []byte(c.point+"=crash"), 0o644); err != nil {
+	// The call, with the daemon set to die (or fail once) at the point.
+	how := "crash"
+	if c.fail {
+		how = "1"
+	}
+	if err := os.WriteFile(c.file, []byte(c.point+"="+how), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var err error
@@ -136,6 +180,29 @@ func (c *crashCase) run() {
 		err = d.RS.StopPodSandbox(ctx, podID)
 	case "remove-sandbox":
 		err = d.RS.RemovePodSandbox(ctx, podID)
+	}
+	if c.fail {
+		if err := os.Remove(c.file); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case slices.Contains(crashOnly, c.point):
+			if err != nil {
+				t.Errorf("%s: the call failed (%v) at a point whose error is not given", c.point, err)
+			}
+		case err == nil || !strings.Contains(err.Error(), "failpoint "+c.point):
+			t.Errorf("%s: the call returned %v, want the point's error", c.point, err)
+		}
+		if c.point == "start-container/runtime-started" {
+			// Started by the runtime, not recorded so: killed, and its exit recorded.
+			waitFor(t, 15*time.Second, c.point+": the container whose start failed to be EXITED", func() (bool, string) {
+				st := c.containerState(ctrID)
+				return st == runtimeapi.ContainerState_CONTAINER_EXITED, st.String()
+			})
+		}
+		c.checkTruth()
+		c.retry(ctx, name, podID, ctrID, podCfg, ctrCfg)
+		return
 	}
 	select {
 	case <-d.exited:
@@ -176,7 +243,14 @@ func (c *crashCase) run() {
 		})
 	}
 
-	// kubelet's retry.
+	c.retry(ctx, name, podID, ctrID, podCfg, ctrCfg)
+}
+
+// retry is kubelet's retry of the call that crashed or failed, then kubelet's end of
+// every pod: stop, then remove.
+func (c *crashCase) retry(ctx context.Context, name, podID, ctrID string, podCfg *runtimeapi.PodSandboxConfig, ctrCfg *runtimeapi.ContainerConfig) {
+	t, e, d := c.t, c.e, c.e.d
+	rpc, _, _ := strings.Cut(c.point, "/")
 	switch rpc {
 	case "run-sandbox":
 		pods := c.podsNamed(name)
@@ -216,6 +290,12 @@ func (c *crashCase) run() {
 		}
 		c.expectContainer(e.run(podID, podCfg, ctrCfg), runtimeapi.ContainerState_CONTAINER_RUNNING)
 	case "start-container":
+		if c.fail && c.point == "start-container/runtime-started" {
+			// Exited: kubelet makes the next attempt, which runs.
+			ctrCfg.Metadata.Attempt++
+			c.expectContainer(e.run(podID, podCfg, ctrCfg), runtimeapi.ContainerState_CONTAINER_RUNNING)
+			break
+		}
 		st := c.containerState(ctrID)
 		if st == runtimeapi.ContainerState_CONTAINER_CREATED {
 			if err := d.RS.StartContainer(ctx, ctrID); err != nil {

@@ -729,24 +729,34 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		return err
 	}
 	tm.Mark("runtime_start")
-	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
-		return err
+	// The runtime runs it now: a failure from here on must not leave it running while
+	// its record says created (kubelet would start it again, or a second copy). As
+	// containerd, it is killed; its exit is then recorded as any other.
+	killStarted := func(err error) error {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+		defer cancel()
+		if kerr := c.rt.Kill(kctx, c.task(), "SIGKILL", true); kerr != nil {
+			logrus.WithError(kerr).WithField("container", c.ID).Error("kill a container whose start could not be recorded")
+		}
+		return fmt.Errorf("start container %s: the runtime started it, then: %w (it was killed)", c.ID, err)
 	}
-	err = m.update(c, func(s *Status) {
+	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
+		return killStarted(err)
+	}
+	if err := m.update(c, func(s *Status) {
 		if s.State == StateCreated {
 			s.State = StateRunning
 		}
 		s.StartedAt = started
-	})
+	}); err != nil {
+		return killStarted(err)
+	}
 	_ = failpoint.Fail("start-container/done") // a crash before the reply
 	tm.Mark("persist")
 	logrus.WithField("container", c.ID).Info("container started")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	tm.Mark("publish")
 	tm.Log(logrus.Fields{"container": c.ID}, "container start timing")
-	if err != nil {
-		return err
-	}
 	if m.opts.NRI != nil {
 		m.opts.NRI.PostStartContainer(ctx, c)
 	}

@@ -123,18 +123,7 @@ cleanup() {
 			for c in $m; do rmdir "$c" 2>/dev/null; done
 		fi
 	fi
-	if ip link show "$BRIDGE" >/dev/null 2>&1; then
-		ip link del "$BRIDGE"
-	fi
-	iptables_cleanup "$NET_NAME" "$SUBNET_RE"
-	rm -rf "$W" || leak "could not remove $W"
-	[ -e "$W" ] && leak "$W still exists"
-	if [ "$LEAKS" -gt 0 ]; then
-		log "FAIL: $LEAKS leak(s) after cleanup (see above)"
-		[ $rc = 0 ] && rc=1
-	fi
-	log "done in $(($(date +%s) - T0))s (exit $rc)"
-	exit $rc
+	finish_run "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT

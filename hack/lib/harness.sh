@@ -110,3 +110,20 @@ umount_under() {
 	for mp in $m; do umount -l "$mp" 2>/dev/null; done
 	echo "$m" | wc -l
 }
+
+# finish_run RC: the last of a run's cleanup, the same in every runner: the run's bridge
+# and its iptables rules ($BRIDGE, $NET_NAME, $SUBNET_RE), its temp dir $W, then the leak
+# verdict; exits with RC, or 1 when RC is 0 and something leaked.
+finish_run() {
+	local rc=$1
+	ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE"
+	iptables_cleanup "$NET_NAME" "$SUBNET_RE"
+	rm -rf "$W" || leak "could not remove $W"
+	[ -e "$W" ] && leak "$W still exists"
+	if [ "$LEAKS" -gt 0 ]; then
+		log "FAIL: $LEAKS leak(s) after cleanup (see above)"
+		[ "$rc" = 0 ] && rc=1
+	fi
+	log "done in $(($(date +%s) - T0))s (exit $rc)"
+	exit "$rc"
+}

@@ -37,7 +37,23 @@ var crashPoints = []string{
 // runtime says it is in, kubelet's retry of the call succeeds, and once everything is
 // removed the node is as it was before: no mounts, records, run directories, processes,
 // runtime state, container cgroups, veths, IPAM leases or storage containers left.
-func TestCrashAtEveryStep(t *testing.T) {
+func TestCrashAtEveryStep(t *testing.T) { everyStep(t, false) }
+
+// The same steps made to fail (an error at the point, the daemon running on), as a full
+// disk, a runtime that errs or a timeout would: the call fails, every pod and container
+// is listed as its runtime says, kubelet's retry succeeds, and once everything is removed
+// the node is as before. Three points only crash (their error is not one to give): there
+// the call succeeds and the retry finds its effect.
+func TestFailAtEveryStep(t *testing.T) { everyStep(t, true) }
+
+// everyStep runs a crashCase at each of crashPoints on every suite handler, killing the
+// daemon there or, with fail, making the step fail; after each, once every pod is removed,
+// the node must be as it was before.
+func everyStep(t *testing.T, fail bool) {
+	what := "crash"
+	if fail {
+		what = "failure"
+	}
 	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e := newContainerEnv(t)
@@ -47,7 +63,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 			e.d.Restart(false)
 			before := e.nodeState(n, handler)
 			for i, point := range crashPoints {
-				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i}
+				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i, fail: fail}
 				c.run()
 				if t.Failed() {
 					return // the node is not clean: later cases would fail for this one
@@ -60,41 +76,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					}
 				}
 				if !maps2Equal(before, after) {
-					t.Fatalf("after the crash at %s, its retry and the removal of every pod, the node differs:\n%s", point, stateDiff(before, after))
-				}
-			}
-		})
-	}
-}
-
-// The same steps made to fail (an error at the point, the daemon running on), as a full
-// disk, a runtime that errs or a timeout would: the call fails, every pod and container
-// is listed as its runtime says, kubelet's retry succeeds, and once everything is removed
-// the node is as before. Three points only crash (their error is not one to give): there
-// the call succeeds and the retry finds its effect.
-func TestFailAtEveryStep(t *testing.T) {
-	for _, handler := range suiteHandlers {
-		t.Run(handler, func(t *testing.T) {
-			e := newContainerEnv(t)
-			n := writeNetwork(t, e)
-			points := filepath.Join(e.d.Dir, "failpoints")
-			e.d.Env = append(e.d.Env, "RTSHIMD_FAILPOINTS_FILE="+points)
-			e.d.Restart(false)
-			before := e.nodeState(n, handler)
-			for i, point := range crashPoints {
-				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i, fail: true}
-				c.run()
-				if t.Failed() {
-					return
-				}
-				var after map[string][]string
-				for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-					if after = e.nodeState(n, handler); maps2Equal(before, after) {
-						break
-					}
-				}
-				if !maps2Equal(before, after) {
-					t.Fatalf("after the failure at %s, its retry and the removal of every pod, the node differs:\n%s", point, stateDiff(before, after))
+					t.Fatalf("after the %s at %s, its retry and the removal of every pod, the node differs:\n%s", what, point, stateDiff(before, after))
 				}
 			}
 		})

@@ -121,9 +121,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 func (m *Manager) quarantine(ctx context.Context, id, why string) {
 	log := logrus.WithFields(logrus.Fields{"container": id, "reason": why})
 	path, err := m.opts.Store.Quarantine(id, why)
-	if err != nil {
+	if path == "" {
 		log.WithError(err).Error("bad container record could not be set aside; left as it is, container not listed")
 		return
+	}
+	if err != nil {
+		log.WithError(err).Warn("bad container record set aside, but not all of it was synced")
 	}
 	log = log.WithField("quarantined_at", path)
 	log.Error("bad container record quarantined; stopping the container it describes")

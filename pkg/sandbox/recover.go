@@ -33,7 +33,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		known[r.ID] = true
 		log := logrus.WithField("sandbox", r.ID)
 		if r.Err != nil {
-			m.quarantine(ctx, r.ID, fmt.Sprintf("unreadable: %v", r.Err))
+			m.quarantine(r.ID, fmt.Sprintf("unreadable: %v", r.Err))
 			continue
 		}
 		if r.Meta == nil {
@@ -49,7 +49,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			m.quarantine(ctx, r.ID, fmt.Sprintf("undecodable: %v", err))
+			m.quarantine(r.ID, fmt.Sprintf("undecodable: %v", err))
 			continue
 		}
 		if sb.Status().State == StateCreating {
@@ -135,12 +135,15 @@ func (m *Manager) reconcile(sb *Sandbox) {
 
 // quarantine sets aside a sandbox record that cannot be read (kept, named in the log and
 // in Status verbose); StopQuarantined then ends the pod it described.
-func (m *Manager) quarantine(_ context.Context, id, why string) {
+func (m *Manager) quarantine(id, why string) {
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "reason": why})
 	path, err := m.opts.Store.Quarantine(id, why)
-	if err != nil {
+	if path == "" {
 		log.WithError(err).Error("bad sandbox record could not be set aside; left as it is, pod not listed")
 		return
+	}
+	if err != nil {
+		log.WithError(err).Warn("bad sandbox record set aside, but not all of it was synced")
 	}
 	log.WithField("quarantined_at", path).Error("bad sandbox record quarantined; its pod is stopped once its containers are")
 	m.mu.Lock()

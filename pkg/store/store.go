@@ -143,7 +143,8 @@ const reasonFile = "reason"
 
 // Quarantine sets the record of id aside, as it is, with why in a file beside it, and
 // returns where it now lies. Nothing of it is lost: an operator can read it, mend it and
-// put it back while the daemon is stopped.
+// put it back while the daemon is stopped. A path with an error means the record was set
+// aside but a later step (a sync, the reason file) failed: it is no longer in the store.
 func (s *Store) Quarantine(id, why string) (string, error) {
 	q := s.quarantineDir()
 	if err := os.MkdirAll(q, 0o700); err != nil {

@@ -505,7 +505,7 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		}
 		path, err := pidNamespaceOf(pid, sb.ID)
 		if err != nil {
-			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s's infra container: %w", sb.ID, err)
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s's infra container: %w; the pod cannot take containers that share its PID namespace: stop and remove it (kubelet makes it again)", sb.ID, err)
 		}
 		o.PIDNS = path
 	case runtimeapi.NamespaceMode_TARGET:
@@ -518,7 +518,7 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		}
 		path, err := pidNamespaceOf(target.Status().Pid, target.ID)
 		if err != nil {
-			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q: %w", ns.GetTargetId(), err)
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q: %w; target a running container", ns.GetTargetId(), err)
 		}
 		o.PIDNS = path
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/pkg/cgcontrollers"
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/failpoint"
 	"github.com/rtshimd/rtshimd/pkg/kind"
 	"github.com/rtshimd/rtshimd/pkg/oci"
 )
@@ -211,13 +212,62 @@ func (m *Manager) ApplyResources(ctx context.Context, id string, res *specs.Linu
 	return m.applyResources(ctx, c, res)
 }
 
+// applyResources updates the runtime, then the record; when the record cannot be written,
+// the runtime is set back to the limits the record still names, so that what
+// ContainerStatus reports stays what the container has and kubelet's retry starts from it.
 func (m *Manager) applyResources(ctx context.Context, c *Container, res *specs.LinuxResources) error {
 	cgcontrollers.Default().Trim(res, c.CgroupsPath)
+	prev := c.Status().Resources
 	if err := c.rt.Update(ctx, c.task(), res); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(res)
-	return m.update(c, func(s *Status) { s.Resources = b })
+	err := failpoint.Fail("update-container/runtime-updated")
+	if err == nil {
+		err = m.update(c, func(s *Status) { s.Resources = b })
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("update container %s: record the new limits: %w", c.ID, err)
+	undo := undoResources(prev, res)
+	cgcontrollers.Default().Trim(undo, c.CgroupsPath)
+	if uerr := c.rt.Update(context.WithoutCancel(ctx), c.task(), undo); uerr != nil {
+		logrus.WithError(uerr).WithField("container", c.ID).Error("cannot set back the limits of a container whose update failed; ContainerStatus reports the old ones")
+		return fmt.Errorf("%w (setting the old limits back failed too: %v)", err, uerr)
+	}
+	return fmt.Errorf("%w (the old limits were set back)", err)
+}
+
+// undoResources is what sets a container back from next to prev, the limits recorded
+// before (JSON of specs.LinuxResources): prev itself, with "no limit" where prev had none
+// and next set one (runc's update leaves a field it is not given as it is).
+func undoResources(prev json.RawMessage, next *specs.LinuxResources) *specs.LinuxResources {
+	undo := &specs.LinuxResources{}
+	if len(prev) > 0 {
+		_ = json.Unmarshal(prev, undo)
+	}
+	unlimited := int64(-1)
+	if next.Memory != nil {
+		if undo.Memory == nil {
+			undo.Memory = &specs.LinuxMemory{}
+		}
+		if next.Memory.Limit != nil && undo.Memory.Limit == nil {
+			undo.Memory.Limit = &unlimited
+		}
+		if next.Memory.Swap != nil && undo.Memory.Swap == nil {
+			undo.Memory.Swap = &unlimited
+		}
+	}
+	if next.CPU != nil && next.CPU.Quota != nil {
+		if undo.CPU == nil {
+			undo.CPU = &specs.LinuxCPU{}
+		}
+		if undo.CPU.Quota == nil {
+			undo.CPU.Quota = &unlimited
+		}
+	}
+	return undo
 }
 
 // ReopenLog makes the monitor reopen the container's log file (kubelet rotated it).

@@ -21,6 +21,9 @@ const Env = "RTSHIMD_FAILPOINTS"
 // points on a running daemon with it, and clears them by removing it.
 const FileEnv = "RTSHIMD_FAILPOINTS_FILE"
 
+// Enabled says whether this binary has failpoints.
+const Enabled = true
+
 // crash marks a point that kills the daemon.
 const crash = -1
 

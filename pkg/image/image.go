@@ -77,12 +77,20 @@ func New(opts Options) (*Service, error) {
 			return nil, fmt.Errorf("open image store: %w", err)
 		}
 	}
+	// No pull runs yet: what is in the temporary dir was left by pulls a crash ended.
 	tmp := filepath.Join(opts.StateRoot, "tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		logrus.WithError(err).WithField("dir", tmp).Warn("image service: remove what crashed pulls left")
+	}
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		store.Shutdown(true)
 		return nil, fmt.Errorf("image service: temporary dir for large pulls %s: %w", tmp, err)
 	}
 	s := &Service{store: store, opts: opts, pinned: map[string]bool{}}
+	// And what a crash left in the store: layers of a pull, an image half removed.
+	s.mu.Lock()
+	s.collect()
+	s.mu.Unlock()
 	s.sys = types.SystemContext{BigFilesTemporaryDir: tmp, DockerRegistryUserAgent: "rtshimd"}
 	if err := s.setupRegistries(); err != nil {
 		store.Shutdown(true)

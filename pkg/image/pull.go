@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/failpoint"
 )
 
 // Pull fetches ref into the store and returns the image ID ("sha256:..."). Identical
@@ -81,13 +82,22 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 		return "", err
 	}
 	defer policy.Destroy()
-	manifestBytes, err := copy.Image(ctx, policy, destRef, srcRef, &copy.Options{
+	opts := &copy.Options{
 		SourceCtx:            sys,
 		DestinationCtx:       sys,
 		MaxParallelDownloads: uint(s.opts.Config.MaxParallelDownloads),
-	})
+	}
+	copyCtx, pointErr, stopWatch := watchBlobs(ctx, opts)
+	manifestBytes, err := copy.Image(copyCtx, policy, destRef, srcRef, opts)
+	stopWatch()
+	if err == nil {
+		err = failpoint.Fail("pull-image/stored")
+	}
 	if err != nil {
 		s.gcLayers()
+		if perr := pointErr(); perr != nil {
+			err = perr // the copy was cancelled for it
+		}
 		return "", pullError(named, err)
 	}
 	img, err := s.store.Image(named.String())
@@ -134,4 +144,29 @@ func pullError(named dockerref.Named, err error) error {
 		return fmt.Errorf("pull %s from registry %s: %s: %v", named, registry, why, err)
 	}
 	return fmt.Errorf("pull %s from registry %s: %s: %v: %w", named, registry, why, err, kind)
+}
+
+// watchBlobs is the failpoint in the middle of a pull, "pull-image/blob-done": where the
+// first blob is stored and the rest are not, the copy is cancelled (or the daemon killed).
+// Without failpoints it watches nothing.
+func watchBlobs(ctx context.Context, opts *copy.Options) (context.Context, func() error, func()) {
+	if !failpoint.Enabled {
+		return ctx, func() error { return nil }, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	progress := make(chan types.ProgressProperties)
+	opts.Progress, opts.ProgressInterval = progress, time.Hour
+	done := make(chan struct{})
+	var pointErr error
+	go func() {
+		defer close(done)
+		for p := range progress {
+			if p.Event == types.ProgressEventDone && pointErr == nil {
+				if pointErr = failpoint.Fail("pull-image/blob-done"); pointErr != nil {
+					cancel(pointErr)
+				}
+			}
+		}
+	}()
+	return ctx, func() error { <-done; return pointErr }, func() { close(progress); cancel(nil) }
 }

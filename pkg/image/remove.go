@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/pkg/errdefs"
+	"github.com/rtshimd/rtshimd/pkg/failpoint"
 )
 
 // Remove removes an image by ID, tag or digest; an absent image is not an error. A tag
@@ -20,6 +21,8 @@ func (s *Service) Remove(ref string) error {
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	img, err := s.lookup(ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
+		// Perhaps the retry of a removal that failed after it hid the image: finish it.
+		s.collect()
 		return nil
 	}
 	if err != nil {
@@ -46,15 +49,22 @@ func trimSHA(s string) string {
 	return s
 }
 
-// deleteImage deletes img and its unshared layers, or hides it while containers use it
-// (as rootfs or image volumes).
+// deleteImage hides img (takes its names, one write), then deletes it and its unshared
+// layers, or keeps it hidden while containers use it (as rootfs or image volumes). Hidden
+// first, the image is removed for every caller at once; what a crash or an error leaves
+// after that is garbage that collect deletes (at start, and when a removal is retried).
 // Callers hold s.mu.
 func (s *Service) deleteImage(img *storage.Image) error {
-	_, err := s.store.DeleteImage(img.ID, true)
-	if errors.Is(err, storage.ErrImageUsedByContainer) {
+	if len(img.Names) > 0 {
 		if err := s.store.SetNames(img.ID, nil); err != nil {
 			return fmt.Errorf("remove image %s: %w", img.ID, err)
 		}
+	}
+	if err := failpoint.Fail("remove-image/hidden"); err != nil {
+		return fmt.Errorf("remove image %s: %w", img.ID, err)
+	}
+	_, err := s.store.DeleteImage(img.ID, true)
+	if errors.Is(err, storage.ErrImageUsedByContainer) {
 		// The users are named so an operator can tell why the layers stay.
 		logrus.WithFields(logrus.Fields{"image": img.ID, "containers": s.users(img.ID)}).Info("image removed; its layers stay until its containers are removed")
 		return nil
@@ -69,14 +79,35 @@ func (s *Service) deleteImage(img *storage.Image) error {
 	return nil
 }
 
-// gcLayers deletes layers that no image or container uses: what a failed pull left
-// behind. It runs only while no other pull is under way, whose layers it would take.
+// gcLayers deletes what a failed pull left behind (collect), unless another pull is under
+// way, whose layers it would take.
 func (s *Service) gcLayers() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	if s.inFlight > 1 {
 		return
+	}
+	s.collect()
+}
+
+// collect deletes the garbage of pulls and removals that failed or crashed half-way:
+// images without names (removed) that no container uses, then layers that no image or
+// container uses. Callers hold s.mu, and no pull is under way but perhaps the caller's.
+func (s *Service) collect() {
+	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
+	imgs, err := s.store.Images()
+	if err != nil {
+		logrus.WithError(err).Warn("image garbage collection: list images")
+		return
+	}
+	for _, im := range imgs {
+		if removed(&im) && len(s.users(im.ID)) == 0 {
+			if _, err := s.store.DeleteImage(im.ID, true); err != nil && !errors.Is(err, storage.ErrImageUnknown) {
+				logrus.WithError(err).WithField("image", im.ID).Warn("image garbage collection: delete a removed image")
+			} else {
+				logrus.WithField("image", im.ID).Info("deleted an image whose removal had not finished")
+			}
+		}
 	}
 	used := map[string]bool{}
 	layers, err := s.store.Layers()
@@ -93,7 +124,7 @@ func (s *Service) gcLayers() {
 			id = parent[id]
 		}
 	}
-	imgs, _ := s.store.Images()
+	imgs, _ = s.store.Images()
 	for _, im := range imgs {
 		mark(im.TopLayer)
 		for _, m := range im.MappedTopLayers {
@@ -112,7 +143,7 @@ func (s *Service) gcLayers() {
 				continue
 			}
 			if err := s.store.DeleteLayer(l.ID); err == nil {
-				logrus.WithField("layer", l.ID).Debug("removed layer of a failed pull")
+				logrus.WithField("layer", l.ID).Info("deleted a layer no image or container uses")
 				used[l.ID] = true // gone; don't try again
 				changed = true
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/container"
 	"github.com/rtshimd/rtshimd/pkg/cri"
 	"github.com/rtshimd/rtshimd/pkg/events"
+	"github.com/rtshimd/rtshimd/pkg/failpoint"
 	"github.com/rtshimd/rtshimd/pkg/handlers"
 	"github.com/rtshimd/rtshimd/pkg/image"
 	"github.com/rtshimd/rtshimd/pkg/lsm"
@@ -295,6 +296,13 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 	if !reflect.DeepEqual(old.Image.Registries, cfg.Image.Registries) || old.Image.RegistriesConf != cfg.Image.RegistriesConf {
 		if err := d.images.SetRegistries(cfg.Image); err != nil {
 			return nil, nil, fmt.Errorf("%s: image registries: %w", cfg.Path, err)
+		}
+		if err := failpoint.Fail("reload/registries-set"); err != nil {
+			// Refused means nothing applied: the registries served go back to the old.
+			if rerr := d.images.SetRegistries(old.Image); rerr != nil {
+				logrus.WithError(rerr).Error("config reload refused, but the previous image registries could not be set back")
+			}
+			return nil, nil, err
 		}
 	}
 	for _, hc := range cfg.Handlers {

@@ -6,13 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 // As strict as Go's encoding/json on what it refuses: an unknown escape, a control
 // character in a string, a malformed literal or number, text after the object. As Go's
-// Unmarshal on what it accepts: keys match case-insensitively, a repeated key's last
-// value wins, null leaves a string or boolean as it was and empties the array, invalid
-// UTF-8 becomes U+FFFD.
+// Unmarshal on what it accepts: keys match case-insensitively (keyeq), a repeated key's
+// last value wins, null leaves a string or boolean as it was and empties the array (and
+// a null document sets nothing), invalid UTF-8 becomes U+FFFD. cjson.FuzzConfig holds it
+// to encoding/json; where it differs on purpose: values nested deeper than 64 are
+// refused, and a string ends at a \u0000 (the configs are C strings).
 
 struct p {
 	const char *s;
@@ -375,6 +376,27 @@ static void array(struct p *p, struct json_config *cfg) {
 	}
 }
 
+// keyeq matches a key to a field name (ASCII) as Go's Unmarshal does: case-insensitively
+// under Unicode's simple folding, where two letters outside ASCII fold to ASCII ones:
+// U+017F (long s) to s and U+212A (Kelvin sign) to k.
+static bool keyeq(const char *k, const char *name) {
+	const unsigned char *p = (const unsigned char *)k;
+	for (; *name; name++) {
+		char c = *name;
+		if (c >= 'A' && c <= 'Z')
+			c = (char)(c - 'A' + 'a');
+		if (p[0] == 0xc5 && p[1] == 0xbf && c == 's')
+			p += 2;
+		else if (p[0] == 0xe2 && p[1] == 0x84 && p[2] == 0xaa && c == 'k')
+			p += 3;
+		else if (*p && (*p == (unsigned char)c || (*p >= 'A' && *p <= 'Z' && *p - 'A' + 'a' == c)))
+			p++;
+		else
+			return false;
+	}
+	return *p == 0;
+}
+
 // end checks that only whitespace follows the top-level value.
 static const char *end(struct p *p) {
 	ws(p);
@@ -384,6 +406,8 @@ static const char *end(struct p *p) {
 const char *json_parse_config(const char *s, struct json_config *cfg, bool logger) {
 	struct p p = {s, NULL};
 	ws(&p);
+	if (*p.s == 'n') // null: nothing set, as Unmarshal into a struct
+		return literal(&p, "null") ? end(&p) : p.err;
 	if (*p.s != '{')
 		return *p.s ? "invalid character looking for beginning of value" : "unexpected end of JSON input";
 	p.s++;
@@ -405,31 +429,31 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 		char **sp = NULL;
 		bool *bp = NULL, args = false;
 		// The fields of pkg/monitor's Config (monitor.json) or LoggerConfig (logger.json).
-		if (!strcasecmp(k, "log_path"))
+		if (keyeq(k, "log_path"))
 			sp = &cfg->log_path;
-		else if (!strcasecmp(k, "log_dir"))
+		else if (keyeq(k, "log_dir"))
 			sp = &cfg->log_dir;
-		else if (!strcasecmp(k, "stdin"))
+		else if (keyeq(k, "stdin"))
 			logger ? (void)(sp = &cfg->stdin_fifo) : (void)(bp = &cfg->stdin);
-		else if (!strcasecmp(k, "stdin_once"))
+		else if (keyeq(k, "stdin_once"))
 			bp = &cfg->stdin_once;
-		else if (!strcasecmp(k, "terminal"))
+		else if (keyeq(k, "terminal"))
 			bp = &cfg->terminal;
-		else if (logger && !strcasecmp(k, "stdout"))
+		else if (logger && keyeq(k, "stdout"))
 			sp = &cfg->stdout_fifo;
-		else if (logger && !strcasecmp(k, "stderr"))
+		else if (logger && keyeq(k, "stderr"))
 			sp = &cfg->stderr_fifo;
-		else if (!logger && !strcasecmp(k, "id"))
+		else if (!logger && keyeq(k, "id"))
 			sp = &cfg->id;
-		else if (!logger && !strcasecmp(k, "dir"))
+		else if (!logger && keyeq(k, "dir"))
 			sp = &cfg->dir;
-		else if (!logger && !strcasecmp(k, "runtime"))
+		else if (!logger && keyeq(k, "runtime"))
 			sp = &cfg->runtime;
-		else if (!logger && !strcasecmp(k, "bundle"))
+		else if (!logger && keyeq(k, "bundle"))
 			sp = &cfg->bundle;
-		else if (!logger && !strcasecmp(k, "wait_with_runtime"))
+		else if (!logger && keyeq(k, "wait_with_runtime"))
 			bp = &cfg->wait_with_runtime;
-		else if (!logger && !strcasecmp(k, "runtime_args"))
+		else if (!logger && keyeq(k, "runtime_args"))
 			args = true;
 		if (sp)
 			string_into(&p, sp);
@@ -460,6 +484,8 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 int json_object_int(const char *s, const char *key, long *v) {
 	struct p p = {s, NULL};
 	ws(&p);
+	if (*p.s == 'n')
+		return literal(&p, "null") && !end(&p) ? 1 : -1;
 	if (*p.s != '{')
 		return -1;
 	p.s++;
@@ -480,7 +506,7 @@ int json_object_int(const char *s, const char *key, long *v) {
 		}
 		p.s++;
 		ws(&p);
-		if (!strcasecmp(k, key) && *p.s != 'n') {
+		if (keyeq(k, key) && *p.s != 'n') {
 			// An integer that fits an int: Go refuses a fraction, an exponent or overflow.
 			const char *st = p.s;
 			number(&p);

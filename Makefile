@@ -83,16 +83,24 @@ unit: monitor-c $(BIN)/rtshim-monitor-c-sanitized
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
 # gives each 15,000 inputs; `make fuzz` longer (FUZZTIME). Inputs that failed are
 # kept under the packages' testdata/fuzz and run by `make unit` from then on.
+# And the C monitor held to Go: its JSON reader against encoding/json, in-process under
+# ASan (go test -asan builds the C with it), and its CRI log writer, as the binary runs
+# under ASan+UBSan, against pkg/monitor's (a process per input: FUZZTIME_BINARY inputs).
 FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse ./pkg/monitor:FuzzCRILog
 FUZZTIME ?= 2m
-fuzz:
+FUZZTIME_BINARY ?= $(FUZZTIME)
+fuzz: $(BIN)/rtshim-monitor-c-sanitized
 	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t#*:} ($(FUZZTIME))"; $(GO) test -run XXX -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; done
+	@echo "fuzz FuzzConfig, the C monitor's JSON reader under ASan ($(FUZZTIME))"
+	@CGO_ENABLED=1 $(GO) test -asan -run XXX -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./cmd/rtshim-monitor-c/cjson/
+	@echo "fuzz FuzzLoggerLog, the C monitor binary's CRI log under ASan+UBSan ($(FUZZTIME_BINARY))"
+	@RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c-sanitized $(GO) test -run XXX -fuzz '^FuzzLoggerLog$$' -fuzztime $(FUZZTIME_BINARY) -parallel 1 ./cmd/rtshim-monitor/
 
 # A count, not a duration: a duration's deadline races the fuzzing workers in Go's
 # coordinator, which then fails a clean run with "context deadline exceeded" on a loaded
 # machine (golang/go#75804; seen in CI here with no failing input).
 fuzz-short:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=15000x
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=15000x FUZZTIME_BINARY=500x
 
 # kubelet, kube-apiserver, etcd, crictl and critest from the Go module proxy at pinned
 # versions, cached in /var/cache/rtshimd-tools (hack/tools.sh; ~15 minutes the first time).

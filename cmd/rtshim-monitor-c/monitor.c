@@ -556,6 +556,12 @@ static bool log_reopen(char *err, size_t errn) {
 	return true;
 }
 
+static unsigned long log_dropped; // entries lost since the last that was written
+
+// log_entry appends one entry. A short write is continued; an error (a full disk, most
+// often) drops the entry whole: the file is cut back to where the entry began, so that
+// no torn line runs into the next entry (kubelet skips a line it cannot parse, and would
+// lose both). The log says when dropping starts and how many entries it cost.
 static void log_entry(const char *stream, char tag, const char *text, size_t n) {
 	if (log_fd < 0)
 		return;
@@ -565,14 +571,28 @@ static void log_entry(const char *stream, char tag, const char *text, size_t n) 
 	struct iovec iov[3] = {{hdr, l}, {(void *)text, n}, {"\n", 1}};
 	struct iovec *v = iov;
 	int k = 3;
-	// As Go's File.Write: a short write is continued; an error drops the entry.
+	size_t written = 0;
 	while (k > 0) {
 		ssize_t w = writev(log_fd, v, k);
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w <= 0)
+		if (w <= 0) {
+			int e = w < 0 ? errno : EIO;
+			// The only writer, appending: the entry began where the file ends, less what
+			// went in.
+			struct stat st;
+			if (written > 0 && (fstat(log_fd, &st) < 0 || ftruncate(log_fd, st.st_size - (off_t)written) < 0))
+				diag("container log: cut back a torn entry: %s", errstr(errno));
+			if (log_dropped++ == 0)
+				diag("container log: write: %s; entries are dropped until a write succeeds", errstr(e));
 			return;
+		}
+		written += (size_t)w;
 		iov_skip(&v, &k, w);
+	}
+	if (log_dropped > 0) {
+		diag("container log: writing again; %lu entries were dropped", log_dropped);
+		log_dropped = 0;
 	}
 }
 

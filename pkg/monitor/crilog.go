@@ -3,6 +3,7 @@ package monitor
 import (
 	"bufio"
 	"io"
+	"log"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,6 +20,7 @@ type CRILog struct {
 	dir, rel string
 	f        *os.File
 	buf      []byte // the entry being written, kept for the next
+	dropped  int    // entries lost since the last written
 }
 
 // OpenCRILog opens (appending) the log file at path, which must lie below the log
@@ -86,8 +88,28 @@ func (l *CRILog) write(stream, tag string, text []byte) {
 	buf = append(buf, text...)
 	buf = append(buf, '\n')
 	l.buf = buf
-	if l.f != nil {
-		_, _ = l.f.Write(buf)
+	if l.f == nil {
+		return
+	}
+	// An error (a full disk, most often) drops the entry whole: the file is cut back to
+	// where it began, so that no torn line runs into the next entry (kubelet skips a line
+	// it cannot parse, and would lose both). The monitor's log says when dropping starts
+	// and how many entries it cost.
+	n, err := l.f.Write(buf)
+	if err != nil {
+		if n > 0 {
+			if fi, serr := l.f.Stat(); serr == nil {
+				_ = l.f.Truncate(fi.Size() - int64(n))
+			}
+		}
+		if l.dropped++; l.dropped == 1 {
+			log.Printf("container log: %v; entries are dropped until a write succeeds", err)
+		}
+		return
+	}
+	if l.dropped > 0 {
+		log.Printf("container log: writing again; %d entries were dropped", l.dropped)
+		l.dropped = 0
 	}
 }
 

@@ -77,14 +77,19 @@ func New(opts Options) (*Service, error) {
 			return nil, fmt.Errorf("open image store: %w", err)
 		}
 	}
-	// No pull runs yet: what is in the temporary dir was left by pulls a crash ended.
 	tmp := filepath.Join(opts.StateRoot, "tmp")
-	if err := os.RemoveAll(tmp); err != nil {
-		logrus.WithError(err).WithField("dir", tmp).Warn("image service: remove what crashed pulls left")
-	}
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		store.Shutdown(true)
 		return nil, fmt.Errorf("image service: temporary dir for large pulls %s: %w", tmp, err)
+	}
+	// No pull runs yet: what is in the temporary dir was left by pulls a crash ended (the
+	// dir itself stays: an operator may have mounted a file system there).
+	if left, err := os.ReadDir(tmp); err == nil {
+		for _, en := range left {
+			if err := os.RemoveAll(filepath.Join(tmp, en.Name())); err != nil {
+				logrus.WithError(err).WithField("dir", tmp).Warn("image service: remove what crashed pulls left")
+			}
+		}
 	}
 	s := &Service{store: store, opts: opts, pinned: map[string]bool{}}
 	// And what a crash left in the store: layers of a pull, an image half removed.

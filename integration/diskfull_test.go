@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -92,4 +93,57 @@ func TestRecordsDiskFull(t *testing.T) {
 	}
 	mounted = false
 	e.d.Start() // the harness's own checks run on a live daemon
+}
+
+// A pull whose layer does not fit (ENOSPC in the pull's temporary dir, where layers are
+// written before they are applied) fails naming the image and the file system's error,
+// leaves no layer, image or temporary file, and loses no image pulled before, also
+// across a kill -9; once space is back the pull succeeds.
+func TestLayersDiskFull(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	tmp := filepath.Join(e.d.State, "tmp")
+	big := make([]byte, 4<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	e.reg.Push(t, "test/big", "1", ImageSpec{Layers: []Layer{{Files: []File{{Path: "/big", Content: string(big)}}}}}, nil)
+	ref := e.reg.Ref("test/big", "1")
+	e.d.Stop()
+	if err := syscall.Mount("tmpfs", tmp, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=1m,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			_ = syscall.Unmount(tmp, syscall.MNT_DETACH)
+		}
+	}()
+	e.d.Start()
+	n := testNet{}
+	before := e.nodeState(n)
+
+	_, err := e.d.IS.PullImage(ctx, imgSpec(ref), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "test/big") {
+		t.Fatalf("PullImage with no room for its layer = %v, want an error naming the image and ENOSPC", err)
+	}
+	if after := e.nodeState(n); !maps2Equal(before, after) {
+		t.Errorf("the failed pull left:\n%s", stateDiff(before, after))
+	}
+	e.d.Restart(true)
+	if st, err := e.d.IS.ImageStatus(ctx, imgSpec(e.image), false); err != nil || st.Image == nil {
+		t.Errorf("the image pulled before, after a kill -9 on the full disk: %v %v", st, err)
+	}
+	e.d.Stop()
+	if err := syscall.Unmount(tmp, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	e.d.Start()
+	if _, err := e.d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+		t.Fatalf("PullImage once space is back: %v", err)
+	}
+	if err := e.d.IS.RemoveImage(ctx, imgSpec(ref)); err != nil {
+		t.Error(err)
+	}
 }

@@ -39,7 +39,8 @@ type containerEnv struct {
 	d     *Daemon
 	reg   *Registry // the daemon pulls from it (insecure)
 	image string
-	logs  string // log_directory of pods
+	logs  string     // log_directory of pods
+	nri   *nriLedger // where set, nodeState lists what this NRI plugin holds
 }
 
 func newContainerEnv(t *testing.T) *containerEnv {

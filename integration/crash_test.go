@@ -11,9 +11,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -29,14 +33,24 @@ var crashPoints = []string{
 	"remove-container/runtime-deleted", "remove-container/rootfs-removed",
 	"stop-sandbox/containers-stopped", "stop-sandbox/infra-stopped", "stop-sandbox/network-down",
 	"remove-sandbox/containers-removed", "remove-sandbox/infra-deleted", "remove-sandbox/namespaces-unpinned", "remove-sandbox/dir-removed",
+	"update-container/runtime-updated",
+	"pull-image/blob-done", "pull-image/stored",
+	"remove-image/hidden",
+	"reload/registries-set",
 }
 
+// nodePoints are the steps that no handler takes part in (the image store, the config):
+// they run once, with the first handler.
+var nodePoints = []string{"pull-image/blob-done", "pull-image/stored", "remove-image/hidden", "reload/registries-set"}
+
 // The daemon is killed (-9) at each step of RunPodSandbox, CreateContainer,
-// StartContainer, StopContainer, RemoveContainer, StopPodSandbox and RemovePodSandbox, on
-// a pod network. After each restart every pod and container is listed with the state its
-// runtime says it is in, kubelet's retry of the call succeeds, and once everything is
-// removed the node is as it was before: no mounts, records, run directories, processes,
-// runtime state, container cgroups, veths, IPAM leases or storage containers left.
+// StartContainer, StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox and
+// UpdateContainerResources, on a pod network, and of PullImage, RemoveImage and a config
+// reload. After each restart every pod and container is listed with the state its
+// runtime says it is in, an image is listed whole or not at all, kubelet's retry of the
+// call succeeds, and once everything is removed the node is as it was before: no mounts,
+// records, run directories, processes, runtime state, container cgroups, veths, IPAM
+// leases, storage containers, layers, images or pull temporaries left.
 func TestCrashAtEveryStep(t *testing.T) { everyStep(t, false) }
 
 // The same steps made to fail (an error at the point, the daemon running on), as a full
@@ -56,13 +70,26 @@ func everyStep(t *testing.T, fail bool) {
 	}
 	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
-			e := newContainerEnv(t)
+			nriSocket := filepath.Join(t.TempDir(), "nri.sock")
+			plugins := t.TempDir()
+			e := newContainerEnvTable(t, handlerTable, fmt.Sprintf("\n[nri]\nsocket_path = %q\nplugin_path = %q\nplugin_config_path = %q\n",
+				nriSocket, plugins, filepath.Join(plugins, "conf.d")))
 			n := writeNetwork(t, e)
 			points := filepath.Join(e.d.Dir, "failpoints")
 			e.d.Env = append(e.d.Env, "RTSHIMD_FAILPOINTS_FILE="+points)
 			e.d.Restart(false)
+			e.nri = startNRILedger(t, nriSocket)
+			// An image of its own for the image steps: a layer no other image has, so a
+			// pull stores one.
+			e.reg.Push(t, "test/busybox", "crash", ImageSpec{
+				Layers: []Layer{busyboxLayer(t), toolsLayer(), {Files: []File{{Path: "/crash", Content: handler}}}},
+				Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}},
+			}, nil)
 			before := e.nodeState(n, handler)
 			for i, point := range crashPoints {
+				if slices.Contains(nodePoints, point) && handler != suiteHandlers[0] {
+					continue
+				}
 				c := &crashCase{e: e, t: t, handler: handler, point: point, file: points, seq: i, fail: fail}
 				c.run()
 				if t.Failed() {
@@ -95,6 +122,8 @@ type crashCase struct {
 	point   string
 	file    string
 	seq     int
+	image   string // the image of the image steps
+	config  string // the config file as the case found it
 }
 
 func (c *crashCase) run() {
@@ -114,7 +143,15 @@ func (c *crashCase) run() {
 	podCfg := podConfig(name, pid)
 	podCfg.LogDirectory = filepath.Join(e.logs, name)
 	ctrCfg := e.ctrConfig("sleep", "sleep", "100000")
-	if rpc != "run-sandbox" {
+	ctrCfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20}
+	image := e.reg.Ref("test/busybox", "crash")
+	config := readConfigFile(t, d)
+	c.image, c.config = image, config
+	blocked := strings.Replace(config, "insecure = true\n", "insecure = true\nblocked = true\n", 1)
+	if blocked == config {
+		t.Fatalf("the config has no registry entry to block:\n%s", config)
+	}
+	if rpc != "run-sandbox" && !slices.Contains(nodePoints, c.point) {
 		podID, _ = e.podWith(podCfg, c.handler)
 	}
 	switch rpc {
@@ -124,8 +161,12 @@ func (c *crashCase) run() {
 			t.Fatal(err)
 		}
 		ctrID = id
-	case "stop-container", "remove-container", "stop-sandbox", "remove-sandbox":
+	case "stop-container", "remove-container", "stop-sandbox", "remove-sandbox", "update-container":
 		ctrID = e.run(podID, podCfg, ctrCfg)
+	case "remove-image":
+		if _, err := d.IS.PullImage(ctx, imgSpec(image), nil, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	switch rpc {
 	case "remove-container":
@@ -147,7 +188,20 @@ func (c *crashCase) run() {
 		t.Fatal(err)
 	}
 	var err error
+	reloads := reloadStatus(t, d).Last
 	switch rpc {
+	case "update-container":
+		err = d.RS.UpdateContainerResources(ctx, ctrID, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 96 << 20}})
+	case "pull-image":
+		_, err = d.IS.PullImage(ctx, imgSpec(image), nil, nil)
+	case "remove-image":
+		err = d.IS.RemoveImage(ctx, imgSpec(image))
+	case "reload":
+		// The config file changes (the test registry blocked); the daemon reloads it.
+		writeConfigFile(t, d, blocked)
+		if c.fail {
+			err = c.awaitReload(reloads, "file")
+		}
 	case "run-sandbox":
 		_, err = d.RS.RunPodSandbox(ctx, podCfg, c.handler)
 	case "create-container":
@@ -175,6 +229,7 @@ func (c *crashCase) run() {
 		case err == nil || !strings.Contains(err.Error(), "failpoint "+c.point):
 			t.Errorf("%s: the call returned %v, want the point's error", c.point, err)
 		}
+		c.afterFailure(ctrID, image)
 		if c.point == "start-container/runtime-started" {
 			// Started by the runtime, not recorded so: killed, and its exit recorded.
 			waitFor(t, 15*time.Second, c.point+": the container whose start failed to be EXITED", func() (bool, string) {
@@ -191,7 +246,7 @@ func (c *crashCase) run() {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s: the daemon did not crash (the call returned %v)", c.point, err)
 	}
-	if err == nil {
+	if err == nil && rpc != "reload" {
 		t.Errorf("%s: the call succeeded although the daemon crashed in it", c.point)
 	}
 	if err := os.Remove(c.file); err != nil {
@@ -223,6 +278,17 @@ func (c *crashCase) run() {
 			st := c.containerState(ctrID)
 			return st == runtimeapi.ContainerState_CONTAINER_EXITED, st.String()
 		})
+	case "pull-image/stored":
+		c.expectImage(image, true)
+	case "pull-image/blob-done", "remove-image/hidden":
+		// Half pulled, or hidden and half deleted: not listed, and its leftovers are
+		// collected at the restart (the node check after the retry sees no layer left).
+		c.expectImage(image, false)
+	case "reload/registries-set":
+		// The restart serves the file as it is: the registry is blocked.
+		if _, err := d.IS.PullImage(ctx, imgSpec(image), nil, nil); err == nil || !strings.Contains(err.Error(), "blocked") {
+			t.Errorf("%s: a pull from the registry the file blocks, after the restart: %v", c.point, err)
+		}
 	}
 
 	c.retry(ctx, name, podID, ctrID, podCfg, ctrCfg)
@@ -232,6 +298,7 @@ func (c *crashCase) run() {
 // every pod: stop, then remove.
 func (c *crashCase) retry(ctx context.Context, name, podID, ctrID string, podCfg *runtimeapi.PodSandboxConfig, ctrCfg *runtimeapi.ContainerConfig) {
 	t, e, d := c.t, c.e, c.e.d
+	image := c.image
 	rpc, _, _ := strings.Cut(c.point, "/")
 	switch rpc {
 	case "run-sandbox":
@@ -313,6 +380,44 @@ func (c *crashCase) retry(ctx context.Context, name, podID, ctrID string, podCfg
 		}
 		if pods := c.podsNamed(name); len(pods) != 0 {
 			t.Errorf("%s: the pod is still listed after its removal", c.point)
+		}
+	case "update-container":
+		err := d.RS.UpdateContainerResources(ctx, ctrID, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 96 << 20}})
+		if err != nil {
+			t.Errorf("%s: UpdateContainerResources again: %v", c.point, err)
+		}
+		c.expectMemoryLimit(ctrID, 96<<20)
+	case "pull-image":
+		if _, err := d.IS.PullImage(ctx, imgSpec(image), nil, nil); err != nil {
+			t.Errorf("%s: PullImage again: %v", c.point, err)
+		}
+		c.expectImage(image, true)
+		if err := d.IS.RemoveImage(ctx, imgSpec(image)); err != nil {
+			t.Errorf("%s: RemoveImage: %v", c.point, err)
+		}
+	case "remove-image":
+		if err := d.IS.RemoveImage(ctx, imgSpec(image)); err != nil {
+			t.Errorf("%s: RemoveImage again: %v", c.point, err)
+		}
+		c.expectImage(image, false)
+	case "reload":
+		if c.fail {
+			// The operator's retry: `rtshimd reload`, which now applies the file.
+			last := reloadStatus(t, d).Last
+			if out, err := rtshimdReload(t, d); err != nil {
+				t.Errorf("%s: rtshimd reload: %v\n%s", c.point, err, out)
+			} else if err := c.awaitReload(last, "signal"); err != nil {
+				t.Errorf("%s: the reload retried: %v", c.point, err)
+			}
+			if _, err := d.IS.PullImage(ctx, imgSpec(image), nil, nil); err == nil || !strings.Contains(err.Error(), "blocked") {
+				t.Errorf("%s: a pull from the registry the reloaded file blocks: %v", c.point, err)
+			}
+		}
+		// The file as it was, for the next cases.
+		last := reloadStatus(t, d).Last
+		writeConfigFile(t, d, c.config)
+		if err := c.awaitReload(last, "file"); err != nil {
+			t.Errorf("%s: the reload of the config as it was: %v", c.point, err)
 		}
 	}
 	c.checkTruth()
@@ -516,6 +621,33 @@ func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]str
 			s["storage containers"] = append(s["storage containers"], c.ID)
 		}
 	}
+	// The image store: layers and images by ID (with their names), what pulls left in
+	// the temporary dir, and the registries drop-ins a reload renders (one is served).
+	storageRecords := func(file, key string) {
+		b, err := os.ReadFile(filepath.Join(d.State, "storage", file))
+		if err != nil {
+			return
+		}
+		var recs []struct {
+			ID    string   `json:"id"`
+			Names []string `json:"names"`
+		}
+		_ = json.Unmarshal(b, &recs)
+		for _, r := range recs {
+			s[key] = append(s[key], r.ID+" "+strings.Join(r.Names, ","))
+		}
+	}
+	storageRecords("overlay-layers/layers.json", "storage layers")
+	storageRecords("overlay-images/images.json", "storage images")
+	tmp, _ := os.ReadDir(filepath.Join(d.State, "tmp"))
+	for _, en := range tmp {
+		s["pull temporaries"] = append(s["pull temporaries"], en.Name())
+	}
+	dropins, _ := filepath.Glob(filepath.Join(d.RunRoot, "registries.conf.d*"))
+	s["registries drop-ins"] = []string{fmt.Sprint(len(dropins))}
+	if e.nri != nil {
+		s["held by an NRI plugin"] = e.nri.held()
+	}
 	for k := range s {
 		slices.Sort(s[k])
 	}
@@ -571,3 +703,172 @@ func runtimeOf(d *Daemon, handler string) (bin, root string) {
 	}
 	return "/usr/sbin/runc", filepath.Join(d.RunRoot, "runc")
 }
+
+// afterFailure checks what a step that failed left, where more than "nothing changed"
+// must hold: limits set back, an image whole or hidden, registries set back.
+func (c *crashCase) afterFailure(ctrID, image string) {
+	t, d := c.t, c.e.d
+	ctx := ctxT(t)
+	switch c.point {
+	case "update-container/runtime-updated":
+		// The runtime applied the new limits, their record failed: set back, and
+		// reported so.
+		c.expectMemoryLimit(ctrID, 64<<20)
+	case "pull-image/stored":
+		c.expectImage(image, true)
+	case "pull-image/blob-done", "remove-image/hidden":
+		c.expectImage(image, false)
+	case "reload/registries-set":
+		// Refused: the registries served are the old ones, which do not block the
+		// registry (a pull from it works, and the image is removed again).
+		if _, err := d.IS.PullImage(ctx, imgSpec(image), nil, nil); err != nil {
+			t.Errorf("%s: after the refused reload a pull from the registry the old config allows: %v", c.point, err)
+		} else if err := d.IS.RemoveImage(ctx, imgSpec(image)); err != nil {
+			t.Errorf("%s: RemoveImage: %v", c.point, err)
+		}
+	}
+}
+
+// awaitReload waits for the reload after since, by trigger, and returns its error if it
+// was refused.
+func (c *crashCase) awaitReload(since *reloadAttempt, trigger string) error {
+	var last *reloadAttempt
+	waitFor(c.t, 30*time.Second, c.point+": a "+trigger+" reload", func() (bool, string) {
+		last = reloadStatus(c.t, c.e.d).Last
+		return last != nil && (since == nil || last.Seq > since.Seq) && last.Trigger == trigger, fmt.Sprintf("%+v", last)
+	})
+	if last.Result != "applied" {
+		return fmt.Errorf("reload %s: %s", last.Result, last.Error)
+	}
+	return nil
+}
+
+// expectImage checks that ImageStatus finds image (whole) or does not.
+func (c *crashCase) expectImage(image string, present bool) {
+	resp, err := c.e.d.IS.ImageStatus(ctxT(c.t), imgSpec(image), false)
+	if err != nil {
+		c.t.Fatalf("%s: ImageStatus: %v", c.point, err)
+	}
+	if got := resp.GetImage() != nil; got != present {
+		c.t.Errorf("%s: image %s listed = %v, want %v", c.point, image, got, present)
+	}
+}
+
+// expectMemoryLimit checks the limit ContainerStatus reports and, where the container's
+// own cgroup is what it reads (runc's), the one the kernel enforces.
+func (c *crashCase) expectMemoryLimit(ctrID string, want int64) {
+	t := c.t
+	resp, err := c.e.d.RS.ContainerStatus(ctxT(t), ctrID, false)
+	if err != nil {
+		t.Fatalf("%s: ContainerStatus: %v", c.point, err)
+	}
+	if got := resp.GetStatus().GetResources().GetLinux().GetMemoryLimitInBytes(); got != want {
+		t.Errorf("%s: ContainerStatus reports a memory limit of %d, want %d", c.point, got, want)
+	}
+	if c.handler == "runsc" {
+		return // gVisor's cgroupfs is its own
+	}
+	if got, _ := c.e.exec(ctrID, "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"); got != fmt.Sprint(want) {
+		t.Errorf("%s: the container's cgroup has a memory limit of %s, want %d", c.point, got, want)
+	}
+}
+
+// nriLedger is an NRI plugin that keeps what a resource plugin keeps: the pods and
+// containers it was told of and not yet told are gone (Synchronize starts it afresh, as
+// at each reconnection after a restart). After each case of the failpoint matrix, with
+// every pod removed, it must be empty: a plugin that heard of a container whose creation
+// then failed must also hear of its removal.
+type nriLedger struct {
+	mu   sync.Mutex
+	live map[string]bool // "pod:<id>", "container:<id>"
+}
+
+func (l *nriLedger) set(key string, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on {
+		l.live[key] = true
+	} else {
+		delete(l.live, key)
+	}
+}
+
+func (l *nriLedger) held() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for k := range l.live {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (l *nriLedger) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.live = map[string]bool{}
+	for _, p := range pods {
+		l.live["pod:"+p.GetId()] = true
+	}
+	for _, c := range ctrs {
+		l.live["container:"+c.GetId()] = true
+	}
+	return nil, nil
+}
+
+func (l *nriLedger) RunPodSandbox(_ context.Context, p *api.PodSandbox) error {
+	l.set("pod:"+p.GetId(), true)
+	return nil
+}
+
+func (l *nriLedger) RemovePodSandbox(_ context.Context, p *api.PodSandbox) error {
+	l.set("pod:"+p.GetId(), false)
+	return nil
+}
+
+func (l *nriLedger) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	l.set("container:"+c.GetId(), true)
+	return nil, nil, nil
+}
+
+func (l *nriLedger) RemoveContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	l.set("container:"+c.GetId(), false)
+	return nil
+}
+
+// startNRILedger connects a ledger to the daemon's NRI socket, and again whenever the
+// connection ends (the daemon was killed), until the test ends.
+func startNRILedger(t *testing.T, socket string) *nriLedger {
+	l := &nriLedger{live: map[string]bool{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			closed := make(chan struct{})
+			s, err := stub.New(l, stub.WithPluginName("ledger"), stub.WithPluginIdx("90"), stub.WithSocketPath(socket),
+				stub.WithOnClose(func() { close(closed) }), stub.WithLogger(quietNRILog{}))
+			if err == nil && s.Start(ctx) == nil {
+				select {
+				case <-closed:
+				case <-ctx.Done():
+				}
+				s.Stop()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+// quietNRILog keeps the stub's reconnection chatter out of the test output.
+type quietNRILog struct{}
+
+func (quietNRILog) Debugf(context.Context, string, ...any) {}
+func (quietNRILog) Infof(context.Context, string, ...any)  {}
+func (quietNRILog) Warnf(context.Context, string, ...any)  {}
+func (quietNRILog) Errorf(context.Context, string, ...any) {}

@@ -31,15 +31,17 @@ func runscRow(run, path string) string {
 
 // reloadState is Status verbose's "reload".
 type reloadState struct {
-	Path string `json:"path"`
-	Hash string `json:"hash"`
-	Last *struct {
-		Seq     int             `json:"seq"`
-		Trigger string          `json:"trigger"`
-		Result  string          `json:"result"`
-		Error   string          `json:"error"`
-		Change  json.RawMessage `json:"change"`
-	} `json:"last"`
+	Path string         `json:"path"`
+	Hash string         `json:"hash"`
+	Last *reloadAttempt `json:"last"`
+}
+
+type reloadAttempt struct {
+	Seq     int             `json:"seq"`
+	Trigger string          `json:"trigger"`
+	Result  string          `json:"result"`
+	Error   string          `json:"error"`
+	Change  json.RawMessage `json:"change"`
 }
 
 func reloadStatus(t *testing.T, d *Daemon) reloadState {

@@ -133,7 +133,7 @@ install: build
 clean:
 	rm -rf $(BIN)
 
-# Benchmarks: figures are ratios against a floor measured in the same run (README).
+# Benchmarks: figures are ratios against a floor measured in the same run (docs/performance.md).
 # BenchmarkScale runs RTSHIMD_BENCH_PODS pods (default 1000; 100 for a quick look) and
 # reports each figure at 1,000 against 100 and 0 pods; RTSHIMD_BENCH_PROFILE=DIR adds the
 # daemon's CPU and allocation profiles under the List and stats loops and a CPU profile of pod

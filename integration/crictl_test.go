@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// TestCrictl drives the daemon with crictl as a person would (README, "Using crictl").
+// TestCrictl drives the daemon with crictl as a person would (docs/operating.md, "Using crictl").
 // crictl is built from cri-tools by hack/tools.sh.
 func TestCrictl(t *testing.T) {
 	d := newDaemon(t)
@@ -83,7 +83,7 @@ func crictlRunner(t *testing.T, d *Daemon) func(args ...string) string {
 	}
 }
 
-// TestCrictlImages: crictl pull, images, inspecti and rmi, as the README shows.
+// TestCrictlImages: crictl pull, images, inspecti and rmi, as docs/operating.md shows.
 func TestCrictlImages(t *testing.T) {
 	reg := startRegistry(t, nil)
 	_, cdig := reg.Push(t, "demo/busybox", "1.36", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
@@ -115,7 +115,7 @@ func TestCrictlImages(t *testing.T) {
 }
 
 // TestCrictlContainers: crictl create, start, ps, inspect, exec, logs, stop and rm, as the
-// README shows, on both handlers.
+// docs/operating.md shows, on both handlers.
 func TestCrictlContainers(t *testing.T) {
 	e := newContainerEnv(t)
 	run := crictlRunner(t, e.d)

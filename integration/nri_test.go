@@ -230,7 +230,7 @@ func TestNRIPlugin(t *testing.T) {
 				// bounds the whole pod. What is true today is asserted, so a runsc that
 				// starts applying it shows up here.
 				if got := strings.TrimSpace(string(b)); err == nil && got == strconv.Itoa(nriMemLimit) {
-					t.Errorf("runsc now applies the container's memory limit on the host (%s = %s): update this test and the README", limitFile, got)
+					t.Errorf("runsc now applies the container's memory limit on the host (%s = %s): update this test and docs/nri-cdi.md", limitFile, got)
 				}
 			case err != nil:
 				t.Errorf("container cgroup: %v", err)

@@ -5,7 +5,7 @@
 #
 #   hack/node-e2e/run.sh                  every pass: runc, runsc, runc-stats
 #   NODE_E2E_PASSES="runc" ...            some passes
-#   NODE_E2E_SUBSET=1 ...                 the part the test command runs (README: which)
+#   NODE_E2E_SUBSET=1 ...                 the part the test command runs (docs/testing.md: which)
 #   NODE_E2E_FOCUS='regex' ...            only specs matching (debugging; the check then
 #                                         ignores listed specs that did not run)
 #   NODE_E2E_UPDATE=1 ...                 rewrite conformance/node-e2e/<pass>.txt with this

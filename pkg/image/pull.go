@@ -76,7 +76,7 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	if err != nil {
 		return "", fmt.Errorf("store reference for %q: %w", named, err)
 	}
-	// Kubelet verifies nothing either; signature policy is the registry operator's (see README).
+	// Kubelet verifies nothing either; signature policy is the registry operator's (docs/configuration.md).
 	policy, err := signature.NewPolicyContext(&signature.Policy{Default: []signature.PolicyRequirement{signature.NewPRInsecureAcceptAnything()}})
 	if err != nil {
 		return "", err

@@ -1,6 +1,6 @@
 // Package pprofsock serves net/http/pprof on a unix socket that only root can reach: the
 // daemon's CPU, allocation, goroutine and lock profiles, for finding where its time goes
-// (README, configuration: [debug]). It is off unless the config names a socket.
+// (docs/operating.md, [debug]). It is off unless the config names a socket.
 package pprofsock
 
 import (

@@ -855,6 +855,10 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 			return err
 		}
 		if m.opts.NRI != nil {
+			// From the plugins' RemoveContainer to the container's leaving the list, no
+			// plugin is synchronized: one that connects now would otherwise be given the
+			// container and miss its removal (the callers of Remove hold no block).
+			defer m.opts.NRI.BlockSync()()
 			// Before the bundle goes: plugins get the container with its spec.
 			m.opts.NRI.RemoveContainer(ctx, c)
 		}

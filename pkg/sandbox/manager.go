@@ -1003,8 +1003,15 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.cleanup(sb); err != nil {
 		return err
 	}
-	if m.opts.NRI != nil && !sb.kept {
-		m.opts.NRI.RemovePodSandbox(ctx, sb)
+	if m.opts.NRI != nil {
+		// From the plugins' RemovePodSandbox to the pod's leaving the list, no plugin is
+		// synchronized: one that connects now would otherwise be given the pod and miss
+		// its removal. Only here: the containers' removal above takes the block itself.
+		unblock := m.opts.NRI.BlockSync()
+		defer unblock()
+		if !sb.kept {
+			m.opts.NRI.RemovePodSandbox(ctx, sb)
+		}
 	}
 	m.mu.Lock()
 	delete(m.sandboxes, sb.ID)

@@ -90,14 +90,21 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	copyCtx, pointErr, stopWatch := watchBlobs(ctx, opts)
 	manifestBytes, err := copy.Image(copyCtx, policy, destRef, srcRef, opts)
 	stopWatch()
+	if perr := pointErr(); perr != nil {
+		if err == nil {
+			// The copy had no more I/O to notice the cancel by: what a pull broken at the
+			// point leaves is its layers without the image.
+			if img, ierr := s.store.Image(named.String()); ierr == nil {
+				_ = s.store.RemoveNames(img.ID, []string{named.String()})
+			}
+		}
+		err = perr
+	}
 	if err == nil {
 		err = failpoint.Fail("pull-image/stored")
 	}
 	if err != nil {
 		s.gcLayers()
-		if perr := pointErr(); perr != nil {
-			err = perr // the copy was cancelled for it
-		}
 		return "", pullError(named, err)
 	}
 	img, err := s.store.Image(named.String())

@@ -230,6 +230,13 @@ func (c *crashCase) run() {
 			t.Errorf("%s: the call returned %v, want the point's error", c.point, err)
 		}
 		c.afterFailure(ctrID, image)
+		if c.point == "stop-container/killed" {
+			// Killed, then the call failed: the exit reaches the daemon from the monitor.
+			waitFor(t, 15*time.Second, c.point+": the killed container to be EXITED", func() (bool, string) {
+				st := c.containerState(ctrID)
+				return st == runtimeapi.ContainerState_CONTAINER_EXITED, st.String()
+			})
+		}
 		if c.point == "start-container/runtime-started" {
 			// Started by the runtime, not recorded so: killed, and its exit recorded.
 			waitFor(t, 15*time.Second, c.point+": the container whose start failed to be EXITED", func() (bool, string) {

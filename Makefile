@@ -80,13 +80,15 @@ unit: monitor-c $(BIN)/rtshim-monitor-c-sanitized
 	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
 	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c-sanitized $(GO) test -count=1 ./cmd/rtshim-monitor/
 
-# Go fuzz targets: the spec builder, the config parser, the CRI log writer. The test run
+# Go fuzz targets: the spec builder, the config parser, the CRI log writer, the pod and
+# container record decoders. The test run
 # gives each 15,000 inputs; `make fuzz` longer (FUZZTIME). Inputs that failed are
 # kept under the packages' testdata/fuzz and run by `make unit` from then on.
 # And the C monitor held to Go: its JSON reader against encoding/json, in-process under
 # ASan (go test -asan builds the C with it), and its CRI log writer, as the binary runs
 # under ASan+UBSan, against pkg/monitor's (a process per input: FUZZTIME_BINARY inputs).
-FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse ./pkg/monitor:FuzzCRILog
+FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse ./pkg/monitor:FuzzCRILog \
+	./pkg/container:FuzzDecodeRecord ./pkg/sandbox:FuzzDecodeRecord
 FUZZTIME ?= 2m
 FUZZTIME_BINARY ?= $(FUZZTIME)
 fuzz: $(BIN)/rtshim-monitor-c-sanitized

@@ -94,7 +94,7 @@ func TestStatusImageOfEarlierRecord(t *testing.T) {
 	m := &Manager{opts: Options{Runtimes: handlers.NewRuntimes(handlers.Env{})}}
 	meta := `{"id":"a","runtime":{"handler":"runc","path":"/usr/sbin/runc"},"image_ref":"busybox:1.36","image_id":"` + testImageID +
 		`","config":{"metadata":{"name":"c"},"image":{"image":"busybox:1.36"}}}`
-	c, err := m.decodeRecord([]byte(meta), []byte(`{"state":"running"}`))
+	c, err := m.decodeRecord("a", []byte(meta), []byte(`{"state":"running"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

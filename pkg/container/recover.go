@@ -44,7 +44,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			_ = m.opts.Store.Delete(r.ID)
 			continue
 		}
-		c, err := m.decodeRecord(r.Meta, r.Status)
+		c, err := m.decodeRecord(r.ID, r.Meta, r.Status)
 		if errors.Is(err, handlers.ErrNoRuntime) {
 			log.WithError(err).Error("container record left as it is")
 			continue
@@ -176,12 +176,21 @@ func (m *Manager) removeLeftovers(id string) error {
 	return os.RemoveAll(dir)
 }
 
-func (m *Manager) decodeRecord(meta, status []byte) (*Container, error) {
+// decodeRecord reads the record kept under id. Recovery removes what a record names
+// (its directory, with RemoveAll), so a record that names another container or a
+// directory not its own is refused (and quarantined), whatever else it holds.
+func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, error) {
 	if meta == nil {
 		return nil, errors.New("no metadata")
 	}
 	c := &Container{exited: make(chan struct{})}
 	if err := json.Unmarshal(meta, &c.Metadata); err != nil {
+		return nil, err
+	}
+	if c.ID != id {
+		return nil, fmt.Errorf("the record kept as %s names container %q", id, c.ID)
+	}
+	if err := ownDir(c.Dir, id); err != nil {
 		return nil, err
 	}
 	st := Status{State: StateCreating}
@@ -261,4 +270,14 @@ func (m *Manager) reconcileCreated(c *Container) {
 	if err := m.update(c, fn); err != nil {
 		log.WithError(err).Warn("persist reconciled state")
 	}
+}
+
+// ownDir checks that dir, a path a record names for its object's own directory (removed
+// whole with the object), is absolute, clean and named for the object's ID; empty is
+// allowed (records of early releases have none, and nothing is removed then).
+func ownDir(dir, id string) error {
+	if dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir || filepath.Base(dir) != id) {
+		return fmt.Errorf("dir %q is not a directory of its own (<run dir>/%s)", dir, id)
+	}
+	return nil
 }

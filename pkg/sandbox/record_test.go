@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/rtshimd/rtshimd/pkg/handlers"
@@ -20,7 +21,11 @@ func TestDecodeRecordOfEarlierRelease(t *testing.T) {
 		{`{"id":"c","kind":"shim-v2","dir":"/run/x/c","bundle_dir":"/run/x/c/c","runtime":{"handler":"kata","path":"/usr/bin/containerd-shim-kata-v2","root":"/run/x/kata"},"config":` + cfg + `}`,
 			kind.ShimV2, "/run/x/c/c"},
 	} {
-		sb, err := m.decodeRecord("x", []byte(tt.meta), []byte(`{"state":"ready"}`))
+		var rec struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal([]byte(tt.meta), &rec)
+		sb, err := m.decodeRecord(rec.ID, []byte(tt.meta), []byte(`{"state":"ready"}`))
 		if err != nil {
 			t.Fatalf("%s: %v", tt.meta, err)
 		}

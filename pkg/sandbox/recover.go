@@ -84,6 +84,9 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 	if err := json.Unmarshal(meta, &sb.Metadata); err != nil {
 		return nil, err
 	}
+	if err := checkPaths(id, &sb.Metadata); err != nil {
+		return nil, err
+	}
 	st := Status{State: StateCreating}
 	if status != nil {
 		if err := json.Unmarshal(status, &st); err != nil {
@@ -230,4 +233,27 @@ func (m *Manager) cleanupOrphan(id string) {
 		log.WithError(err).Error("remove orphan sandbox dir")
 	}
 	_ = m.opts.Store.Delete(id)
+}
+
+// checkPaths refuses a record kept under id that names another pod, or paths that are not
+// the pod's own: recovery and removal delete its directory whole, unmount and delete its
+// namespace pins and delete its bundle, so each must lie where the daemon puts them
+// (<run dir>/<id>, <dir>/ns/<kind>, below <dir>). Empty paths are allowed (nothing is
+// removed then).
+func checkPaths(id string, md *Metadata) error {
+	if md.ID != id {
+		return fmt.Errorf("the record kept as %s names pod sandbox %q", id, md.ID)
+	}
+	if md.Dir != "" && (!filepath.IsAbs(md.Dir) || filepath.Clean(md.Dir) != md.Dir || filepath.Base(md.Dir) != id) {
+		return fmt.Errorf("dir %q is not a directory of its own (<run dir>/%s)", md.Dir, id)
+	}
+	for k, p := range map[nsfile.Kind]string{nsfile.Net: md.NetNS, nsfile.IPC: md.IPCNS, nsfile.UTS: md.UTSNS, nsfile.User: md.UserNS} {
+		if p != "" && (md.Dir == "" || p != filepath.Join(md.Dir, "ns", string(k))) {
+			return fmt.Errorf("%s namespace pin %q is not the pod's own (<dir>/ns/%s)", k, p, k)
+		}
+	}
+	if b := md.BundleDir; b != "" && (md.Dir == "" || filepath.Clean(b) != b || filepath.Dir(b) != md.Dir || b == md.Dir) {
+		return fmt.Errorf("bundle dir %q is not below the pod's dir %q", b, md.Dir)
+	}
+	return nil
 }

@@ -117,7 +117,7 @@ test: deps-test vet unit fuzz-short integration conformance node-e2e-short
 # Soak: pod cycles on every ready handler by concurrent workers while the daemon is killed
 # with -9 and restarted; fails on a lost pod or container, or on anything left on the node
 # afterwards. `make integration` runs a short one (TestSoak's defaults: 24 cycles, 2 kills).
-SOAK_CYCLES ?= 400
+SOAK_CYCLES ?= 1000
 SOAK_KILLS ?= 20
 SOAK_WORKERS ?= 4
 soak: deps-test build tools

@@ -1,5 +1,6 @@
 // Package cri serves the CRI v1 RuntimeService and ImageService over gRPC. One file per
-// RPC: each validates the request, calls the manager that owns the work, and answers.
+// RPC group: each hands the request to the manager that owns the work, which validates
+// it (naming the field and the value), and answers.
 // Error kinds become gRPC codes here and nowhere else.
 package cri
 

@@ -1,7 +1,8 @@
 // Package monitor is the contract between rtshimd and rtshim-monitor, the small process
 // that supervises one container: the files it reads and writes in the container's run
-// directory, and the daemon's side of starting and watching it. It uses the standard
-// library only, because the monitor binary links it and must stay small.
+// directory, and the daemon's side of starting and watching it. It imports little beyond
+// the standard library (x/sys/unix, and the daemon's errdefs and store for atomic
+// writes), because the Go monitor binary links it and must stay small.
 package monitor
 
 import (

@@ -237,7 +237,7 @@ func TestRegistryFixtures(t *testing.T) {
 	// Through the dropping proxy: manifests and small blobs pass, a big blob is cut short.
 	const after = 4096
 	proxy := startDroppingProxy(t, r.Addr, after)
-	resp, body, err := get(proxy, "/v2/fixtures/oci/manifests/v1", true)
+	resp, _, err := get(proxy, "/v2/fixtures/oci/manifests/v1", true)
 	if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != ociManifest {
 		t.Errorf("manifest through proxy: %v %v", err, resp)
 	}
@@ -245,7 +245,7 @@ func TestRegistryFixtures(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || sha256Digest(body).String() != ociConfig {
 		t.Errorf("config blob through proxy: %v %v", err, resp)
 	}
-	resp, body, err = get(proxy, "/v2/fixtures/docker/blobs/"+m.Layers[0].Digest.String(), true) // the docker image's layer: small
+	resp, _, err = get(proxy, "/v2/fixtures/docker/blobs/"+m.Layers[0].Digest.String(), true) // the docker image's layer: small
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("small layer through proxy: %v %v", err, resp)
 	}

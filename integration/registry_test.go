@@ -183,7 +183,7 @@ func (r *Registry) waitReady(limit time.Duration) bool {
 	for time.Now().Before(deadline) {
 		resp, err := client.Get("http://" + r.Addr + "/v2/")
 		if err == nil {
-			io.Copy(io.Discard, resp.Body)
+			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				return true
@@ -592,7 +592,7 @@ func startDroppingProxy(t testing.TB, target string, afterBytes int) string {
 				w.Header()[k] = vs
 			}
 			w.WriteHeader(resp.StatusCode)
-			w.Write(head[:n])
+			_, _ = w.Write(head[:n])
 			return
 		} else if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -615,18 +615,18 @@ func startDroppingProxy(t testing.TB, target string, afterBytes int) string {
 		if resp.ContentLength >= 0 {
 			fmt.Fprintf(bufrw, "Content-Length: %d\r\n", resp.ContentLength)
 		}
-		bufrw.WriteString("Connection: close\r\n")
-		h.Write(bufrw)
-		bufrw.WriteString("\r\n")
-		bufrw.Write(head[:afterBytes])
-		bufrw.Flush()
+		_, _ = bufrw.WriteString("Connection: close\r\n")
+		_ = h.Write(bufrw)
+		_, _ = bufrw.WriteString("\r\n")
+		_, _ = bufrw.Write(head[:afterBytes])
+		_ = bufrw.Flush() // the client sees the cut either way
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
-	go srv.Serve(l)
+	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() {
 		srv.Close()
 		connsMu.Lock()

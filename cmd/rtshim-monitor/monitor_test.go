@@ -517,7 +517,7 @@ func TestMonitorAttachSessionsBounded(t *testing.T) {
 	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	defer os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600)
+	defer func() { _ = os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600) }()
 	const opened = 128
 	var refused int
 	var conns []net.Conn
@@ -587,7 +587,7 @@ func TestMonitorSocketMode(t *testing.T) {
 	cfg := monitorConfig(t)
 	startCreated(t, cfg, "FAKE_HOLD=1")
 	syscall.Umask(old)
-	defer os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600)
+	defer func() { _ = os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600) }()
 	fi, err := os.Stat(filepath.Join(cfg.Dir, monitor.SocketFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("monitor socket %v %v, want mode 0600", fi.Mode(), err)
@@ -603,7 +603,7 @@ func TestMonitorConsoleNotATerminal(t *testing.T) {
 	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(cfg.Dir, "started"), nil, 0o600) })
 	victim := filepath.Join(cfg.Dir, "victim")
 	go func() {
-		defer os.WriteFile(release, nil, 0o600)
+		defer func() { _ = os.WriteFile(release, nil, 0o600) }()
 		for range 500 {
 			c, err := net.Dial("unix", filepath.Join(cfg.Dir, "console.sock"))
 			if err != nil {

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -62,7 +61,7 @@ func run(args []string) error {
 		return reloadCmd(args)
 	case "config":
 		if len(args) == 0 {
-			return errors.New("config: want `default` or `check`\n" + usage)
+			return fmt.Errorf("config: want `default` or `check`\n%s", usage)
 		}
 		switch args[0] {
 		case "default":

@@ -193,7 +193,7 @@ func publishTar(dirFD int, location, root string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Unlinkat(dirFD, tmp, 0)
+	defer func() { _ = unix.Unlinkat(dirFD, tmp, 0) }() // gone already once linked into place
 	f := os.NewFile(uintptr(fd), tmp)
 	defer f.Close()
 	if err := writeTar(f, root); err != nil {

@@ -73,13 +73,13 @@ func New(opts Options) (*Service, error) {
 	// every layer's directory stays 0700.
 	for _, dir := range []string{storeOpts.GraphRoot, filepath.Join(storeOpts.GraphRoot, store.GraphDriverName())} {
 		if err := os.Chmod(dir, 0o711); err != nil {
-			store.Shutdown(true)
+			_, _ = store.Shutdown(true)
 			return nil, fmt.Errorf("open image store: %w", err)
 		}
 	}
 	tmp := filepath.Join(opts.StateRoot, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		store.Shutdown(true)
+		_, _ = store.Shutdown(true)
 		return nil, fmt.Errorf("image service: temporary dir for large pulls %s: %w", tmp, err)
 	}
 	// No pull runs yet: what is in the temporary dir was left by pulls a crash ended (the
@@ -98,13 +98,13 @@ func New(opts Options) (*Service, error) {
 	s.mu.Unlock()
 	s.sys = types.SystemContext{BigFilesTemporaryDir: tmp, DockerRegistryUserAgent: "rtshimd"}
 	if err := s.setupRegistries(); err != nil {
-		store.Shutdown(true)
+		_, _ = store.Shutdown(true)
 		return nil, err
 	}
 	for _, p := range opts.Config.Pinned {
 		named, err := normalize(p)
 		if err != nil {
-			store.Shutdown(true)
+			_, _ = store.Shutdown(true)
 			return nil, fmt.Errorf("image.pinned: %w", err)
 		}
 		s.pinned[named.String()] = true

@@ -81,7 +81,7 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	if err != nil {
 		return "", err
 	}
-	defer policy.Destroy()
+	defer func() { _ = policy.Destroy() }()
 	opts := &copy.Options{
 		SourceCtx:            sys,
 		DestinationCtx:       sys,

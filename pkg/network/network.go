@@ -208,8 +208,9 @@ func (m *Manager) load(ctx context.Context, file string) (*Network, error) {
 		list, err = libcni.NetworkConfFromFile(file)
 	} else {
 		var conf *libcni.PluginConfig
-		if conf, err = libcni.ConfFromFile(file); err == nil {
-			list, err = libcni.ConfListFromConf(conf)
+		// A single-plugin .conf file, which nodes still have and containerd and CRI-O read.
+		if conf, err = libcni.ConfFromFile(file); err == nil { //nolint:staticcheck // see above
+			list, err = libcni.ConfListFromConf(conf) //nolint:staticcheck // see above
 		}
 	}
 	if err != nil {

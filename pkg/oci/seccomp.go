@@ -23,7 +23,7 @@ func containerSeccomp(sc *runtimeapi.LinuxContainerSecurityContext, spec *specs.
 	if sc.GetPrivileged() {
 		return nil, nil
 	}
-	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec) //nolint:staticcheck // deprecated, still sent by old clients
+	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec)
 }
 
 // SandboxSeccomp is the seccomp filter of a pod's sandbox (infra) container, from the pod's
@@ -35,7 +35,7 @@ func SandboxSeccomp(sc *runtimeapi.LinuxSandboxSecurityContext) (*specs.LinuxSec
 		return nil, nil
 	}
 	spec := &specs.Spec{Process: &specs.Process{Capabilities: infraCapabilities()}}
-	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec) //nolint:staticcheck // deprecated, still sent by old clients
+	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec)
 }
 
 // seccompProfile reads a security context's seccomp field, or its deprecated path when

@@ -112,7 +112,7 @@ func ResolveUser(rootfs string, sc *runtimeapi.LinuxContainerSecurityContext, im
 		u.UID = uid
 		for _, e := range users {
 			if e.uid == uid {
-				u.GID, name, found = e.gid, e.name, true
+				u.GID, name = e.gid, e.name // a UID the image does not list is fine
 				break
 			}
 		}

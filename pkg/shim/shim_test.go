@@ -224,7 +224,7 @@ func parentOf(pid int) int {
 	if i < 0 {
 		return 0
 	}
-	fmt.Sscan(string(b[i+1:]), &state, &ppid)
+	_, _ = fmt.Sscan(string(b[i+1:]), &state, &ppid) // zero if unparsable
 	return ppid
 }
 

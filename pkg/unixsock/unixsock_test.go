@@ -23,7 +23,7 @@ func TestListenMode(t *testing.T) {
 	}
 	go func() {
 		if c, err := ln.Accept(); err == nil {
-			c.Write([]byte("x"))
+			_, _ = c.Write([]byte("x"))
 			c.Close()
 		}
 	}()

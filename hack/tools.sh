@@ -7,6 +7,7 @@
 #   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
 #   crictl, critest           sigs.k8s.io/cri-tools
 #   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
+#   golangci-lint             github.com/golangci/golangci-lint/v2 (make vet; not in the default set)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -22,6 +23,7 @@ CRI_TOOLS_VERSION=v1.36.0     # newest cri-tools on the proxy; cri-api v0.36 (da
 # gVisor: the proxy's latest pseudo-version of gVisor's Go branch. The one place its version
 # is kept (the default config names the installed path, /usr/local/bin/runsc).
 GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
+GOLANGCI_LINT_VERSION=v2.15.0 # make vet's linter (.golangci.yml)
 
 TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
 BIN=$TOOLS/bin
@@ -119,6 +121,16 @@ cri_tools_src() {
 	echo "$dir"
 }
 
+# golangci-lint: `go install` at the pinned version (its module has no replaces).
+build_golangci_lint() {
+	have golangci-lint "$GOLANGCI_LINT_VERSION" && return
+	log "building golangci-lint $GOLANGCI_LINT_VERSION (a few minutes on 2 cores)"
+	GOBIN=$TOOLS/src/golangci-lint-$GOLANGCI_LINT_VERSION go install \
+		"github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+	mv "$TOOLS/src/golangci-lint-$GOLANGCI_LINT_VERSION/golangci-lint" "$BIN/golangci-lint-$GOLANGCI_LINT_VERSION"
+	have golangci-lint "$GOLANGCI_LINT_VERSION"
+}
+
 build_crictl() {
 	have crictl "$CRI_TOOLS_VERSION" && return
 	local dir
@@ -176,6 +188,7 @@ for t in "$@"; do
 	agnhost) build_kube_cmd agnhost k8s.io/kubernetes/test/images/agnhost ;;
 	crictl) build_crictl ;;
 	critest) build_critest ;;
+	golangci-lint) build_golangci_lint ;;
 	runsc) build_runsc ;;
 	install-runsc) install_runsc ;;
 	*) log "unknown tool $t"; exit 2 ;;

@@ -42,7 +42,30 @@ func TestUpdatePodSandboxResources(t *testing.T) {
 			}
 			cgroups := []string{cgroup}
 			if h == "runsc" {
-				cgroups = append(cgroups, decodeInfo(t, st.Info).Metadata.CgroupsPath)
+				info := decodeInfo(t, st.Info).Metadata
+				cgroups = append(cgroups, info.CgroupsPath)
+				// The sandbox container's spec carries the pod's size as kubelet sent it
+				// (without the overhead), under containerd's names, as Kata reads them.
+				bundle := info.BundleDir
+				if bundle == "" {
+					bundle = filepath.Join(info.Dir, "infra")
+				}
+				var spec struct {
+					Annotations map[string]string `json:"annotations"`
+				}
+				b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+				if err == nil {
+					err = json.Unmarshal(b, &spec)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k, want := range map[string]string{"io.kubernetes.cri.sandbox-memory": "134217728", "io.kubernetes.cri.sandbox-cpu-quota": "50000",
+					"io.kubernetes.cri.sandbox-cpu-period": "100000", "io.kubernetes.cri.sandbox-cpu-shares": "512"} {
+					if spec.Annotations[k] != want {
+						t.Errorf("sandbox container's annotation %s = %q, want %q", k, spec.Annotations[k], want)
+					}
+				}
 			}
 			want := func(l limits) limits {
 				return limits{l.mem + o.mem, l.quota + o.milli*period/1000, l.shares + o.milli*1024/1000}

@@ -302,6 +302,7 @@ func containerAnnotations(o ContainerOptions) map[string]string {
 	}
 	out[AnnotationCRIOType] = ContainerTypeContainer
 	out[AnnotationCRIOSandboxID] = o.SandboxID
+	AddSandboxSizing(out, o.SandboxConfig)
 	return out
 }
 

@@ -980,3 +980,24 @@ func TestUserNamespaceSpec(t *testing.T) {
 	_, err = ContainerSpec(o)
 	wantInvalid(t, err, "needs a pod user namespace")
 }
+
+// The pod's size kubelet sends (linux.resources of the pod config) reaches every
+// container's spec under containerd's sandbox sizing names, which Kata reads to size its
+// VM; a container's own annotations cannot set them.
+func TestSandboxSizingAnnotations(t *testing.T) {
+	o := testOptions(t)
+	for _, k := range []string{AnnotationSandboxCPUPeriod, AnnotationSandboxCPUQuota, AnnotationSandboxCPUShares, AnnotationSandboxMemory} {
+		if v, ok := mustSpec(t, o).Annotations[k]; ok {
+			t.Errorf("%s = %q for a pod config without resources", k, v)
+		}
+	}
+	o.SandboxConfig.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 150000, CpuShares: 1536, MemoryLimitInBytes: 256 << 20}
+	o.Config.Annotations = map[string]string{AnnotationSandboxMemory: "1"}
+	got := mustSpec(t, o).Annotations
+	for k, want := range map[string]string{AnnotationSandboxCPUPeriod: "100000", AnnotationSandboxCPUQuota: "150000",
+		AnnotationSandboxCPUShares: "1536", AnnotationSandboxMemory: "268435456"} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+}

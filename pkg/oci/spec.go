@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/pkg/store"
 )
@@ -26,6 +28,31 @@ const (
 	ContainerTypeSandbox   = "sandbox"
 	ContainerTypeContainer = "container"
 )
+
+// The pod's size as kubelet sends it (linux.resources of the pod config), under
+// containerd's names: runtimes that size a VM once, when the pod starts (Kata with
+// static_sandbox_resource_mgmt), read them from the sandbox container's spec.
+const (
+	AnnotationSandboxCPUPeriod = "io.kubernetes.cri.sandbox-cpu-period"
+	AnnotationSandboxCPUQuota  = "io.kubernetes.cri.sandbox-cpu-quota"
+	AnnotationSandboxCPUShares = "io.kubernetes.cri.sandbox-cpu-shares"
+	AnnotationSandboxMemory    = "io.kubernetes.cri.sandbox-memory"
+)
+
+// AddSandboxSizing sets the sizing annotations in a from the pod's linux.resources; a pod
+// config without them (an older kubelet, crictl) gets none, as with containerd. Unlike
+// containerd, rtshimd sets them on every container's spec too: a pod of the oci kind may
+// have no sandbox container to carry them.
+func AddSandboxSizing(a map[string]string, pod *runtimeapi.PodSandboxConfig) {
+	r := pod.GetLinux().GetResources()
+	if r == nil {
+		return
+	}
+	a[AnnotationSandboxCPUPeriod] = strconv.FormatInt(r.GetCpuPeriod(), 10)
+	a[AnnotationSandboxCPUQuota] = strconv.FormatInt(r.GetCpuQuota(), 10)
+	a[AnnotationSandboxCPUShares] = strconv.FormatInt(r.GetCpuShares(), 10)
+	a[AnnotationSandboxMemory] = strconv.FormatInt(r.GetMemoryLimitInBytes(), 10)
+}
 
 // SpecVersion is the ociVersion we write: the newest every runtime here accepts (crun 1.8
 // refuses versions it does not know, and runc and runsc 2022 speak 1.0.2-dev).

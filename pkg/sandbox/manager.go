@@ -607,6 +607,16 @@ func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, host
 	if hostNet {
 		hostname = "" // the node's UTS namespace: runtimes refuse to set a hostname there
 	}
+	annotations := map[string]string{
+		oci.AnnotationContainerType: oci.ContainerTypeSandbox,
+		oci.AnnotationSandboxID:     sb.ID,
+		oci.AnnotationSandboxName:   md.Name,
+		oci.AnnotationSandboxNS:     md.Namespace,
+		oci.AnnotationSandboxUID:    md.Uid,
+		oci.AnnotationCRIOType:      oci.ContainerTypeSandbox,
+		oci.AnnotationCRIOSandboxID: sb.ID,
+	}
+	oci.AddSandboxSizing(annotations, cfg)
 	return oci.InfraSpec(oci.InfraOptions{
 		ID:              sb.ID,
 		Rootfs:          m.opts.PauseRootfs,
@@ -621,16 +631,8 @@ func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, host
 		Resources:       sandboxLimits(sb),
 		IDMappings:      sb.IDMappings,
 		ApparmorProfile: sb.security.apparmor, SelinuxLabel: sb.security.process, MountLabel: sb.security.mount,
-		Seccomp: sb.security.seccomp,
-		Annotations: map[string]string{
-			oci.AnnotationContainerType: oci.ContainerTypeSandbox,
-			oci.AnnotationSandboxID:     sb.ID,
-			oci.AnnotationSandboxName:   md.Name,
-			oci.AnnotationSandboxNS:     md.Namespace,
-			oci.AnnotationSandboxUID:    md.Uid,
-			oci.AnnotationCRIOType:      oci.ContainerTypeSandbox,
-			oci.AnnotationCRIOSandboxID: sb.ID,
-		},
+		Seccomp:     sb.security.seccomp,
+		Annotations: annotations,
 	})
 }
 

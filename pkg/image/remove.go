@@ -21,8 +21,11 @@ func (s *Service) Remove(ref string) error {
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	img, err := s.lookup(ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		// Perhaps the retry of a removal that failed after it hid the image: finish it.
-		s.collect()
+		// Perhaps the retry of a removal that failed after it hid the image: finish it,
+		// unless a pull is under way, whose layers have no image yet.
+		if s.inFlight == 0 {
+			s.collect()
+		}
 		return nil
 	}
 	if err != nil {
@@ -102,10 +105,11 @@ func (s *Service) collect() {
 	}
 	for _, im := range imgs {
 		if removed(&im) && len(s.users(im.ID)) == 0 {
-			if _, err := s.store.DeleteImage(im.ID, true); err != nil && !errors.Is(err, storage.ErrImageUnknown) {
-				logrus.WithError(err).WithField("image", im.ID).Warn("image garbage collection: delete a removed image")
-			} else {
+			switch _, err := s.store.DeleteImage(im.ID, true); {
+			case err == nil:
 				logrus.WithField("image", im.ID).Info("deleted an image whose removal had not finished")
+			case !errors.Is(err, storage.ErrImageUnknown):
+				logrus.WithError(err).WithField("image", im.ID).Warn("image garbage collection: delete a removed image")
 			}
 		}
 	}

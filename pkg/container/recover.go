@@ -190,7 +190,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 	if c.ID != id {
 		return nil, fmt.Errorf("the record kept as %s names container %q", id, c.ID)
 	}
-	if err := ownDir(c.Dir, id); err != nil {
+	if err := store.CheckOwnDir(c.Dir, id); err != nil {
 		return nil, err
 	}
 	st := Status{State: StateCreating}
@@ -270,14 +270,4 @@ func (m *Manager) reconcileCreated(c *Container) {
 	if err := m.update(c, fn); err != nil {
 		log.WithError(err).Warn("persist reconciled state")
 	}
-}
-
-// ownDir checks that dir, a path a record names for its object's own directory (removed
-// whole with the object), is absolute, clean and named for the object's ID; empty is
-// allowed (records of early releases have none, and nothing is removed then).
-func ownDir(dir, id string) error {
-	if dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir || filepath.Base(dir) != id) {
-		return fmt.Errorf("dir %q is not a directory of its own (<run dir>/%s)", dir, id)
-	}
-	return nil
 }

@@ -244,8 +244,8 @@ func checkPaths(id string, md *Metadata) error {
 	if md.ID != id {
 		return fmt.Errorf("the record kept as %s names pod sandbox %q", id, md.ID)
 	}
-	if md.Dir != "" && (!filepath.IsAbs(md.Dir) || filepath.Clean(md.Dir) != md.Dir || filepath.Base(md.Dir) != id) {
-		return fmt.Errorf("dir %q is not a directory of its own (<run dir>/%s)", md.Dir, id)
+	if err := store.CheckOwnDir(md.Dir, id); err != nil {
+		return err
 	}
 	for k, p := range map[nsfile.Kind]string{nsfile.Net: md.NetNS, nsfile.IPC: md.IPCNS, nsfile.UTS: md.UTSNS, nsfile.User: md.UserNS} {
 		if p != "" && (md.Dir == "" || p != filepath.Join(md.Dir, "ns", string(k))) {

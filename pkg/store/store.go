@@ -282,3 +282,13 @@ func (s *Store) Save(id string, meta, status any) error {
 	}
 	return s.writeRecord(id, append(files, recordFile{statusFile, b}))
 }
+
+// CheckOwnDir checks that dir, the directory a record names as its object's own (removed
+// whole with the object), is absolute, clean and named for id, the ID the record is kept
+// under; empty is allowed (records of early releases have none, and nothing is removed).
+func CheckOwnDir(dir, id string) error {
+	if dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir || filepath.Base(dir) != id) {
+		return fmt.Errorf("dir %q is not a directory of its own (<run dir>/%s)", dir, id)
+	}
+	return nil
+}

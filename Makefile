@@ -11,37 +11,37 @@ GOFLAGS_BUILD := -trimpath
 BUILDTAGS := containers_image_openpgp,exclude_graphdriver_btrfs
 export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
-# gcc and libc6-dev build the C monitor (cmd/rtshim-monitor-c).
+# gcc and libc6-dev build the monitor (cmd/rtshim-monitor, in C).
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
 TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
 
-.PHONY: all build monitor-c run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
+.PHONY: all build monitor monitor-sanitized run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
 
 all: build
 
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/rtshimd ./cmd/rtshimd
-	# The Go monitor (selectable with monitor_path) and the pause program, which is laid
-	# into a bare rootfs: both static, without cgo.
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '-s -w' -o $(BIN)/rtshim-monitor ./cmd/rtshim-monitor
+	# The pause program is laid into a bare rootfs: static, without cgo.
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags '-s -w' -o $(BIN)/rtshim-pause ./cmd/rtshim-pause
-	$(MAKE) monitor-c
+	$(MAKE) monitor
 
-# The monitor in C (docs/monitor-memory.md), the default one (rtshimd runs the
-# rtshim-monitor-c beside it): the same protocol as rtshim-monitor in a fifth of its memory.
+# The monitor, one per container (docs/monitor-protocol.md), is C: rtshimd runs the
+# rtshim-monitor beside it (docs/monitor-memory.md says why C).
 MONITOR_CC ?= gcc
-MONITOR_C_SRC := $(wildcard cmd/rtshim-monitor-c/*.c) $(wildcard cmd/rtshim-monitor-c/*.h)
-MONITOR_C_CFLAGS := -std=c11 -O2 -Wall -Wextra -D_FORTIFY_SOURCE=2 -fstack-protector-strong
-monitor-c: $(BIN)/rtshim-monitor-c
-$(BIN)/rtshim-monitor-c: $(MONITOR_C_SRC)
+MONITOR_SRC := $(wildcard cmd/rtshim-monitor/*.c) $(wildcard cmd/rtshim-monitor/*.h)
+MONITOR_CFLAGS := -std=c11 -O2 -Wall -Wextra -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+monitor: $(BIN)/rtshim-monitor
+$(BIN)/rtshim-monitor: $(MONITOR_SRC)
 	@mkdir -p $(BIN)
-	$(MONITOR_CC) $(MONITOR_C_CFLAGS) -s -o $@ $(filter %.c,$(MONITOR_C_SRC))
+	$(MONITOR_CC) $(MONITOR_CFLAGS) -s -o $@ $(filter %.c,$(MONITOR_SRC))
 
 # The same monitor under AddressSanitizer and UndefinedBehaviorSanitizer, for the protocol
-# tests only (make unit): what they find fails the test that drove it.
-$(BIN)/rtshim-monitor-c-sanitized: $(MONITOR_C_SRC)
+# tests (cmd/rtshim-monitor/monitortest, pkg/shim's logger tests): what they find fails
+# the test that drove it.
+monitor-sanitized: $(BIN)/rtshim-monitor-sanitized
+$(BIN)/rtshim-monitor-sanitized: $(MONITOR_SRC)
 	@mkdir -p $(BIN)
-	$(MONITOR_CC) -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wall -Wextra -o $@ $(filter %.c,$(MONITOR_C_SRC))
+	$(MONITOR_CC) -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wall -Wextra -o $@ $(filter %.c,$(MONITOR_SRC))
 
 # Install missing Debian packages only (apt-get update once, when something is missing).
 define apt_install
@@ -75,30 +75,29 @@ vet:
 	# golangci-lint at its pinned version (hack/tools.sh; .golangci.yml says which linters)
 	$$(hack/tools.sh golangci-lint)/golangci-lint run ./...
 
-unit: monitor-c $(BIN)/rtshim-monitor-c-sanitized
-	# cmd/rtshim-monitor's protocol tests run on the Go monitor (the test binary) here...
-	$(GO) test -count=1 ./...
-	# ...and again on the C monitor, the default, as built and under ASan+UBSan.
-	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c $(GO) test -count=1 ./cmd/rtshim-monitor/
-	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c-sanitized $(GO) test -count=1 ./cmd/rtshim-monitor/
+unit: monitor $(BIN)/rtshim-monitor-sanitized
+	# The monitor's protocol and logger tests run on it under ASan+UBSan here...
+	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-sanitized $(GO) test -count=1 ./...
+	# ...and again as it is built for use (-O2, fortified).
+	RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor $(GO) test -count=1 ./cmd/rtshim-monitor/...
 
 # Go fuzz targets: the spec builder, the config parser, the CRI log writer, the pod and
 # container record decoders. The test run
 # gives each 15,000 inputs; `make fuzz` longer (FUZZTIME). Inputs that failed are
 # kept under the packages' testdata/fuzz and run by `make unit` from then on.
-# And the C monitor held to Go: its JSON reader against encoding/json, in-process under
-# ASan (go test -asan builds the C with it), and its CRI log writer, as the binary runs
-# under ASan+UBSan, against pkg/monitor's (a process per input: FUZZTIME_BINARY inputs).
-FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse ./pkg/monitor:FuzzCRILog \
+# And the monitor: its JSON reader against encoding/json, in-process under ASan (go test
+# -asan builds the C with it), and its CRI log writer, as the binary runs under
+# ASan+UBSan, against the format's model (a process per input: FUZZTIME_BINARY inputs).
+FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse \
 	./pkg/container:FuzzDecodeRecord ./pkg/sandbox:FuzzDecodeRecord
 FUZZTIME ?= 2m
 FUZZTIME_BINARY ?= $(FUZZTIME)
-fuzz: $(BIN)/rtshim-monitor-c-sanitized
+fuzz: $(BIN)/rtshim-monitor-sanitized
 	@for t in $(FUZZ_TARGETS); do echo "fuzz $${t#*:} ($(FUZZTIME))"; $(GO) test -run XXX -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; done
-	@echo "fuzz FuzzConfig, the C monitor's JSON reader under ASan ($(FUZZTIME))"
-	@CGO_ENABLED=1 $(GO) test -asan -run XXX -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./cmd/rtshim-monitor-c/cjson/
-	@echo "fuzz FuzzLoggerLog, the C monitor binary's CRI log under ASan+UBSan ($(FUZZTIME_BINARY))"
-	@RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-c-sanitized $(GO) test -run XXX -fuzz '^FuzzLoggerLog$$' -fuzztime $(FUZZTIME_BINARY) -parallel 1 ./cmd/rtshim-monitor/
+	@echo "fuzz FuzzConfig, the monitor's JSON reader under ASan ($(FUZZTIME))"
+	@CGO_ENABLED=1 $(GO) test -asan -run XXX -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./cmd/rtshim-monitor/cjson/
+	@echo "fuzz FuzzLoggerLog, the monitor binary's CRI log under ASan+UBSan ($(FUZZTIME_BINARY))"
+	@RTSHIMD_TEST_MONITOR=$(CURDIR)/$(BIN)/rtshim-monitor-sanitized $(GO) test -run XXX -fuzz '^FuzzLoggerLog$$' -fuzztime $(FUZZTIME_BINARY) -parallel 1 ./cmd/rtshim-monitor/monitortest/
 
 # A count, not a duration: a duration's deadline races the fuzzing workers in Go's
 # coordinator, which then fails a clean run with "context deadline exceeded" on a loaded
@@ -127,7 +126,10 @@ soak: deps-test build tools
 		$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 90m -run '^TestSoak$$' -v ./integration/ 2>&1 | tee /tmp/rtshimd-soak.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'; exit $${PIPESTATUS[0]}
 
 install: build
-	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-monitor-c $(BIN)/rtshim-pause /usr/local/bin/
+	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-pause /usr/local/bin/
+	# Earlier releases installed the C monitor as rtshim-monitor-c: a config naming it
+	# runs the one monitor now.
+	@[ ! -e /usr/local/bin/rtshim-monitor-c ] || ln -sf rtshim-monitor /usr/local/bin/rtshim-monitor-c
 	install -D -m 0644 contrib/systemd/rtshimd.service /etc/systemd/system/rtshimd.service
 	@mkdir -p /etc/rtshimd
 	@[ -f /etc/rtshimd/config.toml ] || /usr/local/bin/rtshimd config default > /etc/rtshimd/config.toml

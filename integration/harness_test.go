@@ -28,14 +28,12 @@ import (
 // starts: one per run, so concurrent runs of the suite never see each other's cgroups.
 var cgroupRoot = fmt.Sprintf("rtshimd-test-%d", os.Getpid())
 
-// binDir holds rtshimd, rtshim-monitor, rtshim-monitor-c and rtshim-pause, built once by
-// TestMain (rtshim-monitor-c unless RTSHIMD_TEST_MONITOR names another monitor).
+// binDir holds rtshimd, rtshim-monitor and rtshim-pause, built once by TestMain.
 var binDir string
 
-// monitorBin is the monitor the daemons are configured with (monitor_path), as
-// RTSHIMD_TEST_MONITOR says: unset or "c", the C monitor (the default), built from
-// cmd/rtshim-monitor-c into binDir (make monitor-c); "go", the Go rtshim-monitor built
-// into binDir; otherwise a binary's path.
+// monitorBin is the monitor the daemons are configured with (monitor_path): the one built
+// from cmd/rtshim-monitor into binDir (make monitor), or the binary RTSHIMD_TEST_MONITOR
+// names (its sanitized build, say).
 var monitorBin string
 
 func TestMain(m *testing.M) {
@@ -60,7 +58,7 @@ func TestMain(m *testing.M) {
 	for _, b := range []struct {
 		pkg    string
 		static bool
-	}{{"./cmd/rtshimd", false}, {"./cmd/rtshim-monitor", true}, {"./cmd/rtshim-pause", true}} {
+	}{{"./cmd/rtshimd", false}, {"./cmd/rtshim-pause", true}} {
 		// failpoints: the suite's daemon can be told to fail named steps (pkg/failpoint).
 		cmd := exec.Command("go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs,failpoints", "-o", dir, b.pkg)
 		cmd.Dir = root
@@ -74,19 +72,15 @@ func TestMain(m *testing.M) {
 		}
 	}
 	binDir = dir
-	switch env := os.Getenv("RTSHIMD_TEST_MONITOR"); env {
-	case "", "c":
-		cmd := exec.Command("make", "--no-print-directory", "monitor-c", "BIN="+dir)
-		cmd.Dir = root
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Println("build the C monitor failed (RTSHIMD_TEST_MONITOR=go runs the suite on the Go one):", err)
-			os.Exit(1)
-		}
-		monitorBin = filepath.Join(dir, "rtshim-monitor-c")
-	case "go":
-		monitorBin = filepath.Join(dir, "rtshim-monitor")
-	default:
+	cmd := exec.Command("make", "--no-print-directory", "monitor", "BIN="+dir)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Println("build the monitor failed:", err)
+		os.Exit(1)
+	}
+	monitorBin = filepath.Join(dir, "rtshim-monitor")
+	if env := os.Getenv("RTSHIMD_TEST_MONITOR"); env != "" {
 		monitorBin = env
 	}
 	fmt.Println("monitor:", monitorBin)

@@ -65,10 +65,10 @@ func (d *daemon) Running() (pods, containers map[string]int, monitors int) {
 	return pods, containers, monitors
 }
 
-// monitorPath is the monitor binary the config names, or by default the C monitor beside
-// rtshimd (rtshim-monitor-c: a fifth of the Go monitor's memory per container,
-// docs/monitor-memory.md); where only the Go rtshim-monitor was installed beside
-// rtshimd, that one. Both speak one protocol: containers under either are recovered.
+// monitorPath is the monitor binary the config names, or by default the rtshim-monitor
+// beside rtshimd. Containers whose monitor was another binary (an earlier release's, or
+// monitor_path changed across a restart) are recovered all the same: the daemon speaks to
+// a running monitor only through its files and socket (docs/monitor-protocol.md).
 func monitorPath(cfg *config.Config) string {
 	return chooseMonitor(cfg.MonitorPath, besideSelf)
 }
@@ -78,42 +78,29 @@ func chooseMonitor(configured string, beside func(string) string) string {
 	if configured != "" {
 		return configured
 	}
-	c := beside(defaultMonitor)
-	if !executable(c) {
-		if g := beside(goMonitor); executable(g) {
-			return g
-		}
-	}
-	return c
+	return beside(defaultMonitor)
 }
 
-const (
-	defaultMonitor = "rtshim-monitor-c"
-	goMonitor      = "rtshim-monitor"
-)
+const defaultMonitor = "rtshim-monitor"
 
-// executable: a regular file someone may run (a monitor left without its x bit is passed
-// over here rather than failing the first container).
+// executable: a regular file someone may run.
 func executable(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// checkMonitor fails unless the monitor monitorPath chooses may be run, and warns where
-// the default fell back to the Go monitor.
+// checkMonitor fails unless the monitor monitorPath chooses may be run: a daemon that
+// cannot start one would fail every container.
 func checkMonitor(cfg *config.Config) error {
 	mon := monitorPath(cfg)
 	switch {
 	case executable(mon):
+		return nil
 	case cfg.MonitorPath != "":
-		return fmt.Errorf("monitor_path %q is missing or not executable: name an installed %s or %s, or leave monitor_path empty for the one beside rtshimd", mon, defaultMonitor, goMonitor)
+		return fmt.Errorf("monitor_path %q is missing or not executable: name an installed %s, or leave monitor_path empty for the one beside rtshimd", mon, defaultMonitor)
 	default:
-		return fmt.Errorf("monitor_path is empty and neither %s nor %s is an executable in %s: `make install` puts them there, or set monitor_path", defaultMonitor, goMonitor, filepath.Dir(mon))
+		return fmt.Errorf("monitor_path is empty and %s is not an executable in %s: `make install` puts it there, or set monitor_path", defaultMonitor, filepath.Dir(mon))
 	}
-	if cfg.MonitorPath == "" && filepath.Base(mon) == goMonitor {
-		logrus.Warnf("no %s beside rtshimd: containers are supervised by the Go %s (about five times the memory per container)", defaultMonitor, goMonitor)
-	}
-	return nil
 }
 
 // discover prepares the pause rootfs, makes each handler's runtime and runs handler

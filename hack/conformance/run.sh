@@ -50,7 +50,7 @@ LOG_TAG=conformance
 . hack/lib/harness.sh
 
 [ "$(id -u)" = 0 ] || die "needs root (namespaces, mounts, cgroups, CNI)"
-[ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-monitor-c ] && [ -x bin/rtshim-pause ] || die "run make build first (make conformance does)"
+[ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-pause ] || die "run make build first (make conformance does)"
 
 # --- 0. Debian packages --------------------------------------------------------------------
 pkgs="docker-registry runc runsc containerd containernetworking-plugins iptables iproute2 jq"

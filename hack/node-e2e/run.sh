@@ -63,7 +63,7 @@ LOG_TAG=node-e2e
 . hack/lib/harness.sh
 
 [ "$(id -u)" = 0 ] || die "needs root (namespaces, mounts, cgroups, CNI, kubelet)"
-[ -x bin/rtshimd ] && [ -x bin/rtshim-monitor-c ] && [ -x bin/rtshim-pause ] || die "run make build first (make node-e2e does)"
+[ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-pause ] || die "run make build first (make node-e2e does)"
 for p in $PASSES; do
 	case $p in runc | runsc | runc-stats) ;; *) die "unknown pass $p (runc, runsc, runc-stats)" ;; esac
 done

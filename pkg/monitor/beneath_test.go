@@ -3,7 +3,6 @@ package monitor
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 )
@@ -104,32 +103,6 @@ func TestLogRel(t *testing.T) {
 		if got != c.want || (c.want == "") != (err != nil) {
 			t.Errorf("LogRel(%q, %q) = %q, %v; want %q", c.dir, c.path, got, err, c.want)
 		}
-	}
-}
-
-// Reopen after the file was swapped for a symlink does not follow it and keeps writing
-// to the old file.
-func TestCRILogReopenRefusesSymlink(t *testing.T) {
-	dir, outside := t.TempDir(), t.TempDir()
-	path := filepath.Join(dir, "0.log")
-	l, err := OpenCRILog(dir, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { l.f.Close() }()
-	target := filepath.Join(outside, "shadow")
-	must(t, os.WriteFile(target, []byte("keep"), 0o600))
-	must(t, os.Rename(path, path+".1"))
-	must(t, os.Symlink(target, path))
-	if err := l.Reopen(); err == nil || !strings.Contains(err.Error(), "symlink") {
-		t.Errorf("Reopen through a symlink: %v", err)
-	}
-	l.Copy("stdout", strings.NewReader("after\n"))
-	if b, _ := os.ReadFile(target); string(b) != "keep" {
-		t.Errorf("outside file = %q", b)
-	}
-	if got := readLog(t, path+".1"); len(got) != 1 || got[0].text != "after" {
-		t.Errorf("old file = %+v", got)
 	}
 }
 

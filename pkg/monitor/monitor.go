@@ -1,8 +1,8 @@
 // Package monitor is the contract between rtshimd and rtshim-monitor, the small process
 // that supervises one container: the files it reads and writes in the container's run
-// directory, and the daemon's side of starting and watching it. It imports little beyond
-// the standard library (x/sys/unix, and the daemon's errdefs and store for atomic
-// writes), because the Go monitor binary links it and must stay small.
+// directory, and the daemon's side of starting and watching it. The monitor itself is the
+// C program in cmd/rtshim-monitor; docs/monitor-protocol.md states the protocol both
+// sides keep.
 package monitor
 
 import (

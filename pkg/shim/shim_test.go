@@ -44,33 +44,36 @@ func requireShim(t *testing.T) {
 	}
 }
 
-// buildMonitor builds rtshim-monitor for the logger tests, once per test binary.
-var monitorBin string
+// buildMonitor is the monitor for the logger tests: RTSHIMD_TEST_MONITOR (make unit
+// names its sanitized build), or one built here under ASan+UBSan, once per test binary.
+var monitorBin, monitorTemp string
 
 func buildMonitor(t *testing.T) string {
 	t.Helper()
 	if monitorBin != "" {
 		return monitorBin
 	}
+	if b := os.Getenv("RTSHIMD_TEST_MONITOR"); b != "" {
+		monitorBin = b
+		return b
+	}
 	dir, err := os.MkdirTemp("", "rtshim-monitor-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "rtshim-monitor")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/rtshim-monitor")
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	monitorTemp = dir
+	cmd := exec.Command("make", "--no-print-directory", "-C", "../..", "monitor-sanitized", "BIN="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build rtshim-monitor: %v\n%s", err, out)
 	}
-	monitorBin = bin
-	return bin
+	monitorBin = filepath.Join(dir, "rtshim-monitor-sanitized")
+	return monitorBin
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if monitorBin != "" {
-		os.RemoveAll(filepath.Dir(monitorBin))
+	if monitorTemp != "" {
+		os.RemoveAll(monitorTemp)
 	}
 	os.Exit(code)
 }

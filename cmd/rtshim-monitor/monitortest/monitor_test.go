@@ -1,4 +1,4 @@
-package main
+package monitortest
 
 import (
 	"bufio"
@@ -25,8 +25,7 @@ import (
 // FAKE_FAIL makes create fail with words on stderr; FAKE_FLOOD=N makes the init first
 // write N lines of 1000 bytes (floodText) in bursts of 64; FAKE_CAT makes it copy its
 // stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
-// start; FAKE_LINGER makes it wait 0.3 s before it exits; FAKE_WAIT_FILE makes create
-// wait for that file before it ends.
+// start; FAKE_WAIT_FILE makes create wait for that file before it ends.
 const fakeRuntime = `#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
@@ -45,7 +44,6 @@ create)
 		done
 		if [ -n "$FAKE_CAT" ]; then sleep 1; cat; fi
 		echo out-line; printf "err-line\nerr-tail" >&2
-		if [ -n "$FAKE_LINGER" ]; then sleep 0.3; fi
 		exit 7' <&3 3<&- &
 	echo $! > "$pidf"
 	if [ -n "$FAKE_WAIT_FILE" ]; then while [ ! -e "$FAKE_WAIT_FILE" ]; do sleep 0.02; done; fi
@@ -83,20 +81,7 @@ func stdoutFrames(r io.Reader) <-chan string {
 	return got
 }
 
-// monitorBinary is the monitor under test: the test binary (the Go monitor), or
-// RTSHIMD_TEST_MONITOR.
-func monitorBinary() string {
-	if b := os.Getenv(monitorBinaryEnv); b != "" {
-		return b
-	}
-	return os.Args[0]
-}
-
-// cMonitor: the binary under test is the C monitor (bin/rtshim-monitor-c, or a
-// sanitizer build of it named alike).
-func cMonitor() bool { return strings.Contains(filepath.Base(monitorBinary()), "monitor-c") }
-
-// startMonitor runs a monitor (the test binary, or RTSHIMD_TEST_MONITOR) on cfg as the
+// startMonitor runs the monitor under test on cfg as the
 // daemon does and returns its report line.
 func startMonitor(t *testing.T, cfg monitor.Config, env ...string) (*exec.Cmd, string) {
 	t.Helper()
@@ -111,7 +96,7 @@ func startMonitorRaw(t *testing.T, dir string, data []byte, env ...string) (*exe
 	if err := os.WriteFile(filepath.Join(cfg.Dir, monitor.ConfigFile), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := monitorBinary()
+	bin := monitorBin
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +111,7 @@ func startMonitorRaw(t *testing.T, dir string, data []byte, env ...string) (*exe
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = append([]string{beLoggerEnv + "=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "FAKE_DIR=" + cfg.Dir}, env...)
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "FAKE_DIR=" + cfg.Dir}, env...)
 	for _, k := range []string{"ASAN_OPTIONS", "UBSAN_OPTIONS"} {
 		if v, ok := os.LookupEnv(k); ok {
 			cmd.Env = append(cmd.Env, k+"="+v)
@@ -289,11 +274,8 @@ func TestMonitorNoRuntime(t *testing.T) {
 // An attach client that reads slowly must not slow the container's supervision: the
 // CRI log takes all the output at once and the exit is recorded promptly; the slow client
 // is dropped with a prefix of the output, in order, while a client that keeps up gets it
-// all. (The Go monitor gives each frame 1 s and throttles the log meanwhile: C only.)
+// all.
 func TestMonitorSlowAttachClient(t *testing.T) {
-	if !cMonitor() {
-		t.Skip("the Go monitor waits up to 1 s per frame for a slow client (its log waits too); the C monitor queues")
-	}
 	const lines = 4096 // 4 MB
 	cfg := monitorConfig(t)
 	cmd, _ := startCreated(t, cfg, fmt.Sprintf("FAKE_FLOOD=%d", lines))
@@ -463,11 +445,6 @@ func TestMonitorAttachStdinWaits(t *testing.T) {
 	cfg := monitorConfig(t)
 	cfg.Stdin, cfg.StdinOnce = true, true
 	env := []string{"FAKE_CAT=1"}
-	if !cMonitor() {
-		// The Go monitor may end the session (on the reaper's word) before its copier
-		// has sent the last output: give it time. The C monitor reads the pipes first.
-		env = append(env, "FAKE_LINGER=1")
-	}
 	cmd, _ := startCreated(t, cfg, env...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -634,9 +611,6 @@ func TestMonitorConsoleNotATerminal(t *testing.T) {
 // next watcher (a daemon that was down when the container ended) and the watch returns it,
 // instead of a lost supervision the daemon would record as 137.
 func TestMonitorExitFileUnwritable(t *testing.T) {
-	if !cMonitor() {
-		t.Skip("the Go monitor, the fallback, exits once the container has (issue 27 removes it)")
-	}
 	cfg := monitorConfig(t)
 	// exit.json is a directory that is not empty: the rename onto it fails.
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, monitor.ExitFile, "x"), 0o700); err != nil {

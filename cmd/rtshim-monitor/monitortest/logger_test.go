@@ -1,4 +1,4 @@
-package main
+package monitortest
 
 import (
 	"context"
@@ -20,20 +20,35 @@ import (
 	"github.com/rtshimd/rtshimd/pkg/monitor"
 )
 
-// The test binary doubles as the monitor: run as `<test> logger <dir>` with this set, it
-// is the logger a shim would start.
-const beLoggerEnv = "RTSHIM_MONITOR_TEST_LOGGER"
-
-// monitorBinaryEnv names another monitor binary to test instead (the C monitor,
-// bin/rtshim-monitor-c), which must speak the same protocol.
+// monitorBinaryEnv names the monitor binary under test; unset, TestMain builds the
+// monitor under ASan and UBSan (make monitor-sanitized) for this run.
 const monitorBinaryEnv = "RTSHIMD_TEST_MONITOR"
 
+// monitorBin is the binary under test.
+var monitorBin string
+
 func TestMain(m *testing.M) {
-	if os.Getenv(beLoggerEnv) == "1" {
-		main()
-		os.Exit(0)
+	monitorBin = os.Getenv(monitorBinaryEnv)
+	if monitorBin == "" {
+		dir, err := os.MkdirTemp("", "rtshim-monitor-test-")
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(dir)
+		// The repository's root: this package lies in cmd/rtshim-monitor/monitortest.
+		cmd := exec.Command("make", "--no-print-directory", "-C", "../../..", "monitor-sanitized", "BIN="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Printf("build the monitor (gcc and make needed): %v\n%s", err, out)
+			os.Exit(1)
+		}
+		monitorBin = filepath.Join(dir, "rtshim-monitor-sanitized")
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if os.Getenv(monitorBinaryEnv) == "" {
+		os.RemoveAll(filepath.Dir(monitorBin))
+	}
+	os.Exit(code)
 }
 
 // logger is a logger process under test.
@@ -75,8 +90,8 @@ func execLogger(t *testing.T, dir string, cfg *monitor.LoggerConfig, fds ...*os.
 		t.Fatal(err)
 	}
 	defer readyR.Close()
-	cmd := exec.Command(monitorBinary(), monitor.LoggerMode, dir)
-	cmd.Env = []string{beLoggerEnv + "=1", "CONTAINER_ID=0123456789abcdef", "CONTAINER_NAMESPACE=rtshimd"}
+	cmd := exec.Command(monitorBin, monitor.LoggerMode, dir)
+	cmd.Env = []string{"CONTAINER_ID=0123456789abcdef", "CONTAINER_NAMESPACE=rtshimd"}
 	cmd.ExtraFiles = append(fds, readyW)
 	err = cmd.Start()
 	for _, f := range cmd.ExtraFiles {

@@ -1,6 +1,6 @@
-// rtshim-monitor-c: the container supervisor of rtshimd in C, with the protocol of the Go
-// monitor (cmd/rtshim-monitor, pkg/monitor), which is its specification; see
-// docs/monitor-memory.md for the duties and why this exists (one per container: memory).
+// rtshim-monitor: the container supervisor of rtshimd, one per container. Its protocol,
+// which pkg/monitor speaks from the daemon's side, is docs/monitor-protocol.md; why it is
+// C (one per container: memory) is docs/monitor-memory.md.
 // One thread, one epoll loop: signalfd for SIGCHLD/SIGTERM/SIGINT, deadlines as the
 // loop's timeout. Runtime commands are waited for through the loop (nested while a
 // command such as create or start runs), so output keeps flowing to the CRI log.
@@ -113,7 +113,8 @@ static void diag(const char *fmt, ...) {
 	(void)w;
 }
 
-// errstr is strerror as Go spells errno texts (lower case first letter).
+// errstr is strerror spelt as Go spells errno texts (lower case first letter): the daemon
+// relays these texts in its own errors.
 static const char *errstr(int e) {
 	static char buf[128];
 	snprintf(buf, sizeof buf, "%s", strerror(e));
@@ -135,8 +136,7 @@ static const char *base_name(const char *p) {
 	return s ? s + 1 : p;
 }
 
-// Out of memory ends the monitor as it ends the Go one (the runtime's fatal error): going
-// on with a NULL would be worse. Where a failed allocation has a better answer (an attach
+// Out of memory ends the monitor: going on with a NULL would be worse. Where a failed allocation has a better answer (an attach
 // client's output queue: drop the client) the caller uses malloc and decides.
 static void oom(void) {
 	diag("out of memory");
@@ -361,7 +361,7 @@ static char *read_file(const char *path, size_t max, int *err) {
 	return b;
 }
 
-// ---- the CRI log (pkg/monitor/crilog.go, beneath.go) ----
+// ---- the CRI log ----
 
 static char *log_dir, *log_rel; // log_rel set: a log is configured and was accepted
 static int log_fd = -1;
@@ -720,12 +720,12 @@ static bool stream_read(struct stream *s) {
 	return true;
 }
 
-// ---- connections and attach sessions (cmd/rtshim-monitor/attach.go) ----
+// ---- connections and attach sessions ----
 
 // ATTACH_QUEUE_MAX bounds the output that waits for one attach client beyond what its
-// socket buffer holds (~200 KiB). The Go monitor gives a client 1 s per frame and then
-// drops it, throttling the container's log meanwhile; here the log never waits and a
-// client is dropped (closed) once this much waits for it. 1 MiB: the protocol's largest
+// socket buffer holds (~200 KiB). The log never waits for a client (one thread: waiting
+// would throttle the container's output), and a client is dropped (closed) once this
+// much waits for it. 1 MiB: the protocol's largest
 // frame; several seconds of a terminal's output, so a client that pauses briefly (a
 // daemon's GC, a slow network hop) keeps its session; and a bound on what one lagging
 // client costs a monitor whose whole footprint is ~170 KiB.
@@ -851,8 +851,8 @@ static void attach_broadcast(int kind, const char *p, size_t n) {
 }
 
 // attach_end ends every session: the container has exited. Output still queued for a
-// client is written first (within END_FLUSH_MS, see drain_closing), as the Go monitor's
-// synchronous writes have delivered it by then.
+// client is written first (within END_FLUSH_MS, see drain_closing): a client that keeps
+// up gets all the output.
 #define END_FLUSH_MS 1000
 
 static void attach_end(void) {
@@ -879,8 +879,8 @@ static bool closing_left(void) {
 }
 
 // Stdin that the container has not read yet waits in stdin_q; meanwhile the sessions
-// read no further frames (as the Go monitor's blocked write makes them wait), while the
-// loop, the log and the output go on. So at most one frame (1 MiB) waits.
+// read no further frames (back-pressure to the client), while the loop, the log and the
+// output go on. So at most one frame (1 MiB) waits.
 static struct outq stdin_q;
 static int stdin_q_fd = -1, tag_stdin;
 
@@ -972,7 +972,7 @@ static bool attach_frames(struct conn *c) {
 }
 
 // CONSOLE_MS bounds the wait for the runtime's terminal: its connection and its message
-// together (the Go monitor's 10 s).
+// together.
 #define CONSOLE_MS 10000
 
 // receive_console accepts the runtime's connection on the console socket and returns the
@@ -1041,7 +1041,7 @@ static int receive_console(int ln, char *err, size_t errn) {
 	return fd;
 }
 
-// ---- processes: spawn and reap (the reaper of main.go) ----
+// ---- processes: spawn and reap ----
 
 struct cmd {
 	pid_t pid;
@@ -1806,7 +1806,7 @@ static int listen_here(const char *name, char *err, size_t errn) {
 	return fd;
 }
 
-// ---- monitor mode (cmd/rtshim-monitor/main.go) ----
+// ---- monitor mode ----
 
 static int sync_fd = 3;
 
@@ -2113,8 +2113,8 @@ static int run_monitor(const char *cfgpath) {
 		diag("supervision ended without a start");
 		notify("{}\n");
 	}
-	// Connections already made are served in the moment below (the Go monitor's accept
-	// loop has taken them by now); closing the listener would reset them.
+	// Connections already made are served in the moment below (a client that connected
+	// before the exit expects its answer); closing the listener would reset them.
 	if (listening)
 		conn_accept();
 	listen_close();
@@ -2128,7 +2128,7 @@ static int run_monitor(const char *cfgpath) {
 	return 0;
 }
 
-// ---- logger mode (cmd/rtshim-monitor/logger.go) ----
+// ---- logger mode ----
 
 static int run_logger(const char *dir) {
 	// The ways in use fds 3 to 5 (a shim's stdout, stderr and ready fd; or the daemon's

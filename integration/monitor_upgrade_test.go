@@ -16,27 +16,36 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// otherMonitor returns the monitor binary of the other kind than the suite's (the Go one
-// when the suite runs the C one, the default, and the other way round); it skips without
-// gcc.
-func otherMonitor(t *testing.T) string {
-	if filepath.Base(monitorBin) != "rtshim-monitor" {
-		return filepath.Join(binDir, "rtshim-monitor")
-	}
-	c := filepath.Join(binDir, "rtshim-monitor-c")
-	if _, err := os.Stat(c); err == nil {
-		return c
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no gcc to build the C monitor")
-	}
+// earlierRelease is the last commit with two monitors: the Go rtshim-monitor and the C
+// one as rtshim-monitor-c. A node upgraded from it has containers under either.
+const earlierRelease = "2a4d9f3d97b24890cbd49e8cfdd51cb5955e625b"
+
+// earlierMonitors builds the monitors of earlierRelease from the repository's history
+// into binDir ("go" and "c" by kind); it skips in a checkout without that history.
+func earlierMonitors(t *testing.T) map[string]string {
 	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command("make", "--no-print-directory", "monitor-c", "BIN="+binDir)
-	cmd.Dir = filepath.Dir(filepath.Dir(file))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the C monitor: %v: %s", err, out)
+	root := filepath.Dir(filepath.Dir(file))
+	out := filepath.Join(binDir, "earlier")
+	bins := map[string]string{"go": filepath.Join(out, "rtshim-monitor"), "c": filepath.Join(out, "rtshim-monitor-c")}
+	if _, err := os.Stat(bins["c"]); err == nil {
+		return bins
 	}
-	return c
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", earlierRelease+"^{commit}").Run(); err != nil {
+		t.Skipf("the checkout lacks the history holding %s: %v", earlierRelease, err)
+	}
+	src := t.TempDir()
+	run := func(dir string, env []string, name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, b)
+		}
+	}
+	run(root, nil, "sh", "-c", "git archive "+earlierRelease+" | tar -x -C "+src)
+	run(src, []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}, "go", "build", "-o", bins["go"], "./cmd/rtshim-monitor")
+	run(src, nil, "make", "--no-print-directory", "monitor-c", "BIN="+out)
+	return bins
 }
 
 // monitorExe is the binary of the process the daemon names as container id's monitor
@@ -66,25 +75,18 @@ func monitorPid(t *testing.T, d *Daemon, id string) int {
 	return info.Status.MonitorPid
 }
 
-// kindName is "go" or "c" for a monitor binary.
-func kindName(bin string) string {
-	if filepath.Base(bin) == "rtshim-monitor" {
-		return "go"
-	}
-	return "c"
-}
-
-// A daemon recovers, logs, stops and removes containers whose monitors are of the other
-// kind (Go or C): both speak one protocol, and monitor_path may change across a restart.
-// Both ways in one run: from the suite's monitor to the other, and back.
-func TestMonitorKindsMixed(t *testing.T) {
-	other := otherMonitor(t)
+// A daemon recovers, logs, stops and removes containers whose monitors are those of an
+// earlier release (the Go monitor, and the C one as it was), on every suite handler: the
+// upgrade a node goes through. Runtime and logger monitors both (runc-shim's containers
+// log through one).
+func TestEarlierMonitorsRecovered(t *testing.T) {
+	earlier := earlierMonitors(t)
 	e := newContainerEnv(t)
-	for _, way := range []struct{ from, to string }{{monitorBin, other}, {other, monitorBin}} {
+	for _, kind := range []string{"go", "c"} {
 		for _, handler := range []string{"runc", "runsc", "runc-shim"} {
-			t.Run(kindName(way.from)+"-to-"+kindName(way.to)+"/"+handler, func(t *testing.T) {
+			t.Run(kind+"/"+handler, func(t *testing.T) {
 				e.t = t
-				monitorsSwitch(t, e, handler, way.from, way.to)
+				monitorsSwitch(t, e, handler, kind, earlier[kind], monitorBin)
 			})
 		}
 	}
@@ -93,7 +95,7 @@ func TestMonitorKindsMixed(t *testing.T) {
 // monitorsSwitch runs containers under the monitor from, restarts the daemon configured
 // with the monitor to, and checks that the old containers are recovered and new ones run
 // under to; the daemon is left configured with the suite's monitor again.
-func monitorsSwitch(t *testing.T, e *containerEnv, handler, from, to string) {
+func monitorsSwitch(t *testing.T, e *containerEnv, handler, name, from, to string) {
 	cfg, err := os.ReadFile(e.d.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +118,7 @@ func monitorsSwitch(t *testing.T, e *containerEnv, handler, from, to string) {
 	if from != monitorBin {
 		use(from)
 	}
-	podID, pod := e.pod("mixed-"+kindName(from)+"-"+handler, handler)
+	podID, pod := e.pod("earlier-"+name+"-"+handler, handler)
 	first := e.run(podID, pod, e.ctrConfig("first", "sh", "-c", "echo one; exec sleep 1000"))
 	ender := e.run(podID, pod, e.ctrConfig("ender", "sh", "-c", "echo bye; sleep 2; exit 5"))
 

@@ -1,0 +1,405 @@
+#include "monitor.h"
+
+// The commands of monitor.sock: start, watch, reopen, exit and attach, one per connection.
+
+static void reply(struct conn *c, const char *err) {
+	char buf[4096];
+	int l;
+	if (err) {
+		l = snprintf(buf, sizeof buf - 1, "error ");
+		for (const char *p = err; *p && l < (int)sizeof buf - 2; p++) {
+			if (*p == '\n') {
+				int k = snprintf(buf + l, sizeof buf - 2 - l, " | ");
+				l += k;
+			} else
+				buf[l++] = *p;
+		}
+		if (l > (int)sizeof buf - 2)
+			l = sizeof buf - 2;
+		buf[l++] = '\n';
+	} else {
+		l = snprintf(buf, sizeof buf, "ok\n");
+	}
+	conn_send_close(c, buf, l);
+}
+
+void notify(const char *line) {
+	free(exit_line);
+	exit_line = xstrdup(line);
+	for (struct conn *c = conns, *nx; c; c = nx) {
+		nx = c->next;
+		if (c->state == C_WATCH) {
+			c->exit_reply = line[0] == '{' && line[1] != '}';
+			conn_send_close(c, line, strlen(line));
+		}
+	}
+}
+
+static char **runtime_argv(const char *a1, const char *a2, const char *a3) {
+	size_t n = cfg.runtime_nargs + 8;
+	char **v = xcalloc(n, sizeof *v);
+	size_t k = 0;
+	v[k++] = cfg.runtime;
+	for (size_t i = 0; i < cfg.runtime_nargs; i++)
+		v[k++] = cfg.runtime_args[i];
+	if (a1)
+		v[k++] = (char *)a1;
+	if (a2)
+		v[k++] = (char *)a2;
+	if (a3)
+		v[k++] = (char *)a3;
+	return v;
+}
+
+// runtime_output runs `<runtime> <args…> a1 a2` in "/" with its output to a pipe.
+static struct cmd *runtime_output(const char *a1, const char *a2, int timeout_ms, char *err, size_t errn) {
+	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int p[2];
+	if (devnull < 0 || pipe2(p, O_CLOEXEC) < 0) {
+		snprintf(err, errn, "%s", errstr(errno));
+		if (devnull >= 0)
+			close(devnull);
+		return NULL;
+	}
+	char **argv = runtime_argv(a1, a2, NULL);
+	struct cmd *c = spawn(argv, devnull, p[1], p[1], "/", timeout_ms, err, errn);
+	free(argv);
+	close(devnull);
+	close(p[1]);
+	if (!c) {
+		close(p[0]);
+		return NULL;
+	}
+	c->outfd = p[0];
+	set_nonblock(p[0], true);
+	ep_add(p[0], EPOLLIN, c);
+	return c;
+}
+
+void trim(char *s) {
+	if (!s)
+		return;
+	size_t n = strlen(s);
+	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+		s[--n] = 0;
+	size_t k = 0;
+	while (s[k] == ' ' || s[k] == '\n' || s[k] == '\t' || s[k] == '\r')
+		k++;
+	memmove(s, s + k, n - k + 1);
+}
+
+static void record_exit(pid_t pid, int status, int sig) {
+	if (exit_requested || init_done)
+		return;
+	init_done = true;
+	exit_ok = true;
+	exit_status = status;
+	exit_signal = sig;
+	rfc3339nano(exit_at, sizeof exit_at);
+	(void)pid;
+}
+
+void init_exited(int st) {
+	if (WIFEXITED(st))
+		record_exit(init_pid, WEXITSTATUS(st), 0);
+	else if (WIFSIGNALED(st))
+		record_exit(init_pid, 128 + WTERMSIG(st), WTERMSIG(st));
+	else
+		record_exit(init_pid, 255, 0);
+}
+
+static void wait_done(struct cmd *c) {
+	int status = 255;
+	const char *e = status_err(c->status);
+	trim(c->out);
+	long v = 0;
+	if (!e && c->out && json_object_int(c->out, "exitStatus", &v) >= 0)
+		status = (int)v;
+	else
+		diag("%s wait: %s: %s", base_name(cfg.runtime), e ? e : "bad output", c->out ? c->out : "");
+	record_exit(0, status, 0);
+}
+
+void start_console_stream(int fd) {
+	master_fd = stdin_fd = fd;
+	// A terminal has one stream: the container's output, logged as stdout.
+	stream_start(&streams[2], fcntl(fd, F_DUPFD_CLOEXEC, 3), "stdout", FRAME_STDOUT);
+}
+
+// do_start runs `<runtime> start`; NULL on success, or the error text.
+static const char *do_start(void) {
+	static char err[8192];
+	if (started)
+		return NULL;
+	if (start_stdio[0] >= 0) {
+		// runsc hands a subcontainer the start command's own stdio.
+		int in = start_stdin >= 0 ? start_stdin : open("/dev/null", O_RDONLY | O_CLOEXEC);
+		char **argv = runtime_argv("start", cfg.id, NULL);
+		char e2[1024];
+		struct cmd *c = spawn(argv, in, start_stdio[0], start_stdio[1], cfg.bundle, START_TIMEOUT_MS, e2, sizeof e2);
+		free(argv);
+		close(in);
+		start_stdin = -1;
+		close(start_stdio[0]);
+		close(start_stdio[1]);
+		start_stdio[0] = start_stdio[1] = -1;
+		if (!c) {
+			snprintf(err, sizeof err, "%s start: %s: ", base_name(cfg.runtime), e2);
+			return err;
+		}
+		int st = run_cmd(c);
+		cmd_free(c);
+		const char *se = status_err(st);
+		if (se) {
+			snprintf(err, sizeof err, "%s start: %s: ", base_name(cfg.runtime), se);
+			return err;
+		}
+	} else {
+		char e2[1024];
+		struct cmd *c = runtime_output("start", cfg.id, START_TIMEOUT_MS, e2, sizeof e2);
+		if (!c) {
+			snprintf(err, sizeof err, "%s start: %s: ", base_name(cfg.runtime), e2);
+			return err;
+		}
+		int st = run_cmd(c);
+		trim(c->out);
+		const char *se = status_err(st);
+		if (se) {
+			snprintf(err, sizeof err, "%s start: %s: %s", base_name(cfg.runtime), se, c->out ? c->out : "");
+			cmd_free(c);
+			return err;
+		}
+		cmd_free(c);
+	}
+	if (console_fd >= 0) {
+		char e2[1024];
+		int m = receive_console(console_fd, e2, sizeof e2);
+		close(console_fd);
+		console_fd = -1;
+		unlink(CONSOLE_FILE);
+		if (m < 0) {
+			snprintf(err, sizeof err, "%s start: %s", base_name(cfg.runtime), e2);
+			return err;
+		}
+		start_console_stream(m);
+	}
+	started = true;
+	if (cfg.wait_with_runtime) {
+		char e2[1024];
+		struct cmd *c = runtime_output("wait", cfg.id, 0, e2, sizeof e2);
+		if (!c) {
+			diag("%s wait: %s", base_name(cfg.runtime), e2);
+			record_exit(0, 255, 0);
+		} else {
+			c->on_done = wait_done;
+		}
+	}
+	return NULL;
+}
+
+static void handle_start(struct conn *c) {
+	c->state = C_BUSY;
+	conn_watch(c);
+	if (busy) {
+		c->qnext = NULL;
+		if (pending_last)
+			pending_last->qnext = c;
+		else
+			pending_first = c;
+		pending_last = c;
+		return;
+	}
+	busy = starting = true;
+	const char *e = do_start();
+	busy = starting = false;
+	reply(c, e);
+	serve_pending_starts();
+}
+
+void serve_pending_starts(void) {
+	while (pending_first && !busy) {
+		struct conn *c = pending_first;
+		pending_first = c->qnext;
+		if (!pending_first)
+			pending_last = NULL;
+		handle_start(c);
+	}
+}
+
+static void handle_command(struct conn *c, const char *cmd) {
+	if (logger_mode && strcmp(cmd, "attach") != 0 && strcmp(cmd, "reopen") != 0) {
+		char e[512];
+		snprintf(e, sizeof e, "command \"%.400s\" is not served in logger mode", cmd);
+		reply(c, e);
+		return;
+	}
+	if (strcmp(cmd, "watch") == 0) {
+		if (exit_line) {
+			c->exit_reply = exit_line[0] == '{' && exit_line[1] != '}';
+			conn_send_close(c, exit_line, strlen(exit_line));
+			return;
+		}
+		c->state = C_WATCH;
+		c->len = 0;
+		conn_watch(c);
+	} else if (strcmp(cmd, "start") == 0) {
+		handle_start(c);
+	} else if (strcmp(cmd, "attach") == 0) {
+		if (attach_closed) {
+			conn_free(c);
+			return;
+		}
+		int sessions = 0;
+		for (struct conn *o = conns; o; o = o->next)
+			sessions += o->state == C_ATTACH;
+		if (sessions >= MAX_ATTACH) {
+			char f[64];
+			int n = snprintf(f + 5, sizeof f - 5, "too many attach sessions (%d)", MAX_ATTACH);
+			f[0] = FRAME_ERROR, f[1] = 0, f[2] = 0, f[3] = 0, f[4] = (char)n;
+			conn_send_close(c, f, 5 + (size_t)n);
+			return;
+		}
+		c->state = C_ATTACH;
+		if (!attach_frames(c))
+			conn_free(c);
+		else
+			conn_watch(c);
+	} else if (strcmp(cmd, "reopen") == 0) {
+		if (!log_rel) {
+			reply(c, "container has no log");
+			return;
+		}
+		char e[1024];
+		reply(c, log_reopen(e, sizeof e) ? NULL : e);
+	} else if (strcmp(cmd, "exit") == 0) {
+		if (started || starting) {
+			reply(c, "container was started; it ends when its process does");
+			return;
+		}
+		exit_requested = true;
+		reply(c, NULL);
+	} else {
+		char e[512];
+		snprintf(e, sizeof e, "unknown command \"%.400s\"", cmd);
+		reply(c, e);
+	}
+}
+
+void conn_accept(void) {
+	while (nconns < MAX_CONNS) {
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				diag("accept: %s; accepting again in 100ms", errstr(errno));
+				accept_resume = now_ms() + 100;
+			}
+			break; // EAGAIN, or a connection that went away before it was taken
+		}
+		struct conn *c = xcalloc(1, sizeof *c);
+		c->fd = fd;
+		c->state = C_CMD;
+		c->deadline = now_ms() + CMD_READ_MS;
+		c->next = conns;
+		conns = c;
+		nconns++;
+		conn_watch(c);
+	}
+	listen_update();
+}
+
+static void conn_read(struct conn *c);
+
+void conn_event(struct conn *c, uint32_t events) {
+	if (outq_pending(&c->out) > 0 && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+		if (outq_flush(&c->out, c->fd) != OUTQ_OK) {
+			if (c->state != C_ATTACH) {
+				conn_free(c);
+				return;
+			}
+			c->out_dead = true; // frames it sent are still served
+			outq_clear(&c->out);
+		}
+		if (c->state == C_CLOSING && outq_pending(&c->out) == 0) {
+			if (c->exit_reply)
+				exit_taken = true;
+			conn_free(c);
+			return;
+		}
+		conn_watch(c);
+	}
+	if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) && (c->events & EPOLLIN))
+		conn_read(c);
+}
+
+static void conn_read(struct conn *c) {
+	for (;;) {
+		if (c->cap - c->len < 4096) {
+			size_t want = c->cap ? c->cap * 2 : 4096;
+			if (c->state == C_ATTACH) {
+				size_t need = c->len >= 5 ? 5 + ((size_t)(unsigned char)c->in[1] << 24 |
+								 (size_t)(unsigned char)c->in[2] << 16 |
+								 (size_t)(unsigned char)c->in[3] << 8 | (unsigned char)c->in[4])
+							  : 4096;
+				if (need > want)
+					want = need + 4096;
+			}
+			if (c->state != C_ATTACH && c->cap >= 64 * 1024) {
+				conn_free(c); // a command line that never ends
+				return;
+			}
+			if (want > MAX_FRAME + 4096 + 5)
+				want = MAX_FRAME + 4096 + 5;
+			if (want > c->cap) {
+				c->in = xrealloc(c->in, want);
+				c->cap = want;
+			}
+		}
+		if (c->len == c->cap) {
+			// Full, which only a paused session's buffer can be: read on once it runs.
+			conn_watch(c);
+			return;
+		}
+		ssize_t r = read(c->fd, c->in + c->len, c->cap - c->len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0) {
+			// The client is done sending: a session whose frames wait for stdin ends
+			// once they are handled.
+			if (c->state == C_ATTACH && c->paused && r == 0) {
+				c->in_eof = true;
+				conn_watch(c);
+				return;
+			}
+			conn_free(c);
+			return;
+		}
+		if (c->state == C_WATCH)
+			continue; // nothing more is read from a watcher
+		c->len += r;
+		if (c->state == C_CMD) {
+			char *nl = memchr(c->in, '\n', c->len);
+			if (!nl)
+				continue;
+			size_t ll = nl - c->in;
+			char *cmd = xstrndup(c->in, ll);
+			memmove(c->in, nl + 1, c->len - ll - 1);
+			c->len -= ll + 1;
+			trim(cmd);
+			handle_command(c, cmd);
+			free(cmd);
+			return; // c may be gone
+		}
+		if (c->state == C_ATTACH) {
+			if (!attach_frames(c)) {
+				conn_free(c);
+				return;
+			}
+			if (c->paused) {
+				conn_watch(c); // no more reading until the container takes its stdin
+				return;
+			}
+		}
+	}
+}

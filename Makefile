@@ -36,7 +36,7 @@ $(BIN)/rtshim-monitor: $(MONITOR_SRC)
 	$(MONITOR_CC) $(MONITOR_CFLAGS) -s -o $@ $(filter %.c,$(MONITOR_SRC))
 
 # The same monitor under AddressSanitizer and UndefinedBehaviorSanitizer, for the protocol
-# tests (cmd/rtshim-monitor/monitortest, pkg/shim's logger tests): what they find fails
+# tests (cmd/rtshim-monitor/monitortest, internal/shim's logger tests): what they find fails
 # the test that drove it.
 monitor-sanitized: $(BIN)/rtshim-monitor-sanitized
 $(BIN)/rtshim-monitor-sanitized: $(MONITOR_SRC)
@@ -68,7 +68,7 @@ run: deps-run build
 	./$(BIN)/rtshimd --config /etc/rtshimd/config.toml
 
 vet:
-	@unformatted=$$(gofmt -l cmd pkg integration hack configs 2>/dev/null); \
+	@unformatted=$$(gofmt -l cmd internal integration hack configs 2>/dev/null); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration,$(BUILDTAGS) ./integration/...
@@ -88,8 +88,8 @@ unit: monitor $(BIN)/rtshim-monitor-sanitized
 # And the monitor: its JSON reader against encoding/json, in-process under ASan (go test
 # -asan builds the C with it), and its CRI log writer, as the binary runs under
 # ASan+UBSan, against the format's model (a process per input: FUZZTIME_BINARY inputs).
-FUZZ_TARGETS := ./pkg/oci:FuzzContainerSpec ./pkg/config:FuzzParse \
-	./pkg/container:FuzzDecodeRecord ./pkg/sandbox:FuzzDecodeRecord
+FUZZ_TARGETS := ./internal/oci:FuzzContainerSpec ./internal/config:FuzzParse \
+	./internal/container:FuzzDecodeRecord ./internal/sandbox:FuzzDecodeRecord
 FUZZTIME ?= 2m
 FUZZTIME_BINARY ?= $(FUZZTIME)
 fuzz: $(BIN)/rtshim-monitor-sanitized

@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// Every Go package of the daemon and its binaries (cmd/, pkg/, internal/, configs) is
+// Every Go package of the daemon and its binaries (cmd/, internal/, configs) is
 // named in DESIGN.md, so that the map a newcomer reads first has no blank spots; a
 // package added without a line there fails here.
 func TestDesignMapCoversEveryPackage(t *testing.T) {
@@ -21,7 +21,7 @@ func TestDesignMapCoversEveryPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	pkgs := map[string]bool{}
-	for _, root := range []string{"cmd", "pkg", "internal", "configs"} {
+	for _, root := range []string{"cmd", "internal", "configs"} {
 		err := filepath.WalkDir(filepath.Join("..", root), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if os.IsNotExist(err) {
@@ -47,7 +47,7 @@ func TestDesignMapCoversEveryPackage(t *testing.T) {
 	}
 	var missing []string
 	for p := range pkgs {
-		// The name whole: "pkg/kind" is not named by "pkg/kind/ocicli".
+		// The name whole: "internal/kind" is not named by "internal/kind/ocicli".
 		if !regexp.MustCompile(regexp.QuoteMeta(p) + `($|[^/\w-])`).Match(design) {
 			missing = append(missing, p)
 		}

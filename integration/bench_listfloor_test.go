@@ -19,7 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
-	"github.com/rtshimd/rtshimd/pkg/protocache"
+	"github.com/rtshimd/rtshimd/internal/protocache"
 )
 
 // listFloorEnv names the socket a re-executed test binary serves the list floor on.
@@ -98,7 +98,7 @@ func serveListFloor(sock string) error {
 			return err
 		}
 	}
-	// Kept as the daemon keeps them (pkg/protocache): each item encoded once.
+	// Kept as the daemon keeps them (internal/protocache): each item encoded once.
 	for _, p := range pods.Items {
 		raw, err := proto.Marshal(p)
 		if err != nil {

@@ -22,7 +22,7 @@ import (
 )
 
 // crashPoints are the steps of the lifecycle RPCs at which the suite kills the daemon
-// (pkg/failpoint, "<point>=crash"), each named "<rpc>/<step>", in the order the RPC
+// (internal/failpoint, "<point>=crash"), each named "<rpc>/<step>", in the order the RPC
 // reaches them.
 var crashPoints = []string{
 	"run-sandbox/recorded", "run-sandbox/namespaces", "run-sandbox/network",

@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 		pkg    string
 		static bool
 	}{{"./cmd/rtshimd", false}, {"./cmd/rtshim-pause", true}} {
-		// failpoints: the suite's daemon can be told to fail named steps (pkg/failpoint).
+		// failpoints: the suite's daemon can be told to fail named steps (internal/failpoint).
 		cmd := exec.Command("go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs,failpoints", "-o", dir, b.pkg)
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

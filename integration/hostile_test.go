@@ -123,7 +123,7 @@ func TestHostileLogPaths(t *testing.T) {
 	}
 }
 
-// execOutputCap is pkg/container.MaxExecOutput: what fits a 16 MiB gRPC message.
+// execOutputCap is internal/container.MaxExecOutput: what fits a 16 MiB gRPC message.
 const execOutputCap = 16<<20 - 64<<10
 
 // An exec that prints more than a gRPC message holds returns its output cut at the cap,

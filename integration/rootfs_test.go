@@ -14,12 +14,12 @@ import (
 	"github.com/containers/storage/pkg/reexec"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/rtshimd/rtshimd/pkg/config"
-	"github.com/rtshimd/rtshimd/pkg/image"
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/image"
 )
 
 func init() {
-	// pkg/image unpacks layers by re-executing this test binary (containers/storage).
+	// internal/image unpacks layers by re-executing this test binary (containers/storage).
 	if reexec.Init() {
 		os.Exit(0)
 	}

@@ -428,7 +428,7 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 		p.s++;
 		char **sp = NULL;
 		bool *bp = NULL, args = false;
-		// The fields of pkg/monitor's Config (monitor.json) or LoggerConfig (logger.json).
+		// The fields of internal/monitor's Config (monitor.json) or LoggerConfig (logger.json).
 		if (keyeq(k, "log_path"))
 			sp = &cfg->log_path;
 		else if (keyeq(k, "log_dir"))

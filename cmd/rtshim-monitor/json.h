@@ -1,4 +1,4 @@
-// A small JSON reader for the monitor's configs (pkg/monitor Config and LoggerConfig):
+// A small JSON reader for the monitor's configs (internal/monitor Config and LoggerConfig):
 // one flat object of strings, booleans and one string array; other keys and values are
 // skipped. And the quoting of one string for the replies the monitor writes.
 #ifndef RTSHIM_JSON_H

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rtshimd/rtshimd/pkg/config"
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // The default monitor is the one beside rtshimd; a configured path wins.

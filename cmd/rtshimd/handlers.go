@@ -9,9 +9,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/rtshimd/rtshimd/pkg/config"
-	"github.com/rtshimd/rtshimd/pkg/handlers"
-	"github.com/rtshimd/rtshimd/pkg/nrihost"
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/handlers"
+	"github.com/rtshimd/rtshimd/internal/nrihost"
 )
 
 // discoverForCommand discovers every handler of the config in args as the daemon would,

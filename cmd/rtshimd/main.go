@@ -15,9 +15,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/configs"
-	"github.com/rtshimd/rtshimd/pkg/config"
-	"github.com/rtshimd/rtshimd/pkg/cri"
-	"github.com/rtshimd/rtshimd/pkg/reload"
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/cri"
+	"github.com/rtshimd/rtshimd/internal/reload"
 )
 
 const defaultConfigPath = "/etc/rtshimd/config.toml"

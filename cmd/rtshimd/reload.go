@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/pkg/reload"
+	"github.com/rtshimd/rtshimd/internal/reload"
 )
 
 // reloadCmd asks the daemon serving the config's socket to reload, as SIGHUP does, and

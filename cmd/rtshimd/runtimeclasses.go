@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/rtshimd/rtshimd/pkg/handlers"
+	"github.com/rtshimd/rtshimd/internal/handlers"
 )
 
 // NodeLabelPrefix names the node label that advertises a ready handler; each RuntimeClass

@@ -25,7 +25,7 @@ import (
 	"unsafe"
 )
 
-// Config is what json_parse_config read: the fields of pkg/monitor's Config and, for a
+// Config is what json_parse_config read: the fields of internal/monitor's Config and, for a
 // logger, LoggerConfig (Stdin is its FIFO path; StdinOn the monitor's boolean).
 type Config struct {
 	ID, Dir, Runtime, Bundle, LogPath, LogDir string

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 )
 
 // cstr is s as the C reader returns it: a C string ends at its first NUL.
@@ -20,7 +20,7 @@ func cstr(s string) string {
 }
 
 // FuzzConfig holds the C monitor's JSON reader to encoding/json, which writes the files
-// it reads: on any bytes, the C reader and Unmarshal into pkg/monitor's Config and
+// it reads: on any bytes, the C reader and Unmarshal into internal/monitor's Config and
 // LoggerConfig accept the same inputs and read the same values; json_object_int agrees
 // with Unmarshal into a struct with one int32 field; and json_quote's output unmarshals
 // back to the string quoted. The limits the C reader has on purpose are skipped: input

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 )
 
 // maxLogLine is where the monitor splits a long line into partial (P) entries, as kubelet

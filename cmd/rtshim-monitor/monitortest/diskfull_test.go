@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 )
 
 // TestLoggerDiskFull: when the log's file system is full, entries are dropped whole (no

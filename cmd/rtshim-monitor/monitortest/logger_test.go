@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 )
 
 // monitorBinaryEnv names the monitor binary under test; unset, TestMain builds the

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rtshimd/rtshimd/pkg/monitor"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 )
 
 // fakeRuntime is an OCI runtime's command line as far as the monitor uses it: create

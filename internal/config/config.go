@@ -1,0 +1,578 @@
+// Package config owns rtshimd's configuration file: its structure, defaults, parsing and
+// validation. Every mistake is reported as "file:line: message". It knows nothing of
+// runtimes beyond their table entries.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/configs"
+)
+
+// Sandbox modes of a handler: the key `sandbox` of earlier releases, read as an alias of
+// runtime_type ("namespaces" is "oci", "shared" is "oci-sandbox").
+const (
+	SandboxNamespaces = "namespaces"
+	SandboxShared     = "shared"
+)
+
+// Cgroup drivers.
+const (
+	CgroupfsDriver = "cgroupfs"
+	SystemdDriver  = "systemd"
+)
+
+// Config is the daemon configuration.
+type Config struct {
+	Socket       string `toml:"socket"`
+	StateRoot    string `toml:"state_root"`
+	RunRoot      string `toml:"run_root"`
+	CgroupDriver string `toml:"cgroup_driver"`
+	LogLevel     string `toml:"log_level"`
+	MonitorPath  string `toml:"monitor_path"`
+	PausePath    string `toml:"pause_path"`
+	// StrictSELinux refuses SELinux labels and relabeling asked for on a node without SELinux; by default
+	// they are not applied, with a warning, as containerd and CRI-O do.
+	StrictSELinux  bool                `toml:"strict_selinux"`
+	DefaultHandler string              `toml:"default_handler"`
+	Handlers       map[string]*Handler `toml:"handlers"`
+	Image          Image               `toml:"image"`
+	Network        Network             `toml:"network"`
+	Streaming      Streaming           `toml:"streaming"`
+	Metrics        Metrics             `toml:"metrics"`
+	CDI            CDI                 `toml:"cdi"`
+	NRI            NRI                 `toml:"nri"`
+	Debug          Debug               `toml:"debug"`
+	Stats          Stats               `toml:"stats"`
+
+	// Path is the file the config was read from ("" for the built-in default).
+	Path string `toml:"-"`
+	// Hash is the SHA-256 of the file's bytes (hex), so an operator can tell which
+	// version of the file the daemon serves.
+	Hash string `toml:"-"`
+}
+
+// Handler is one entry of the handler table, as the file has it.
+type Handler struct {
+	// RuntimeType is the kind of runtime (internal/kind): "oci", "oci-sandbox" or "shim-v2".
+	RuntimeType string   `toml:"runtime_type" json:"runtime_type"`
+	RuntimePath string   `toml:"runtime_path" json:"runtime_path"`
+	RuntimeRoot string   `toml:"runtime_root" json:"runtime_root"`
+	RuntimeArgs []string `toml:"runtime_args" json:"runtime_args,omitempty"`
+	// Sandbox is the deprecated spelling of RuntimeType; it only fills RuntimeType.
+	Sandbox  string   `toml:"sandbox" json:"-"`
+	Overhead Overhead `toml:"overhead" json:"overhead"`
+	Features Declared `toml:"features" json:"declared_features"`
+	// CNIConfDir and CNINetwork give the handler's pods another CNI network than the
+	// default (a conf dir of its own, and/or a network by name).
+	CNIConfDir string `toml:"cni_conf_dir" json:"cni_conf_dir,omitempty"`
+	CNINetwork string `toml:"cni_network" json:"cni_network,omitempty"`
+}
+
+// CDI configures Container Device Interface devices (config.CDI_devices and cdi.k8s.io/
+// annotations of a container).
+type CDI struct {
+	// SpecDirs hold the vendors' CDI spec files, lowest priority first; a directory that
+	// does not exist is skipped. An empty list (not an absent key) turns CDI off.
+	SpecDirs []string `toml:"spec_dirs"`
+}
+
+// NRI configures the Node Resource Interface (github.com/containerd/nri): plugins that see
+// every pod and container event and may adjust containers as they are created.
+type NRI struct {
+	// Enable is on by default, as in containerd 2.x; absent from the file means true.
+	Enable bool `toml:"enable" json:"enable"`
+	// SocketPath is where external plugins connect.
+	SocketPath string `toml:"socket_path" json:"socket_path"`
+	// PluginPath holds plugins the daemon starts itself; PluginConfigPath their configs.
+	PluginPath       string `toml:"plugin_path" json:"plugin_path"`
+	PluginConfigPath string `toml:"plugin_config_path" json:"plugin_config_path"`
+	// Timeouts for a plugin to register and to answer one request ("5s", "2s").
+	RegistrationTimeout Duration `toml:"plugin_registration_timeout" json:"plugin_registration_timeout"`
+	RequestTimeout      Duration `toml:"plugin_request_timeout" json:"plugin_request_timeout"`
+	// DisableConnections accepts no external plugin: only those in PluginPath run.
+	DisableConnections bool `toml:"disable_connections" json:"disable_connections"`
+}
+
+// Duration is a time.Duration written as Go writes one ("2s", "500ms") in TOML and JSON.
+type Duration struct{ time.Duration }
+
+// UnmarshalText reads "2s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: 2s, 500ms)", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes "2s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Stats is how container and pod usage (the CRI's stats) is read.
+type Stats struct {
+	// CollectionPeriod is how often a background collector reads every running
+	// container's and ready pod's usage; the stats calls answer from its latest reading.
+	// 0 reads at each call.
+	CollectionPeriod Duration `toml:"collection_period"`
+}
+
+// DefaultStatsPeriod is stats.collection_period when the file does not say: 0, read at
+// each call, as CRI-O's stats_collection_period and containerd. With a collector, crictl
+// stats without an id fails unless given --seconds of at least the period (it refuses two
+// answers with the same CPU timestamp), so it is the operator's choice for large nodes.
+const DefaultStatsPeriod = 0
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Addr is host:port for /metrics; empty (the default) serves no metrics.
+	Addr string `toml:"addr"`
+}
+
+// Debug configures what is only for finding out where the daemon's time and memory go.
+type Debug struct {
+	// PprofSocket is a unix socket path (mode 0600) serving net/http/pprof's /debug/pprof/;
+	// empty (the default) serves none. A unix socket, not an address: profiles show
+	// every pod's IDs and the handlers' arguments, and only root should read them.
+	PprofSocket string `toml:"pprof_socket"`
+}
+
+// Streaming configures the server behind Exec, Attach and PortForward URLs.
+type Streaming struct {
+	// Addr is host:port; port 0 picks a free one. Keep it on loopback unless a TLS
+	// front or the node's firewall protects it: whoever reaches it can exec into pods.
+	Addr string `toml:"addr"`
+	// TLSCertFile and TLSKeyFile serve the streaming server over TLS (both or neither).
+	TLSCertFile string `toml:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file"`
+}
+
+// Network configures pod networking through CNI.
+type Network struct {
+	// ConfDir holds the CNI network configs; the first valid one (in name order) is the
+	// default network.
+	ConfDir string `toml:"cni_conf_dir"`
+	// BinDirs are searched for plugin binaries.
+	BinDirs []string `toml:"cni_bin_dirs"`
+	// CacheDir keeps results so that DEL works after a restart (default <state_root>/cni).
+	CacheDir string `toml:"cni_cache_dir"`
+	// Timeout bounds each CNI operation (ADD, DEL, loading a config), a Go duration
+	// ("2m", "30s"): a hung plugin fails RunPodSandbox with DeadlineExceeded and the pod
+	// is undone. Default 2m (kubelet's runtime-request-timeout).
+	Timeout string `toml:"cni_timeout"`
+}
+
+// CNITimeout is network.cni_timeout (validated by Load).
+func (n Network) CNITimeout() time.Duration {
+	d, _ := time.ParseDuration(n.Timeout)
+	return d
+}
+
+// Image configures the image service: where images come from and how they are kept.
+type Image struct {
+	// RegistriesConf is a registries.conf (containers-registries.conf(5)): mirrors, insecure
+	// and blocked registries, location rewrites. Empty uses /etc/containers/registries.conf
+	// when it exists.
+	RegistriesConf string `toml:"registries_conf"`
+	// Registries are [[registry]] entries given here instead of (or on top of) that file.
+	Registries []Registry `toml:"registries"`
+	// Pinned images are reported pinned, so kubelet's image GC never removes them.
+	Pinned []string `toml:"pinned"`
+	// StorageDriver is the containers/storage graph driver ("overlay" or "vfs").
+	StorageDriver string `toml:"storage_driver"`
+	// MaxParallelDownloads bounds the layers one pull fetches at once (default 3).
+	MaxParallelDownloads int `toml:"max_parallel_downloads"`
+}
+
+// Registry is one [[registry]] entry, as in registries.conf.
+type Registry struct {
+	Prefix   string   `toml:"prefix" json:"prefix"`
+	Location string   `toml:"location" json:"location"`
+	Insecure bool     `toml:"insecure" json:"insecure,omitempty"`
+	Blocked  bool     `toml:"blocked" json:"blocked,omitempty"`
+	Mirrors  []Mirror `toml:"mirrors" json:"mirrors,omitempty"`
+}
+
+// Mirror is a mirror of a Registry, tried before it.
+type Mirror struct {
+	Location string `toml:"location" json:"location"`
+	Insecure bool   `toml:"insecure" json:"insecure,omitempty"`
+}
+
+// Overhead is what a handler's sandbox costs beyond its containers.
+type Overhead struct {
+	Memory string `toml:"memory" json:"memory,omitempty"`
+	CPU    string `toml:"cpu" json:"cpu,omitempty"`
+
+	MemoryBytes int64 `toml:"-" json:"memory_bytes"`
+	MilliCPU    int64 `toml:"-" json:"milli_cpu"`
+}
+
+// Declared holds features a person states for a handler; nil means "discover".
+type Declared struct {
+	HostNetwork             *bool `toml:"host_network" json:"host_network,omitempty"`
+	HostPID                 *bool `toml:"host_pid" json:"host_pid,omitempty"`
+	HostIPC                 *bool `toml:"host_ipc" json:"host_ipc,omitempty"`
+	UserNamespaces          *bool `toml:"user_namespaces" json:"user_namespaces,omitempty"`
+	RecursiveReadOnlyMounts *bool `toml:"recursive_read_only_mounts" json:"recursive_read_only_mounts,omitempty"`
+}
+
+// Default returns the shipped default configuration (configs/config.toml).
+func Default() *Config {
+	c, err := Parse("configs/config.toml", configs.DefaultConfig)
+	if err != nil {
+		panic(fmt.Sprintf("shipped default config is invalid: %v", err))
+	}
+	c.Path = ""
+	return c
+}
+
+// Load reads and validates the config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// lineErr matches the decoder's type errors, which carry the line only in their text.
+var lineErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+// Parse decodes and validates config text; name is used in error messages.
+func Parse(name string, data []byte) (*Config, error) {
+	// Booleans whose default is true are set before decoding: the decoder leaves keys the
+	// file lacks as they are.
+	// So are defaults that may be set to zero (stats.collection_period = "0").
+	c := &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}}}
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+		}
+		if m := lineErr.FindStringSubmatch(err.Error()); m != nil {
+			return nil, fmt.Errorf("%s:%s: %s: %s", name, m[1], m[2], m[3])
+		}
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	c.Path = name
+	sum := sha256.Sum256(data)
+	c.Hash = hex.EncodeToString(sum[:])
+	p := positions{name: name, src: data}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0].String()
+		return nil, p.errf(k, "unknown key %q", k)
+	}
+	c.applyDefaults()
+	if err := c.validate(p); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Socket, "/run/rtshimd/rtshimd.sock")
+	def(&c.StateRoot, "/var/lib/rtshimd")
+	def(&c.RunRoot, "/run/rtshimd")
+	def(&c.CgroupDriver, CgroupfsDriver)
+	def(&c.LogLevel, "info")
+	def(&c.Image.StorageDriver, "overlay")
+	def(&c.Network.ConfDir, "/etc/cni/net.d")
+	def(&c.Network.Timeout, "2m")
+	def(&c.Streaming.Addr, "127.0.0.1:0")
+	def(&c.Network.CacheDir, filepath.Join(c.StateRoot, "cni"))
+	if len(c.Network.BinDirs) == 0 {
+		c.Network.BinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+	}
+	if c.CDI.SpecDirs == nil {
+		c.CDI.SpecDirs = []string{"/etc/cdi", "/var/run/cdi"} // the CDI specification's
+	}
+	// The NRI adaptation's own defaults (containerd's too).
+	def(&c.NRI.SocketPath, "/var/run/nri/nri.sock")
+	def(&c.NRI.PluginPath, "/opt/nri/plugins")
+	def(&c.NRI.PluginConfigPath, "/etc/nri/conf.d")
+	if c.NRI.RegistrationTimeout.Duration == 0 {
+		c.NRI.RegistrationTimeout.Duration = 5 * time.Second
+	}
+	if c.NRI.RequestTimeout.Duration == 0 {
+		c.NRI.RequestTimeout.Duration = 2 * time.Second
+	}
+	if c.Image.MaxParallelDownloads == 0 {
+		c.Image.MaxParallelDownloads = 3 // containerd's default
+	}
+	for name, h := range c.Handlers {
+		if h == nil {
+			continue
+		}
+		def(&h.RuntimeRoot, filepath.Join(c.RunRoot, name))
+	}
+}
+
+// HandlerNames lists the configured handlers, sorted.
+func (c *Config) HandlerNames() []string {
+	names := make([]string, 0, len(c.Handlers))
+	for n := range c.Handlers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func (c *Config) validate(p positions) error {
+	for _, f := range []struct{ key, val string }{
+		{"socket", c.Socket}, {"state_root", c.StateRoot}, {"run_root", c.RunRoot},
+		{"monitor_path", c.MonitorPath}, {"pause_path", c.PausePath},
+	} {
+		if f.val != "" && !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
+	if c.CgroupDriver != CgroupfsDriver && c.CgroupDriver != SystemdDriver {
+		return p.errf("cgroup_driver", "cgroup_driver must be %q or %q, got %q", CgroupfsDriver, SystemdDriver, c.CgroupDriver)
+	}
+	if _, err := logrus.ParseLevel(c.LogLevel); err != nil {
+		return p.errf("log_level", "log_level %q is not a level (panic, fatal, error, warn, info, debug, trace)", c.LogLevel)
+	}
+	for _, f := range []struct{ key, val string }{{"network.cni_conf_dir", c.Network.ConfDir}, {"network.cni_cache_dir", c.Network.CacheDir}} {
+		if !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Streaming.Addr); err != nil {
+		return p.errf("streaming.addr", "streaming.addr %q is not host:port", c.Streaming.Addr)
+	}
+	if c.Metrics.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Addr); err != nil {
+			return p.errf("metrics.addr", "metrics.addr %q is not host:port", c.Metrics.Addr)
+		}
+	}
+	if sock := c.Debug.PprofSocket; sock != "" {
+		if !filepath.IsAbs(sock) {
+			return p.errf("debug.pprof_socket", "debug.pprof_socket must be an absolute path, got %q", sock)
+		}
+		if len(sock) > 107 {
+			return p.errf("debug.pprof_socket", "debug.pprof_socket %q is longer than a unix socket path can be (107 bytes)", sock)
+		}
+	}
+	if (c.Streaming.TLSCertFile == "") != (c.Streaming.TLSKeyFile == "") {
+		return p.errf("streaming", "streaming.tls_cert_file and streaming.tls_key_file go together: set both or neither")
+	}
+	if d, err := time.ParseDuration(c.Network.Timeout); err != nil || d <= 0 {
+		return p.errf("network.cni_timeout", "network.cni_timeout %q is not a positive duration (such as \"2m\" or \"30s\")", c.Network.Timeout)
+	}
+	for i, d := range c.Network.BinDirs {
+		if !filepath.IsAbs(d) {
+			return p.errf("network.cni_bin_dirs", "network.cni_bin_dirs[%d] must be an absolute path, got %q", i, d)
+		}
+	}
+	for i, d := range c.CDI.SpecDirs {
+		if !filepath.IsAbs(d) {
+			return p.errf("cdi.spec_dirs", "cdi.spec_dirs[%d] must be an absolute path, got %q", i, d)
+		}
+	}
+	for _, f := range []struct{ key, val string }{
+		{"nri.socket_path", c.NRI.SocketPath}, {"nri.plugin_path", c.NRI.PluginPath}, {"nri.plugin_config_path", c.NRI.PluginConfigPath},
+	} {
+		if !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
+	// A unix socket's path has room for 107 bytes (sun_path).
+	if len(c.NRI.SocketPath) > 107 {
+		return p.errf("nri.socket_path", "nri.socket_path %q is longer than a unix socket path can be (107 bytes)", c.NRI.SocketPath)
+	}
+	for _, f := range []struct {
+		key string
+		val time.Duration
+	}{{"nri.plugin_registration_timeout", c.NRI.RegistrationTimeout.Duration}, {"nri.plugin_request_timeout", c.NRI.RequestTimeout.Duration}} {
+		if f.val < 0 {
+			return p.errf(f.key, "%s must be positive, got %v", f.key, f.val)
+		}
+	}
+	if d := c.Stats.CollectionPeriod.Duration; d != 0 && d < time.Second {
+		return p.errf("stats.collection_period", "stats.collection_period must be \"0\" (read at each call) or at least 1s, got %v", d)
+	}
+	if c.Image.RegistriesConf != "" && !filepath.IsAbs(c.Image.RegistriesConf) {
+		return p.errf("image.registries_conf", "image.registries_conf must be an absolute path, got %q", c.Image.RegistriesConf)
+	}
+	if d := c.Image.StorageDriver; d != "overlay" && d != "vfs" {
+		return p.errf("image.storage_driver", "image.storage_driver must be \"overlay\" or \"vfs\", got %q", d)
+	}
+	if c.Image.MaxParallelDownloads < 0 {
+		return p.errf("image.max_parallel_downloads", "image.max_parallel_downloads must be positive, got %d", c.Image.MaxParallelDownloads)
+	}
+	for i, r := range c.Image.Registries {
+		if r.Prefix == "" && r.Location == "" {
+			return p.errf("image.registries", "image.registries[%d]: prefix or location is required", i)
+		}
+		for j, m := range r.Mirrors {
+			if m.Location == "" {
+				return p.errf("image.registries", "image.registries[%d].mirrors[%d]: location is required", i, j)
+			}
+		}
+	}
+	if len(c.Handlers) == 0 {
+		return p.errf("", "no handlers configured: add at least one [handlers.NAME] table")
+	}
+	for _, name := range c.HandlerNames() {
+		h := c.Handlers[name]
+		key := "handlers." + name
+		if len(name) > 63 || !dns1123Label.MatchString(name) {
+			return p.errf(key, "handler name %q is not a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters, like a RuntimeClass handler)", name)
+		}
+		if h == nil || h.RuntimePath == "" {
+			return p.errf(key, "handler %q: runtime_path is required", name)
+		}
+		if !filepath.IsAbs(h.RuntimePath) {
+			return p.errf(key+".runtime_path", "handler %q: runtime_path must be an absolute path, got %q", name, h.RuntimePath)
+		}
+		if !filepath.IsAbs(h.RuntimeRoot) {
+			return p.errf(key+".runtime_root", "handler %q: runtime_root must be an absolute path, got %q", name, h.RuntimeRoot)
+		}
+		if h.CNIConfDir != "" && !filepath.IsAbs(h.CNIConfDir) {
+			return p.errf(key+".cni_conf_dir", "handler %q: cni_conf_dir must be an absolute path, got %q", name, h.CNIConfDir)
+		}
+		if err := h.resolveType(); err != nil {
+			k := key + ".runtime_type"
+			if h.RuntimeType == "" || h.Sandbox != "" && strings.Contains(err.Error(), "sandbox") {
+				k = key + ".sandbox"
+			}
+			return p.errf(k, "handler %q: %v", name, err)
+		}
+		var err error
+		if h.Overhead.MemoryBytes, err = ParseMemory(h.Overhead.Memory); err != nil {
+			return p.errf(key+".overhead.memory", "handler %q: overhead.memory: %v", name, err)
+		}
+		if h.Overhead.MilliCPU, err = ParseCPU(h.Overhead.CPU); err != nil {
+			return p.errf(key+".overhead.cpu", "handler %q: overhead.cpu: %v", name, err)
+		}
+	}
+	if c.DefaultHandler == "" {
+		return p.errf("default_handler", "default_handler is required (one of: %s)", strings.Join(c.HandlerNames(), ", "))
+	}
+	if _, ok := c.Handlers[c.DefaultHandler]; !ok {
+		return p.errf("default_handler", "default_handler %q is not a configured handler (configured: %s)", c.DefaultHandler, strings.Join(c.HandlerNames(), ", "))
+	}
+	return nil
+}
+
+// runtimeTypes are the kinds of runtime a handler can name (internal/kind; kept here as strings
+// so the config stays free of runtime code).
+var runtimeTypes = []string{"oci", "oci-sandbox", "shim-v2"}
+
+// resolveType settles RuntimeType from runtime_type or the deprecated sandbox key.
+func (h *Handler) resolveType() error {
+	var fromSandbox string
+	switch h.Sandbox {
+	case "":
+	case SandboxNamespaces:
+		fromSandbox = "oci"
+	case SandboxShared:
+		fromSandbox = "oci-sandbox"
+	default:
+		return fmt.Errorf("sandbox must be %q or %q, got %q (sandbox is deprecated: use runtime_type, one of %s)", SandboxNamespaces, SandboxShared, h.Sandbox, strings.Join(runtimeTypes, ", "))
+	}
+	switch {
+	case h.RuntimeType == "" && fromSandbox != "":
+		h.RuntimeType = fromSandbox
+	case h.RuntimeType == "":
+		h.RuntimeType = "oci"
+	case fromSandbox != "" && fromSandbox != h.RuntimeType:
+		return fmt.Errorf("runtime_type %q contradicts the deprecated sandbox = %q (which means %q): drop sandbox", h.RuntimeType, h.Sandbox, fromSandbox)
+	}
+	for _, t := range runtimeTypes {
+		if h.RuntimeType == t {
+			return nil
+		}
+	}
+	return fmt.Errorf("runtime_type must be one of %s, got %q", strings.Join(runtimeTypes, ", "), h.RuntimeType)
+}
+
+// ParseMemory parses a Kubernetes-style memory quantity ("64Mi", "1G", "1048576").
+func ParseMemory(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := map[string]int64{
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+		"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "": 1,
+	}
+	num := strings.TrimRight(s, "KMGTik")
+	m, ok := mult[s[len(num):]]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n < 0 || n > math.MaxInt64/m {
+		return 0, fmt.Errorf("%q is not a memory quantity (examples: 64Mi, 1Gi, 500M)", s)
+	}
+	return n * m, nil
+}
+
+// ParseCPU parses a Kubernetes-style CPU quantity ("100m", "0.5", "2") into millicores.
+func ParseCPU(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if strings.HasSuffix(s, "m") {
+		n, err := strconv.ParseInt(strings.TrimSuffix(s, "m"), 10, 64)
+		if err == nil && n >= 0 {
+			return n, nil
+		}
+	} else if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f <= 1e9 && (f == 0 || f >= 0.001) {
+		return int64(math.Round(f * 1000)), nil
+	}
+	return 0, fmt.Errorf("%q is not a CPU quantity (examples: 100m, 0.5, 2)", s)
+}
+
+// RestartNeeded names the settings that differ between old and cfg and take effect only
+// when the daemon restarts. The handler table, the default handler, image.registries_conf,
+// image.registries, log_level and stats.collection_period are applied by a reload.
+func RestartNeeded(old, cfg *Config) []string {
+	var out []string
+	differ := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, key)
+		}
+	}
+	differ("socket", old.Socket, cfg.Socket)
+	differ("state_root", old.StateRoot, cfg.StateRoot)
+	differ("run_root", old.RunRoot, cfg.RunRoot)
+	differ("cgroup_driver", old.CgroupDriver, cfg.CgroupDriver)
+	differ("monitor_path", old.MonitorPath, cfg.MonitorPath)
+	differ("pause_path", old.PausePath, cfg.PausePath)
+	differ("strict_selinux", old.StrictSELinux, cfg.StrictSELinux)
+	differ("image.pinned", old.Image.Pinned, cfg.Image.Pinned)
+	differ("image.storage_driver", old.Image.StorageDriver, cfg.Image.StorageDriver)
+	differ("image.max_parallel_downloads", old.Image.MaxParallelDownloads, cfg.Image.MaxParallelDownloads)
+	differ("network", old.Network, cfg.Network)
+	differ("streaming", old.Streaming, cfg.Streaming)
+	differ("metrics", old.Metrics, cfg.Metrics)
+	differ("cdi", old.CDI, cfg.CDI)
+	differ("nri", old.NRI, cfg.NRI)
+	differ("debug", old.Debug, cfg.Debug)
+	return out
+}

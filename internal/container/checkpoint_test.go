@@ -1,0 +1,240 @@
+package container
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/store"
+)
+
+// noCheckpoint is a kind without kind.Checkpointer (as shim v2).
+type noCheckpoint struct{ kind.Runtime }
+
+func (noCheckpoint) Type() string { return kind.ShimV2 }
+
+// fakeCRIU checkpoints as runc does: an image in imageDir, CRIU's log in workDir.
+type fakeCRIU struct {
+	kind.Runtime
+	err    error
+	during func(imageDir string) // runs while it dumps
+}
+
+func (f fakeCRIU) Checkpoint(ctx context.Context, t kind.Task, imageDir, workDir string) error {
+	if f.during != nil {
+		f.during(imageDir)
+	}
+	if err := os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("(00.1) Dumping finished successfully\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(imageDir, "inventory.img"), []byte("img of "+t.ID), 0o600); err != nil {
+		return err
+	}
+	return f.err
+}
+
+// A checkpoint is a tar of CRIU's image, config.dump, spec.dump and dump.log at the
+// location; a failed one leaves nothing there or beside it.
+func TestCheckpointArchive(t *testing.T) {
+	bundle := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"process":{"args":["sleep","1000"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// As kubelet sends it: the image's ID, and the pod spec's name beside it.
+	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "sha256:abc", ImageID: "sha256:abc", ImageName: "busybox:1"},
+		config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "sha256:abc", UserSpecifiedImage: "busybox:1"}},
+		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
+	m := &Manager{containers: map[string]*Container{"c1": c}, opts: Options{CheckpointDir: t.TempDir()}}
+	out := t.TempDir()
+	loc := filepath.Join(out, "c1.tar")
+	if err := m.Checkpoint(context.Background(), "c1", loc, 0); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[hdr.Name] = string(b)
+	}
+	if got["checkpoint/inventory.img"] != "img of c1" || !strings.Contains(got["spec.dump"], "sleep") ||
+		!strings.Contains(got["config.dump"], `"id":"c1"`) || !strings.Contains(got["config.dump"], `"rootfsImageRef":"sha256:abc"`) ||
+		!strings.Contains(got["config.dump"], `"rootfsImage":"busybox:1"`) || !strings.Contains(got["config.dump"], `"rootfsImageName":"busybox:1"`) ||
+		!strings.Contains(got["dump.log"], "finished") {
+		t.Errorf("archive entries: %v", got)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 1 {
+		t.Errorf("beside the archive: %v", entries)
+	}
+	if err := m.Checkpoint(context.Background(), "c1", loc, 0); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("over an existing archive: %v", err)
+	}
+
+	c.rt = fakeCRIU{err: fmt.Errorf("CRIU failed: %w", errdefs.ErrFailedPrecondition)}
+	loc = filepath.Join(out, "failed.tar")
+	if err := m.Checkpoint(context.Background(), "c1", loc, 0); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("failed checkpoint: %v", err)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 1 {
+		t.Errorf("a failed checkpoint left files: %v", entries)
+	}
+}
+
+func TestCheckpointRefusals(t *testing.T) {
+	dir := t.TempDir()
+	m := &Manager{containers: map[string]*Container{
+		"exited1": {Metadata: Metadata{ID: "exited1", Handler: "runc"}, status: store.NewTracked(Status{State: StateExited})},
+		"shim1":   {Metadata: Metadata{ID: "shim1", Handler: "runc-shim"}, status: store.NewTracked(Status{State: StateRunning}), rt: noCheckpoint{}},
+	}}
+	loc := filepath.Join(dir, "c.tar")
+	for _, tc := range []struct {
+		id, location string
+		kind         error
+		says         []string
+	}{
+		{"", loc, errdefs.ErrInvalidArgument, []string{"container_id"}},
+		{"exited1", "", errdefs.ErrInvalidArgument, []string{"location"}},
+		{"exited1", "c.tar", errdefs.ErrInvalidArgument, []string{"location", `"c.tar"`}},
+		{"nosuch", loc, errdefs.ErrNotFound, []string{`"nosuch"`}},
+		{"exited1", loc, errdefs.ErrFailedPrecondition, []string{"exited1", "exited"}},
+		{"shim1", loc, errdefs.ErrNotImplemented, []string{`handler "runc-shim"`, kind.ShimV2}},
+		{"shim1", filepath.Join(dir, "no", "c.tar"), errdefs.ErrNotImplemented, nil}, // the kind is asked first
+	} {
+		err := m.Checkpoint(context.Background(), tc.id, tc.location, 0)
+		if !errors.Is(err, tc.kind) {
+			t.Errorf("Checkpoint(%q, %q) = %v, want %v", tc.id, tc.location, err, tc.kind)
+			continue
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("Checkpoint(%q, %q) = %v: does not say %s", tc.id, tc.location, err, s)
+			}
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("refusals left %d files, e.g. %s", len(entries), entries[0].Name())
+	}
+}
+
+func TestWriteTar(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "checkpoint"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"checkpoint/pages-1.img": "pages", "config.dump": `{"id":"x"}`, "spec.dump": "{}"}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "a.tar")
+	dirFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dirFD)
+	if err := publishTar(dirFD, out, root); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("beside the archive: %v", entries)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("archive mode: %v %v", fi.Mode(), err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[hdr.Name] = string(b)
+	}
+	if _, ok := got["checkpoint/"]; !ok || len(got) != len(files)+1 {
+		t.Errorf("entries %v", got)
+	}
+	for name, body := range files {
+		if got[name] != body {
+			t.Errorf("%s: %q, want %q", name, got[name], body)
+		}
+	}
+}
+
+// A user who can write location's parent swaps location's directory for a symlink while
+// CRIU dumps: root's writes still go to the directory the call named (through its
+// descriptor), never through the symlink, and nothing of the dump was ever in that
+// directory (today's code made its image beside location and linked the archive in by path).
+func TestCheckpointSwappedDirectory(t *testing.T) {
+	bundle := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parent, elsewhere := t.TempDir(), t.TempDir()
+	dir := filepath.Join(parent, "ck")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(parent, "moved")
+	var imageIn string
+	swap := func(imageDir string) {
+		imageIn = imageDir
+		if err := os.Rename(dir, moved); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(elsewhere, dir); err != nil {
+			t.Error(err)
+		}
+	}
+	c := &Container{Metadata: Metadata{ID: "c1", Name: "n", Handler: "runc", Dir: bundle},
+		config: &runtimeapi.ContainerConfig{}, status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{during: swap}}
+	ckDir := t.TempDir()
+	m := &Manager{containers: map[string]*Container{"c1": c}, opts: Options{CheckpointDir: ckDir}}
+	if err := m.Checkpoint(context.Background(), "c1", filepath.Join(dir, "c1.tar"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(imageIn, ckDir+"/") {
+		t.Errorf("CRIU's image was made in %s, not in the daemon's checkpoint dir %s", imageIn, ckDir)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("written through the swapped-in symlink: %v", entries)
+	}
+	if entries, _ := os.ReadDir(moved); len(entries) != 1 || entries[0].Name() != "c1.tar" {
+		t.Errorf("the named directory holds %v, want the archive alone", entries)
+	}
+	if entries, _ := os.ReadDir(ckDir); len(entries) != 0 {
+		t.Errorf("the work dir was left: %v", entries)
+	}
+}

@@ -1,0 +1,43 @@
+package cri
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/protocache"
+)
+
+// ContainerStats reads one container's usage from its cgroup and writable layer, at the
+// call.
+func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	st, err := s.Containers.Stats(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: st}, nil
+}
+
+// ListContainerStats is the usage of the running containers the filter selects, from the
+// stats collector's latest readings (stats.collection_period; container.Manager.ListStats).
+// The items go out as encoded once per reading (as the field "stats").
+func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	protocache.SetRepeated(resp, "stats", s.Containers.ListStatsEncoded(req.GetFilter()))
+	return resp, nil
+}
+
+// PodSandboxStats reads one pod's usage, its network and its containers', at the call.
+func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
+	st, err := s.Containers.PodStats(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatsResponse{Stats: st}, nil
+}
+
+// ListPodSandboxStats is the usage of the ready pods the filter selects, from the stats
+// collector's latest readings (container.Manager.ListPodStats).
+func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: s.Containers.ListPodStats(req.GetFilter())}, nil
+}

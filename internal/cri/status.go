@@ -1,0 +1,95 @@
+package cri
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/handlers"
+	"github.com/rtshimd/rtshimd/internal/store"
+)
+
+// Status reports the runtime and network conditions and, per ready handler, its
+// features; the default handler is listed again under "".
+func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	netCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
+	netReady, netWhy := s.Network.Ready()
+	if !netReady {
+		netCond.Status, netCond.Reason = false, "NetworkPluginNotReady"
+		netCond.Message = "CNI: " + netWhy + " (pods get loopback only until a network config exists)"
+	}
+	// One table for the whole answer: a reload may swap it meanwhile.
+	table := s.Handlers.Table()
+	list := table.List() // kubelet asks every few seconds: one listing per answer
+	rtCond := runtimeReady(list)
+	resp := &runtimeapi.StatusResponse{
+		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+			rtCond,
+			netCond,
+		}},
+		// supplemental_groups_policy Merge and Strict are applied in the spec (internal/oci/user.go);
+		// mounts' mount_options (noexec, nodev, nosuid) go into the bind mount's options
+		// (internal/oci/mounts.go). kubelet sends neither unless the runtime says so.
+		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
+	}
+	for _, h := range list {
+		if !h.Ready {
+			continue
+		}
+		f := &runtimeapi.RuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: h.Features.RecursiveReadOnlyMounts,
+			UserNamespaces:          h.Features.UserNamespaces,
+		}
+		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Name: h.Name, Features: f})
+		if h.Name == table.Default() {
+			resp.RuntimeHandlers = append([]*runtimeapi.RuntimeHandler{{Name: "", Features: f}}, resp.RuntimeHandlers...)
+		}
+	}
+	if req.Verbose {
+		served := s.Config
+		var reloads any
+		if s.Reload != nil {
+			served = s.Reload.Config()
+			reloads = s.Reload.Status()
+		}
+		cfg, _ := json.Marshal(served)
+		rows, _ := json.Marshal(list)
+		rl, _ := json.Marshal(reloads)
+		netState, _ := json.Marshal(struct {
+			Ready  bool   `json:"ready"`
+			Reason string `json:"reason,omitempty"`
+		}{netReady, netWhy})
+		cidr, _ := json.Marshal(s.PodCIDR.Get())
+		nri, _ := json.Marshal(s.NRI.Info())
+		// Records recovery set aside as unreadable: an operator's to read and mend.
+		quarantined, _ := json.Marshal(struct {
+			Sandboxes  []store.Quarantined `json:"sandboxes"`
+			Containers []store.Quarantined `json:"containers"`
+		}{s.Sandboxes.Quarantined(), s.Containers.Quarantined()})
+		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri), "quarantined": string(quarantined)}
+	}
+	return resp, nil
+}
+
+// runtimeReady is RuntimeReady: true while some handler can run pods; with none, false
+// with each handler's reason (kubelet then marks the node not ready instead of sending
+// pods that would all fail).
+func runtimeReady(rows []*handlers.Handler) *runtimeapi.RuntimeCondition {
+	var why []string
+	for _, h := range rows {
+		if h.Ready {
+			return &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
+		}
+		why = append(why, fmt.Sprintf("%s: %s", h.Name, h.Reason))
+	}
+	if len(why) == 0 {
+		why = append(why, "no handlers configured")
+	}
+	return &runtimeapi.RuntimeCondition{
+		Type: runtimeapi.RuntimeReady, Status: false, Reason: "NoRuntimeHandlerReady",
+		Message: "no runtime handler can run pods: " + strings.Join(why, "; "),
+	}
+}

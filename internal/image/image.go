@@ -1,0 +1,328 @@
+// Package image owns images and container root filesystems: it pulls through
+// containers/image (registries, auth, mirrors, manifest lists, parallel layers), keeps
+// images in a containers/storage overlay store shared by every handler, answers the CRI
+// ImageService questions, and hands out writable rootfs layers for containers. It knows
+// nothing of pods or runtimes.
+package image
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	dockerref "github.com/containers/image/v5/docker/reference"
+	"github.com/containers/image/v5/types"
+	"github.com/containers/storage"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+)
+
+// Options wire a Service.
+type Options struct {
+	StateRoot string // <state_root>: storage/ and tmp/ live below it
+	RunRoot   string // <run_root>: storage run dir and the rendered registries.conf.d
+	Config    config.Image
+}
+
+// Service is the image store.
+type Service struct {
+	store storage.Store
+	sys   types.SystemContext // without per-request auth; read with pullContext
+	sysMu sync.Mutex
+	// dirUsers counts the pulls that use each registries drop-in directory; a directory a
+	// reload replaced is removed once its last pull ends (retired), never under one.
+	dirUsers map[string]int
+	retired  map[string]bool
+	// regMu orders registry reloads; regGen names each one's drop-in directory.
+	regMu  sync.Mutex
+	regGen int
+	opts   Options
+	pinned map[string]bool // normalized references
+
+	pulls singleflight.Group
+	// mu orders removals, rootfs creation and layer GC against pulls in flight.
+	mu       sync.Mutex
+	inFlight int
+
+	fsCache fsCollector
+}
+
+// New opens (creating) the store and prepares the registry configuration.
+func New(opts Options) (*Service, error) {
+	storeOpts := storage.StoreOptions{
+		RunRoot:         filepath.Join(opts.RunRoot, "storage"),
+		GraphRoot:       filepath.Join(opts.StateRoot, "storage"),
+		GraphDriverName: opts.Config.StorageDriver,
+	}
+	store, err := storage.GetStore(storeOpts)
+	if err != nil {
+		return nil, fmt.Errorf("open image store %s (driver %s): %w", storeOpts.GraphRoot, storeOpts.GraphDriverName, err)
+	}
+	// The store and its driver's home are made 0700; a container in a pod user namespace
+	// is mounted by runc as the pod's root, another user, who must pass through them to
+	// its own layer (which containers/storage gives that user). Searchable, no more:
+	// every layer's directory stays 0700.
+	for _, dir := range []string{storeOpts.GraphRoot, filepath.Join(storeOpts.GraphRoot, store.GraphDriverName())} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			_, _ = store.Shutdown(true)
+			return nil, fmt.Errorf("open image store: %w", err)
+		}
+	}
+	tmp := filepath.Join(opts.StateRoot, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		_, _ = store.Shutdown(true)
+		return nil, fmt.Errorf("image service: temporary dir for large pulls %s: %w", tmp, err)
+	}
+	// No pull runs yet: what is in the temporary dir was left by pulls a crash ended (the
+	// dir itself stays: an operator may have mounted a file system there).
+	if left, err := os.ReadDir(tmp); err == nil {
+		for _, en := range left {
+			if err := os.RemoveAll(filepath.Join(tmp, en.Name())); err != nil {
+				logrus.WithError(err).WithField("dir", tmp).Warn("image service: remove what crashed pulls left")
+			}
+		}
+	}
+	s := &Service{store: store, opts: opts, pinned: map[string]bool{}}
+	// And what a crash left in the store: layers of a pull, an image half removed.
+	s.mu.Lock()
+	s.collect()
+	s.mu.Unlock()
+	s.sys = types.SystemContext{BigFilesTemporaryDir: tmp, DockerRegistryUserAgent: "rtshimd"}
+	if err := s.setupRegistries(); err != nil {
+		_, _ = store.Shutdown(true)
+		return nil, err
+	}
+	for _, p := range opts.Config.Pinned {
+		named, err := normalize(p)
+		if err != nil {
+			_, _ = store.Shutdown(true)
+			return nil, fmt.Errorf("image.pinned: %w", err)
+		}
+		s.pinned[named.String()] = true
+	}
+	s.startFsCollector()
+	return s, nil
+}
+
+// Close releases the store (mounts of running containers stay).
+func (s *Service) Close() {
+	s.stopFsCollector()
+	if _, err := s.store.Shutdown(false); err != nil {
+		logrus.WithError(err).Warn("shut down image store")
+	}
+}
+
+// normalize parses a reference the way Docker and containerd do: short names are
+// docker.io/library/..., and a reference without tag or digest means :latest.
+func normalize(ref string) (dockerref.Named, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("image reference is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	named, err := dockerref.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q is not valid: %v: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	return dockerref.TagNameOnly(named), nil
+}
+
+// Image is an image as the CRI reports it.
+type Image struct {
+	ID          string // "sha256:<config digest>"
+	RepoTags    []string
+	RepoDigests []string
+	Size        uint64
+	User        string // the image's USER
+	Pinned      bool
+	storageID   string
+}
+
+// UID and Username split the image's USER as the CRI wants them: a numeric user is a
+// uid, anything else a name ("1000:1000" → uid 1000).
+func (im *Image) UID() (uid *int64, name string) {
+	u, _, _ := strings.Cut(im.User, ":")
+	if u == "" {
+		return nil, ""
+	}
+	if n, err := strconv.ParseInt(u, 10, 64); err == nil {
+		return &n, ""
+	}
+	return nil, u
+}
+
+// RepoDigest is the image's repo digest ("repo@sha256:<manifest digest>") in the
+// repository of name when it has one there, else its first; "" when it has none (an
+// image never pulled from a registry).
+func (im *Image) RepoDigest(name string) string {
+	if named, err := dockerref.ParseNormalizedNamed(name); err == nil {
+		for _, d := range im.RepoDigests {
+			if dn, err := dockerref.ParseNormalizedNamed(d); err == nil && dn.Name() == named.Name() {
+				return d
+			}
+		}
+	}
+	if len(im.RepoDigests) > 0 {
+		return im.RepoDigests[0]
+	}
+	return ""
+}
+
+// lookup finds an image by ID ("sha256:..." or bare), ID prefix, tag or digest reference.
+func (s *Service) lookup(ref string) (*storage.Image, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("image reference is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	id := strings.TrimPrefix(ref, "sha256:")
+	if isHexID(id) {
+		if img, err := s.store.Image(id); err == nil {
+			return img, nil
+		}
+		if len(id) == 64 {
+			return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+		}
+	}
+	named, err := normalize(ref)
+	if err != nil {
+		return nil, err
+	}
+	if canon, ok := named.(dockerref.Canonical); ok {
+		// repo@digest: any image of that repository that has the manifest digest,
+		// whichever name (tag or digest) it was pulled by.
+		imgs, err := s.store.ImagesByDigest(canon.Digest())
+		if err == nil {
+			for _, img := range imgs {
+				for _, n := range img.Names {
+					if nn, err := dockerref.ParseNormalizedNamed(n); err == nil && nn.Name() == named.Name() {
+						return img, nil
+					}
+				}
+			}
+		}
+	}
+	img, err := s.store.Image(named.String())
+	if errors.Is(err, storage.ErrImageUnknown) {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", ref, err)
+	}
+	return img, nil
+}
+
+func isHexID(s string) bool {
+	if len(s) < 12 || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// removed reports whether RemoveImage took every name from an image that containers
+// still use; such images are invisible and deleted with their last container.
+func removed(img *storage.Image) bool { return len(img.Names) == 0 }
+
+// describe turns a stored image into what the CRI reports.
+func (s *Service) describe(img *storage.Image) *Image {
+	out := &Image{ID: "sha256:" + img.ID, storageID: img.ID}
+	repos := map[string]bool{}
+	for _, n := range img.Names {
+		named, err := dockerref.ParseNormalizedNamed(n)
+		if err != nil {
+			continue
+		}
+		repos[named.Name()] = true
+		if _, ok := named.(dockerref.Tagged); ok {
+			out.RepoTags = append(out.RepoTags, named.String())
+		}
+		if s.pinned[named.String()] {
+			out.Pinned = true
+		}
+	}
+	digests := img.Digests
+	if len(digests) == 0 && img.Digest != "" {
+		digests = append(digests, img.Digest)
+	}
+	for repo := range repos {
+		for _, d := range digests {
+			out.RepoDigests = append(out.RepoDigests, repo+"@"+d.String())
+		}
+	}
+	slices.Sort(out.RepoDigests)
+	if size, err := s.store.ImageSize(img.ID); err == nil && size > 0 {
+		out.Size = uint64(size)
+	}
+	if cfg, err := s.configJSON(img); err == nil {
+		var c struct {
+			Config struct {
+				User string `json:"User"`
+			} `json:"config"`
+		}
+		if json.Unmarshal(cfg, &c) == nil {
+			out.User = c.Config.User
+		}
+	}
+	return out
+}
+
+// configJSON is the image's config blob, as pulled.
+func (s *Service) configJSON(img *storage.Image) ([]byte, error) {
+	return s.store.ImageBigData(img.ID, "sha256:"+img.ID)
+}
+
+// Config returns the image's config blob (OCI or Docker schema2 JSON).
+func (s *Service) Config(ref string) ([]byte, error) {
+	img, err := s.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.configJSON(img)
+}
+
+// Status returns the image ref names, or ErrNotFound.
+func (s *Service) Status(ref string) (*Image, error) {
+	img, err := s.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	if removed(img) {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return s.describe(img), nil
+}
+
+// List returns every image, or the one filter names.
+func (s *Service) List(filter string) ([]*Image, error) {
+	if filter != "" {
+		im, err := s.Status(filter)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []*Image{im}, nil
+	}
+	imgs, err := s.store.Images()
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	out := make([]*Image, 0, len(imgs))
+	for i := range imgs {
+		if !removed(&imgs[i]) {
+			out = append(out, s.describe(&imgs[i]))
+		}
+	}
+	return out, nil
+}

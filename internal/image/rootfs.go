@@ -1,0 +1,84 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containers/storage"
+	"github.com/containers/storage/pkg/idtools"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+)
+
+// CreateRootfs makes a writable layer for container id on top of image ref and mounts it,
+// returning the mount point and the image's ID. RemoveRootfs undoes it. With mappings (a
+// container in a pod user namespace), files the image owns by container ID x appear owned
+// by the mapped host ID: containers/storage mounts the layers idmapped where the kernel
+// can, and otherwise keeps a shifted copy of the image's layers.
+func (s *Service) CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error) {
+	// No walk of the store is asked for: the new layer is empty, so until the next
+	// periodic walk it reads as it is (empty, with that walk's time). A walk after every
+	// create made the walk, O(containers) of lstat, run every 2 s or so on a node that
+	// starts pods, competing with those starts for the CPU.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img, err := s.lookup(ref)
+	if err != nil {
+		return "", "", err
+	}
+	if removed(img) {
+		return "", "", fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	var opts *storage.ContainerOptions
+	if len(uids) > 0 || len(gids) > 0 {
+		opts = &storage.ContainerOptions{IDMappingOptions: storage.IDMappingOptions{UIDMap: idtoolsMaps(uids), GIDMap: idtoolsMaps(gids)}}
+	}
+	if _, err := s.store.CreateContainer(id, nil, img.ID, "", "", opts); err != nil {
+		return "", "", fmt.Errorf("create rootfs layer for %s from image %s: %w", id, img.ID, err)
+	}
+	path, err := s.store.Mount(id, "")
+	if err != nil {
+		_ = s.store.DeleteContainer(id)
+		return "", "", fmt.Errorf("mount rootfs of %s: %w", id, err)
+	}
+	return path, "sha256:" + img.ID, nil
+}
+
+func idtoolsMaps(ms []specs.LinuxIDMapping) []idtools.IDMap {
+	out := make([]idtools.IDMap, len(ms))
+	for i, m := range ms {
+		out[i] = idtools.IDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
+	}
+	return out
+}
+
+// RemoveRootfs unmounts and deletes container id's writable layer; a missing one is not
+// an error. An image that RemoveImage hid while this container used it goes with it.
+//
+// The unmount and the delete run without the service's lock: deleting a layer of many
+// files is slow, and every CreateContainer takes that lock. containers/storage locks its
+// own stores; the lock is taken only for the image bookkeeping after it.
+func (s *Service) RemoveRootfs(id string) error {
+	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
+	c, err := s.store.Container(id)
+	if errors.Is(err, storage.ErrContainerUnknown) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("rootfs of %s: %w", id, err)
+	}
+	// A layer the store no longer knows has nothing mounted: a daemon killed inside
+	// DeleteContainer (it deletes the layer, then the container's record) leaves the record
+	// without its layer, and DeleteContainer then removes the record alone.
+	if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) && !errors.Is(err, storage.ErrLayerUnknown) {
+		return fmt.Errorf("unmount rootfs of %s: %w", id, err)
+	}
+	if err := s.store.DeleteContainer(id); err != nil && !errors.Is(err, storage.ErrContainerUnknown) {
+		return fmt.Errorf("delete rootfs of %s: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleteIfRemoved(c.ImageID)
+	return nil
+}

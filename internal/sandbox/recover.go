@@ -1,0 +1,259 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/handlers"
+	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/mountpoint"
+	"github.com/rtshimd/rtshimd/internal/nsfile"
+	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/store"
+)
+
+// Recover loads every stored sandbox and reconciles it with the node: ready sandboxes
+// whose namespaces or infra container are gone become NOTREADY, infra containers that
+// still run are watched again, and sandboxes that were half-created when the previous
+// daemon died are cleaned up, as are run directories nobody owns.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.opts.Store.Load()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+		log := logrus.WithField("sandbox", r.ID)
+		if r.Err != nil {
+			m.quarantine(r.ID, fmt.Sprintf("unreadable: %v", r.Err))
+			continue
+		}
+		if r.Meta == nil {
+			// A crash between the record's mkdir and its first write: nothing ran yet.
+			log.Info("sandbox record without metadata (created when the daemon stopped); cleaning up")
+			m.cleanupOrphan(r.ID)
+			continue
+		}
+		sb, err := m.decodeRecord(r.ID, r.Meta, r.Status)
+		if errors.Is(err, handlers.ErrNoRuntime) {
+			// Not ours to undo: a later rtshimd that knows its runtime takes it up.
+			log.WithError(err).Error("sandbox record left as it is")
+			continue
+		}
+		if err != nil {
+			m.quarantine(r.ID, fmt.Sprintf("undecodable: %v", err))
+			continue
+		}
+		if sb.Status().State == StateCreating {
+			log.Info("sandbox was half-created when the daemon stopped; cleaning up")
+			if err := m.cleanup(sb); err != nil {
+				log.WithError(err).Error("clean up half-created sandbox")
+			}
+			continue
+		}
+		m.reconcile(sb)
+		m.mu.Lock()
+		m.sandboxes[sb.ID] = sb
+		m.names[sb.Name] = sb.ID
+		m.mu.Unlock()
+		log.WithField("state", sb.Status().State).Info("sandbox recovered")
+	}
+	entries, _ := os.ReadDir(m.opts.RunDir)
+	for _, e := range entries {
+		if e.IsDir() && !known[e.Name()] {
+			logrus.WithField("dir", filepath.Join(m.opts.RunDir, e.Name())).Info("removing run directory of unknown sandbox")
+			m.cleanupOrphan(e.Name())
+		}
+	}
+	return nil
+}
+
+func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
+	if meta == nil {
+		return nil, errors.New("no metadata")
+	}
+	sb := &Sandbox{exited: make(chan struct{})}
+	if err := json.Unmarshal(meta, &sb.Metadata); err != nil {
+		return nil, err
+	}
+	if err := checkPaths(id, &sb.Metadata); err != nil {
+		return nil, err
+	}
+	st := Status{State: StateCreating}
+	if status != nil {
+		if err := json.Unmarshal(status, &st); err != nil {
+			return nil, err
+		}
+	}
+	sb.status = store.NewTracked(st)
+	cfg, err := decodeConfig(sb.Config)
+	if err != nil {
+		return nil, err
+	}
+	sb.config = cfg
+	if sb.Runtime == nil {
+		return nil, errors.New("no runtime in the record")
+	}
+	sb.Kind = handlers.TypeOfRecord(sb.Kind, sb.Sandbox == config.SandboxShared)
+	if sb.rt, err = m.opts.Runtimes.For(sb.Kind, sb.Runtime); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (m *Manager) reconcile(sb *Sandbox) {
+	if sb.Status().State != StateReady {
+		if sb.Infra {
+			close(sb.exited)
+		}
+		return
+	}
+	notReady := func(why string) {
+		logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "reason": why}).Warn("sandbox not ready after restart")
+		_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
+	}
+	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
+		if p != "" && !nsfile.IsPinned(p) {
+			notReady("pinned namespace " + p + " is gone")
+			if sb.Infra {
+				close(sb.exited)
+			}
+			return
+		}
+	}
+	if sb.Infra {
+		// The runtime follows the infra again: one that exited while the daemon was down
+		// is reported at once, one that lost its supervisor is followed or ended by it.
+		m.watch(sb)
+	}
+}
+
+// quarantine sets aside a sandbox record that cannot be read (kept, named in the log and
+// in Status verbose); StopQuarantined then ends the pod it described.
+func (m *Manager) quarantine(id, why string) {
+	log := logrus.WithFields(logrus.Fields{"sandbox": id, "reason": why})
+	path, err := m.opts.Store.Quarantine(id, why)
+	if path == "" {
+		log.WithError(err).Error("bad sandbox record could not be set aside; left as it is, pod not listed")
+		return
+	}
+	if err != nil {
+		log.WithError(err).Warn("bad sandbox record set aside, but not all of it was synced")
+	}
+	log.WithField("quarantined_at", path).Error("bad sandbox record quarantined; its pod is stopped once its containers are")
+	m.mu.Lock()
+	m.quarantined = append(m.quarantined, id)
+	m.mu.Unlock()
+}
+
+// StopQuarantined ends the pods whose records recovery quarantined, once the container
+// manager's recovery has removed their containers (their records name a pod no longer
+// known; a pod-wide supervisor such as a shim v2 must still run for that): each sandbox
+// container is found in the runtimes' own state and stopped, the network torn down from
+// libcni's cache, and the namespaces and mounts released.
+func (m *Manager) StopQuarantined(ctx context.Context) {
+	m.mu.Lock()
+	ids := m.quarantined
+	m.quarantined = nil
+	m.mu.Unlock()
+	for _, id := range ids {
+		m.stopQuarantined(ctx, id)
+	}
+}
+
+func (m *Manager) stopQuarantined(ctx context.Context, id string) {
+	log := logrus.WithField("sandbox", id)
+	dir := filepath.Join(m.opts.RunDir, id)
+	infra := filepath.Join(dir, id)
+	if _, err := os.Stat(filepath.Join(dir, "infra", "config.json")); err == nil {
+		infra = filepath.Join(dir, "infra") // an earlier release's layout
+	}
+	sctx, cancel := context.WithTimeout(ctx, StopTimeout+oci.DefaultTimeout)
+	defer cancel()
+	found, err := m.opts.Handlers.StopUnrecorded(sctx, kind.Task{ID: id, PodID: id, Sandbox: true, Dir: infra, PodDir: infra})
+	if err != nil {
+		log.WithError(err).Error("sandbox of a quarantined record could not be stopped; its files are kept")
+		return
+	}
+	log.WithField("handlers", found).Warn("pod of a quarantined record stopped")
+	if m.opts.Network != nil {
+		if err := m.opts.Network.TeardownUnrecorded(sctx, id); err != nil {
+			log.WithError(err).Error("network of a quarantined sandbox: CNI DEL failed")
+		}
+	}
+	m.cleanupOrphan(id)
+}
+
+// StopUnrecorded ends a task whose record was lost wherever a row of the live handler
+// table knows it (the container manager's recovery uses it).
+func (m *Manager) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
+	return m.opts.Handlers.StopUnrecorded(ctx, task)
+}
+
+// Quarantined lists the sandbox records set aside as unreadable.
+func (m *Manager) Quarantined() []store.Quarantined {
+	q, err := m.opts.Store.ListQuarantined()
+	if err != nil {
+		logrus.WithError(err).Warn("list quarantined sandbox records")
+	}
+	return q
+}
+
+// cleanupOrphan releases what a sandbox directory may hold when no usable record says
+// what it is.
+func (m *Manager) cleanupOrphan(id string) {
+	dir := filepath.Join(m.opts.RunDir, id)
+	var errs []error
+	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS, nsfile.User} {
+		if err := nsfile.Unpin(filepath.Join(dir, "ns", string(k))); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Every tmpfs a sandbox of this release or an earlier one may have mounted.
+	for _, p := range []string{filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
+		if err := mountpoint.DetachAll(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	log := logrus.WithField("dir", dir)
+	if len(errs) > 0 {
+		// Never remove through a mount that is still there.
+		log.WithError(errors.Join(errs...)).Error("orphan sandbox dir kept: its mounts could not be undone")
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		log.WithError(err).Error("remove orphan sandbox dir")
+	}
+	_ = m.opts.Store.Delete(id)
+}
+
+// checkPaths refuses a record kept under id that names another pod, or paths that are not
+// the pod's own: recovery and removal delete its directory whole, unmount and delete its
+// namespace pins and delete its bundle, so each must lie where the daemon puts them
+// (<run dir>/<id>, <dir>/ns/<kind>, below <dir>). Empty paths are allowed (nothing is
+// removed then).
+func checkPaths(id string, md *Metadata) error {
+	if md.ID != id {
+		return fmt.Errorf("the record kept as %s names pod sandbox %q", id, md.ID)
+	}
+	if err := store.CheckOwnDir(md.Dir, id); err != nil {
+		return err
+	}
+	for k, p := range map[nsfile.Kind]string{nsfile.Net: md.NetNS, nsfile.IPC: md.IPCNS, nsfile.UTS: md.UTSNS, nsfile.User: md.UserNS} {
+		if p != "" && (md.Dir == "" || p != filepath.Join(md.Dir, "ns", string(k))) {
+			return fmt.Errorf("%s namespace pin %q is not the pod's own (<dir>/ns/%s)", k, p, k)
+		}
+	}
+	if b := md.BundleDir; b != "" && (md.Dir == "" || filepath.Clean(b) != b || filepath.Dir(b) != md.Dir || b == md.Dir) {
+		return fmt.Errorf("bundle dir %q is not below the pod's dir %q", b, md.Dir)
+	}
+	return nil
+}

@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgcontrollers"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgcontrollers"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 	"github.com/rtshimd/rtshimd/internal/kind"

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/procstats"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 )

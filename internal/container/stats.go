@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgpath"
-	"github.com/rtshimd/rtshimd/internal/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/procstats"

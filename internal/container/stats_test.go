@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/sandbox"

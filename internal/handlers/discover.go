@@ -17,7 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/rtshimd/rtshimd/internal/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/oci"

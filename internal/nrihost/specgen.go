@@ -8,7 +8,7 @@ import (
 	nrigen "github.com/containerd/nri/pkg/runtime-tools/generate"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/rtshimd/rtshimd/internal/cgcontrollers"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgcontrollers"
 )
 
 // Adjust applies a plugin's adjustment to a container's spec with the NRI module's own

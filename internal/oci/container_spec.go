@@ -12,7 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgcontrollers"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgcontrollers"
 	"github.com/rtshimd/rtshimd/internal/lsm"
 )
 

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgcontrollers"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgcontrollers"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 )
 

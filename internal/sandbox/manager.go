@@ -20,7 +20,8 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/podcgroup"
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/events"
@@ -35,7 +36,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/pause"
 	"github.com/rtshimd/rtshimd/internal/phasetime"
-	"github.com/rtshimd/rtshimd/internal/podcgroup"
 	"github.com/rtshimd/rtshimd/internal/retry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
@@ -704,7 +704,7 @@ type Overhead struct {
 	CPUQuota    int64  `json:"cpu_quota"` // per cpu_period of the pod's limits
 	CPUShares   uint64 `json:"cpu_shares"`
 	// Limits are the pod's limits plus the overhead (nil: the pod has none), less those
-	// kubelet's pod cgroup does not have (see internal/podcgroup): what bounds the pod.
+	// kubelet's pod cgroup does not have (see internal/cgroups/podcgroup): what bounds the pod.
 	Limits *specs.LinuxResources `json:"limits,omitempty"`
 	// PodCgroup is the pod's cgroup (cgroup_parent) given Limits; PodCgroupCreated says
 	// rtshimd made it (and removes it with the pod). PodCgroupNote says why it was not.

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/internal/cgroups/podcgroup"
 	"github.com/rtshimd/rtshimd/internal/config"
-	"github.com/rtshimd/rtshimd/internal/podcgroup"
 )
 
 // Resize is the pod's last in-place resize (UpdatePodSandboxResources): the resources and

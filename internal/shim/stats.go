@@ -9,14 +9,14 @@ import (
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/typeurl/v2"
 
-	"github.com/rtshimd/rtshimd/internal/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 )
 
 // noLimit: cgroup v1 reports "no limit" as a huge page-aligned number, v2 as MaxUint64.
 const noLimit = 1 << 62
 
 // Stats reads the task's cgroup counters (cgroup v1 or v2 metrics, as the shim sends
-// them), computed as internal/cgstats computes them from the cgroup filesystem.
+// them), computed as internal/cgroups/cgstats computes them from the cgroup filesystem.
 func (c *Client) Stats(ctx context.Context, id string) (cgstats.Stats, error) {
 	resp, err := c.task.Stats(ctx, &taskapi.StatsRequest{ID: id})
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 )
 
-// The shim's metrics map to the same readings internal/cgstats takes from the files.
+// The shim's metrics map to the same readings internal/cgroups/cgstats takes from the files.
 func TestFromV1(t *testing.T) {
 	s := fromV1(&v1.Metrics{
 		CPU: &v1.CPUStat{Usage: &v1.CPUUsage{Total: 30, User: 20, Kernel: 10}, Throttling: &v1.Throttle{Periods: 5, ThrottledPeriods: 2, ThrottledTime: 7}},

@@ -29,8 +29,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/rtshimd/rtshimd/internal/cgpath"
-	"github.com/rtshimd/rtshimd/internal/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/monitor"

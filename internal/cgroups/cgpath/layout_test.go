@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rtshimd/rtshimd/internal/cgpath"
-	"github.com/rtshimd/rtshimd/internal/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 )
 
 func write(t *testing.T, path, data string) {

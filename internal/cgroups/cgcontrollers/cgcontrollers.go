@@ -16,7 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/rtshimd/rtshimd/internal/cgpath"
+	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 )
 
 // Root is where the cgroup filesystems are mounted.

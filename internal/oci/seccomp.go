@@ -8,7 +8,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rtshimd/rtshimd/internal/regfile"
+	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
 )
 
 const fieldSeccomp = "config.linux.security_context.seccomp"

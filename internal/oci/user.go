@@ -14,7 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/errdefs"
-	"github.com/rtshimd/rtshimd/internal/regfile"
+	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
 )
 
 // Field names used in ResolveUser's errors.

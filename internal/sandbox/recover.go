@@ -11,9 +11,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
-	"github.com/rtshimd/rtshimd/internal/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/store"

@@ -15,7 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/rtshimd/rtshimd/internal/unixsock"
+	"github.com/rtshimd/rtshimd/internal/fsafe/unixsock"
 )
 
 // Event topics (containerd's) of the events a shim publishes.

@@ -33,12 +33,12 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
+	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
+	"github.com/rtshimd/rtshimd/internal/fsafe/unixsock"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/monitor"
-	"github.com/rtshimd/rtshimd/internal/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/store"
-	"github.com/rtshimd/rtshimd/internal/unixsock"
 )
 
 // killWait bounds the wait for a task to go after SIGKILL or for its monitor to finish.

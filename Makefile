@@ -36,7 +36,7 @@ $(BIN)/rtshim-monitor: $(MONITOR_SRC)
 	$(MONITOR_CC) $(MONITOR_CFLAGS) -s -o $@ $(filter %.c,$(MONITOR_SRC))
 
 # The same monitor under AddressSanitizer and UndefinedBehaviorSanitizer, for the protocol
-# tests (cmd/rtshim-monitor/monitortest, internal/shim's logger tests): what they find fails
+# tests (cmd/rtshim-monitor/monitortest, internal/kind/shimv2/shim's logger tests): what they find fails
 # the test that drove it.
 monitor-sanitized: $(BIN)/rtshim-monitor-sanitized
 $(BIN)/rtshim-monitor-sanitized: $(MONITOR_SRC)

@@ -12,8 +12,8 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/kind/ocicli"
 	"github.com/rtshimd/rtshimd/internal/kind/shimv2"
+	"github.com/rtshimd/rtshimd/internal/kind/shimv2/shim"
 	"github.com/rtshimd/rtshimd/internal/oci"
-	"github.com/rtshimd/rtshimd/internal/shim"
 )
 
 // ErrNoRuntime is a row or record whose runtime cannot be made (a type this rtshimd does

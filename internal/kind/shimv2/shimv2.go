@@ -1,6 +1,6 @@
 // Package shimv2 implements the shim v2 kind of runtime (runtime_type "shim-v2"): a
 // containerd shim v2 binary (Kata's containerd-shim-kata-v2, containerd-shim-runc-v2,
-// gVisor's containerd-shim-runsc-v1) driven over ttrpc with the Task API (internal/shim),
+// gVisor's containerd-shim-runsc-v1) driven over ttrpc with the Task API (internal/kind/shimv2/shim),
 // without containerd's daemon. One shim serves a pod: it is started for the sandbox
 // container and the pod's containers are created through it (containerd's grouping by
 // sandbox id). Container output goes over FIFOs to rtshim-monitor in logger mode, which
@@ -33,9 +33,9 @@ import (
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/kind/shimv2/shim"
 	"github.com/rtshimd/rtshimd/internal/monitor"
 	"github.com/rtshimd/rtshimd/internal/oci"
-	"github.com/rtshimd/rtshimd/internal/shim"
 )
 
 // stopWait bounds waits for a task to go after SIGKILL, and for output to drain.

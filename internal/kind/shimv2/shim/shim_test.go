@@ -62,7 +62,7 @@ func buildMonitor(t *testing.T) string {
 		t.Fatal(err)
 	}
 	monitorTemp = dir
-	cmd := exec.Command("make", "--no-print-directory", "-C", "../..", "monitor-sanitized", "BIN="+dir)
+	cmd := exec.Command("make", "--no-print-directory", "-C", "../../../..", "monitor-sanitized", "BIN="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build rtshim-monitor: %v\n%s", err, out)
 	}

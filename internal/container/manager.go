@@ -39,7 +39,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/phasetime"
 	"github.com/rtshimd/rtshimd/internal/retry"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
-	"github.com/rtshimd/rtshimd/internal/statscache"
+	"github.com/rtshimd/rtshimd/internal/stats/statscache"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 

@@ -13,8 +13,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
-	"github.com/rtshimd/rtshimd/internal/procstats"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
+	"github.com/rtshimd/rtshimd/internal/stats/procstats"
 )
 
 // cAdvisor-style metrics for kubelet (PodAndContainerStatsFromCRI), named and labelled as

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/image"
-	"github.com/rtshimd/rtshimd/internal/procstats"
+	"github.com/rtshimd/rtshimd/internal/stats/procstats"
 )
 
 // Every descriptor is complete and named once; every metric built from a full reading

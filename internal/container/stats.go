@@ -16,10 +16,10 @@ import (
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/image"
-	"github.com/rtshimd/rtshimd/internal/procstats"
 	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
-	"github.com/rtshimd/rtshimd/internal/statscache"
+	"github.com/rtshimd/rtshimd/internal/stats/procstats"
+	"github.com/rtshimd/rtshimd/internal/stats/statscache"
 )
 
 // staleAfter is the age past which a kept reading is not served but read again: one

@@ -13,7 +13,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
-	"github.com/rtshimd/rtshimd/internal/statscache"
+	"github.com/rtshimd/rtshimd/internal/stats/statscache"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rtshimd/rtshimd/internal/procstats"
+	"github.com/rtshimd/rtshimd/internal/stats/procstats"
 )
 
 // threads is how many threads this test process has now.

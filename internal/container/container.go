@@ -14,7 +14,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/kind"
-	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
@@ -39,9 +38,9 @@ type Metadata struct {
 	Handler   string `json:"handler"`
 	// Kind is the pod's runtime type (internal/kind). Records of earlier releases have none;
 	// their Shared flag says it (runsc's kind).
-	Kind    string       `json:"kind,omitempty"`
-	Shared  bool         `json:"shared,omitempty"`
-	Runtime *oci.Runtime `json:"runtime"`
+	Kind    string    `json:"kind,omitempty"`
+	Shared  bool      `json:"shared,omitempty"`
+	Runtime *kind.Row `json:"runtime"`
 	// PodDir is the pod's sandbox container directory (a pod-wide supervisor's state).
 	PodDir string          `json:"pod_dir,omitempty"`
 	Config json.RawMessage `json:"config"` // the ContainerConfig (protojson)

@@ -227,7 +227,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		if c.nriCreated {
 			// Plugins that accepted it hear it is gone, also when the request's deadline
 			// is what failed it (an expired context would reach no plugin).
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), oci.DefaultTimeout)
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
 			m.opts.NRI.RemoveContainer(uctx, c)
 			cancel()
 		}
@@ -917,7 +917,7 @@ func (m *Manager) cleanup(c *Container) error {
 	if err := failpoint.Fail("container-cleanup"); err != nil {
 		return fmt.Errorf("clean up container %s: %w", c.ID, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), kind.DefaultTimeout)
 	defer cancel()
 	var errs []error
 	if c.rt != nil {

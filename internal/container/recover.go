@@ -138,7 +138,7 @@ func (m *Manager) quarantine(ctx context.Context, id, why string) {
 	if sb, err := m.opts.Sandboxes.Get(task.PodID); err == nil {
 		task.PodDir = sb.InfraDir()
 	}
-	sctx, cancel := context.WithTimeout(ctx, 2*oci.DefaultTimeout)
+	sctx, cancel := context.WithTimeout(ctx, 2*kind.DefaultTimeout)
 	defer cancel()
 	found, err := m.opts.Sandboxes.StopUnrecorded(sctx, task)
 	if err != nil {
@@ -239,7 +239,7 @@ func (m *Manager) reconcile(c *Container) {
 // that ran is recorded running (its exit, if any, is then read from its supervisor), and
 // one the runtime cannot tell about is UNKNOWN, which kubelet stops and replaces.
 func (m *Manager) reconcileCreated(c *Container) {
-	ctx, cancel := context.WithTimeout(m.ctx, oci.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(m.ctx, kind.DefaultTimeout)
 	defer cancel()
 	st, err := c.rt.Status(ctx, c.task())
 	log := logrus.WithField("container", c.ID)

@@ -13,7 +13,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
-	"github.com/rtshimd/rtshimd/internal/oci"
 )
 
 // Features is what a handler can do for a pod.
@@ -38,7 +37,7 @@ type Discovery struct {
 	Args []string `json:"discovered_args,omitempty"`
 	// ArgsReason says why the runtime needs Args.
 	ArgsReason string `json:"discovered_args_reason,omitempty"`
-	runtime    *oci.Runtime
+	runtime    *kind.Row
 	kind       kind.Runtime
 }
 
@@ -51,7 +50,7 @@ type Handler struct {
 	// Kind drives the runtime the row names; Runtime is how the kind invokes it (derived
 	// from Config, and what a pod's record keeps).
 	Kind    kind.Runtime `json:"-"`
-	Runtime *oci.Runtime `json:"-"`
+	Runtime *kind.Row    `json:"-"`
 	Discovery
 }
 
@@ -77,7 +76,7 @@ func New(cfg *config.Config, rts *Runtimes) (*Table, error) {
 }
 
 func newHandler(name string, hc config.Handler, cgroupDriver string, rts *Runtimes) (*Handler, error) {
-	row := &oci.Runtime{
+	row := &kind.Row{
 		Handler:       name,
 		Path:          hc.RuntimePath,
 		Root:          hc.RuntimeRoot,

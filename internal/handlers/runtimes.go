@@ -13,7 +13,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind/ocicli"
 	"github.com/rtshimd/rtshimd/internal/kind/shimv2"
 	"github.com/rtshimd/rtshimd/internal/kind/shimv2/shim"
-	"github.com/rtshimd/rtshimd/internal/oci"
 )
 
 // ErrNoRuntime is a row or record whose runtime cannot be made (a type this rtshimd does
@@ -48,7 +47,7 @@ func NewRuntimes(env Env) *Runtimes {
 
 // For returns the runtime of the given type for row. The one place that knows every
 // kind: a new kind of runtime is added here and in config's list of types.
-func (r *Runtimes) For(typ string, row *oci.Runtime) (kind.Runtime, error) {
+func (r *Runtimes) For(typ string, row *kind.Row) (kind.Runtime, error) {
 	b, _ := json.Marshal(row)
 	key := typ + "\x00" + string(b)
 	r.mu.Lock()

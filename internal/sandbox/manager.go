@@ -1055,7 +1055,7 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	if err := failpoint.Fail("sandbox-cleanup"); err != nil {
 		return fmt.Errorf("clean up sandbox %s: %w", sb.ID, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), oci.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), kind.DefaultTimeout)
 	defer cancel()
 	var errs []error
 	if sb.Infra && sb.rt != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
-	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -176,7 +175,7 @@ func (m *Manager) stopQuarantined(ctx context.Context, id string) {
 	if _, err := os.Stat(filepath.Join(dir, "infra", "config.json")); err == nil {
 		infra = filepath.Join(dir, "infra") // an earlier release's layout
 	}
-	sctx, cancel := context.WithTimeout(ctx, StopTimeout+oci.DefaultTimeout)
+	sctx, cancel := context.WithTimeout(ctx, StopTimeout+kind.DefaultTimeout)
 	defer cancel()
 	found, err := m.opts.Handlers.StopUnrecorded(sctx, kind.Task{ID: id, PodID: id, Sandbox: true, Dir: infra, PodDir: infra})
 	if err != nil {

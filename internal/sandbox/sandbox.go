@@ -44,7 +44,7 @@ type Metadata struct {
 	CreatedAt int64  `json:"created_at"`
 	// Runtime is the handler's runtime as it was at creation, so the sandbox can be
 	// stopped and removed even if the handler table changed since.
-	Runtime  *oci.Runtime    `json:"runtime"`
+	Runtime  *kind.Row       `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
 	// OverheadApplied is the overhead the pod got and where its limits went.
 	OverheadApplied Overhead        `json:"overhead_applied"`

@@ -10,7 +10,6 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
-	"github.com/rtshimd/rtshimd/internal/oci"
 )
 
 // fakeCheckpointer is a runtime whose checkpoint fails as runc does when CRIU cannot dump:
@@ -46,7 +45,7 @@ func TestCheckpointGivesCRIUsReason(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	row := &oci.Runtime{Handler: "runc", Path: bin, Root: filepath.Join(dir, "root")}
+	row := &kind.Row{Handler: "runc", Path: bin, Root: filepath.Join(dir, "root")}
 	err := NewOCI(row, Options{}).Checkpoint(context.Background(), kind.Task{ID: "c1"}, img, work)
 	want := `handler "runc": checkpoint c1: CRIU failed: vdso: Unexpected rt vDSO area bounds; vdso: Failed to fill self vdso symtable; kerndat_vdso_fill_symtable failed when initializing kerndat.`
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.HasPrefix(err.Error(), want) {

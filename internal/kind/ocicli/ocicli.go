@@ -36,8 +36,8 @@ import (
 	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/fsafe/unixsock"
 	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/kind/ocicli/ocicmd"
 	"github.com/rtshimd/rtshimd/internal/monitor"
-	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -51,7 +51,7 @@ type Options struct {
 
 // Runtime is a command-line runtime of either kind.
 type Runtime struct {
-	rt   *oci.Runtime
+	rt   *ocicmd.Runtime
 	opts Options
 	// sandboxed: containers join the pod sandbox the runtime runs (runsc); their processes
 	// are not host processes and their IPC, UTS and PID namespaces are the sandbox's own.
@@ -62,11 +62,11 @@ type Runtime struct {
 }
 
 // NewOCI is the runc-family kind for the handler's runtime.
-func NewOCI(rt *oci.Runtime, opts Options) *Runtime { return &Runtime{rt: rt, opts: opts} }
+func NewOCI(row *kind.Row, opts Options) *Runtime { return &Runtime{rt: ocicmd.New(row), opts: opts} }
 
 // NewSandbox is the sandbox-runtime kind (runsc) for the handler's runtime.
-func NewSandbox(rt *oci.Runtime, opts Options) *Runtime {
-	return &Runtime{rt: rt, opts: opts, sandboxed: true}
+func NewSandbox(row *kind.Row, opts Options) *Runtime {
+	return &Runtime{rt: ocicmd.New(row), opts: opts, sandboxed: true}
 }
 
 var _ kind.Runtime = (*Runtime)(nil)
@@ -186,7 +186,7 @@ func (r *Runtime) Start(ctx context.Context, t kind.Task) error {
 // so a sandbox runtime signals the container's init only (its children go with it).
 func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) error {
 	err := r.rt.Kill(ctx, t.ID, sig, all && !r.sandboxed)
-	if err == nil || oci.IsNotExist(err) {
+	if err == nil || ocicmd.IsNotExist(err) {
 		return nil
 	}
 	// A stopped container refuses signals: only an error while the runtime says it runs.
@@ -226,7 +226,7 @@ func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error
 func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 	st, err := r.rt.State(ctx, t.ID)
 	switch {
-	case oci.IsNotExist(err):
+	case ocicmd.IsNotExist(err):
 	case err != nil:
 		return "", fmt.Errorf("handler %q: state of %s: %w", r.rt.Handler, t.ID, err)
 	case st.Status == specs.StateCreating || st.Status == specs.StateCreated:
@@ -246,7 +246,7 @@ func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 // KillLost kills a task nobody supervises and waits, through the runtime, until it no
 // longer runs.
 func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {
-	ctx, cancel := context.WithTimeout(ctx, killWait+oci.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, killWait+kind.DefaultTimeout)
 	defer cancel()
 	if err := r.Kill(ctx, t, "SIGKILL", true); err != nil {
 		logrus.WithError(err).WithField("container", t.ID).Warn("kill container whose monitor died")
@@ -327,7 +327,7 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string, sc
 
 // eventStats is a sandbox runtime's reading, as cgstats computes one from a cgroup. What
 // gVisor does not account for stays zero; it names no host processes (they are its).
-func eventStats(ev *oci.EventStats) cgstats.Stats {
+func eventStats(ev *ocicmd.EventStats) cgstats.Stats {
 	mem := ev.Memory
 	s := cgstats.Stats{
 		CPUUsageNanos: ev.CPU.Usage.Total, CPUUserNanos: ev.CPU.Usage.User, CPUSystemNanos: ev.CPU.Usage.Kernel,
@@ -400,7 +400,7 @@ func hasNetworkArg(args []string) bool {
 	return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--network") })
 }
 
-func probeWith(ctx context.Context, rt *oci.Runtime, id, dir string) error {
+func probeWith(ctx context.Context, rt *ocicmd.Runtime, id, dir string) error {
 	err := rt.Run(ctx, id, dir)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
 	defer cancel()

@@ -10,7 +10,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rtshimd/rtshimd/internal/kind"
-	"github.com/rtshimd/rtshimd/internal/oci"
 )
 
 // runcShape is a container spec's namespaces as the spec builder makes them: the pod's
@@ -27,7 +26,7 @@ func runcShape() *specs.Spec {
 }
 
 func TestAdjustSpec(t *testing.T) {
-	row := &oci.Runtime{Handler: "h", Path: "/bin/true", Root: "/run/x"}
+	row := &kind.Row{Handler: "h", Path: "/bin/true", Root: "/run/x"}
 	// The runc family runs the spec as built.
 	s := runcShape()
 	NewOCI(row, Options{}).AdjustSpec(s)
@@ -47,7 +46,7 @@ func TestAdjustSpec(t *testing.T) {
 }
 
 func TestPlanAndType(t *testing.T) {
-	row := &oci.Runtime{Handler: "h"}
+	row := &kind.Row{Handler: "h"}
 	if r := NewOCI(row, Options{}); r.Type() != kind.OCI || !r.Plan().PinIPCUTS || r.Plan().SandboxContainer || r.Plan().PodLimits {
 		t.Errorf("oci: type %s plan %+v", r.Type(), r.Plan())
 	}

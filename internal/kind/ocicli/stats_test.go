@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/kind/ocicli/ocicmd"
 )
 
 // `events --stats` data in runc's format (gVisor fills a part of it) reads as a cgroup
@@ -15,7 +15,7 @@ func TestEventStats(t *testing.T) {
 	"raw":{"total_rss":400,"total_inactive_file":100,"total_mapped_file":20}},
 	"pids":{"current":3,"limit":99},
 	"blkio":{"ioServiceBytesRecursive":[{"major":8,"minor":0,"op":"Read","value":4096}],"ioServicedRecursive":[{"major":8,"minor":0,"op":"Read","value":1}]}}`
-	var ev oci.EventStats
+	var ev ocicmd.EventStats
 	if err := json.Unmarshal([]byte(raw), &ev); err != nil {
 		t.Fatal(err)
 	}

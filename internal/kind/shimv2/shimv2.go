@@ -54,7 +54,7 @@ type Options struct {
 
 // Runtime is one handler's shim, with a connection per pod.
 type Runtime struct {
-	row  *oci.Runtime
+	row  *kind.Row
 	opts Options
 
 	mu      sync.Mutex
@@ -68,7 +68,7 @@ type Runtime struct {
 var _ kind.Runtime = (*Runtime)(nil)
 
 // New is the shim v2 kind for the handler's row (runtime_path is the shim binary).
-func New(row *oci.Runtime, opts Options) *Runtime {
+func New(row *kind.Row, opts Options) *Runtime {
 	return &Runtime{row: row, opts: opts, clients: map[string]*shim.Client{}}
 }
 
@@ -328,7 +328,7 @@ func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error
 // KillLost cleans up a container whose shim died: the shim binary's delete force-deletes
 // it (as containerd does for a dead shim), so nothing of it runs afterwards.
 func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {
-	ctx, cancel := context.WithTimeout(ctx, oci.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, kind.DefaultTimeout)
 	defer cancel()
 	if c, err := r.client(ctx, t); err == nil {
 		// The shim lives but lost the task: make sure of it through the shim.

@@ -1,7 +1,8 @@
-// Package oci drives command-line OCI runtime binaries (runc, crun, runsc) and builds
-// runtime-spec documents for them. Every call has a deadline and turns the runtime's own
-// error text into the error the user sees, prefixed with the handler and the operation.
-package oci
+// Package ocicmd drives command-line OCI runtime binaries (runc, crun, runsc): one function
+// per subcommand. Every call has a deadline and turns the runtime's own error text into
+// the error the user sees, prefixed with the handler and the operation. The spec those
+// runtimes read is built by internal/oci.
+package ocicmd
 
 import (
 	"bytes"
@@ -17,21 +18,17 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 
+	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/metrics"
 )
 
-// DefaultTimeout bounds one runtime call when the caller's context has no earlier deadline.
-const DefaultTimeout = 60 * time.Second
-
-// Runtime is one OCI runtime binary as a handler configures it.
+// Runtime is one OCI runtime binary as a handler row configures it.
 type Runtime struct {
-	Handler string   `json:"handler"`
-	Path    string   `json:"path"`
-	Root    string   `json:"root"`
-	Args    []string `json:"args,omitempty"`
-	// SystemdCgroup adds --systemd-cgroup (cgroup_driver = "systemd").
-	SystemdCgroup bool `json:"systemd_cgroup,omitempty"`
+	kind.Row
 }
+
+// New returns the driver of row's binary (a copy of row: the driver never changes it).
+func New(row *kind.Row) *Runtime { return &Runtime{Row: *row} }
 
 // GlobalArgs are the flags placed before every subcommand.
 func (r *Runtime) GlobalArgs() []string {
@@ -73,7 +70,7 @@ func IsNotExist(err error) bool {
 func (r *Runtime) run(ctx context.Context, op, id string, args ...string) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		ctx, cancel = context.WithTimeout(ctx, kind.DefaultTimeout)
 		defer cancel()
 	}
 	cmd := exec.CommandContext(ctx, r.Path, append(r.GlobalArgs(), args...)...)

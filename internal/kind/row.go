@@ -17,3 +17,9 @@ type Row struct {
 	// SystemdCgroup: cgroup_driver = "systemd" (runc's --systemd-cgroup).
 	SystemdCgroup bool `json:"systemd_cgroup,omitempty"`
 }
+
+// Maker makes the runtime of a row: handlers.Runtimes, one per row and type for the
+// daemon's life. The managers make a recovered record's runtime through it.
+type Maker interface {
+	For(typ string, row *Row) (Runtime, error)
+}

@@ -26,7 +26,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
-	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/idmap"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -50,7 +49,7 @@ type Options struct {
 	// LSM is what the node's AppArmor and SELinux can do.
 	LSM lsm.Host
 	// Runtimes makes the runtime of a recovered record from the row it kept.
-	Runtimes     *handlers.Runtimes
+	Runtimes     kind.Maker
 	Store        *store.Store
 	RunDir       string // volatile per-sandbox directories: <run_root>/sandboxes
 	PauseRootfs  string
@@ -63,6 +62,8 @@ type Options struct {
 	Events *events.Bus
 	// NRI relays pod events to NRI plugins (internal/nrihost); nil when NRI is off.
 	NRI NRI
+	// Node pins namespaces and mounts pod files; nil is the node itself (HostNode).
+	Node Node
 }
 
 // NRI is what pods tell NRI plugins: that a pod runs (a plugin's error fails
@@ -484,14 +485,14 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		return err
 	}
 
-	if sb.IDMappings == nil {
-		if _, err := nsfile.Pin(nsDir, kinds, hostname); err != nil {
-			return err
+	var userns *nsfile.UserNS
+	if sb.IDMappings != nil {
+		userns = &nsfile.UserNS{
+			UIDs: sb.IDMappings.UIDs, GIDs: sb.IDMappings.GIDs,
+			Holder: filepath.Join(m.opts.PauseRootfs, pause.Binary),
 		}
-	} else if _, err := nsfile.PinInUserNS(nsDir, kinds, hostname, nsfile.UserNS{
-		UIDs: sb.IDMappings.UIDs, GIDs: sb.IDMappings.GIDs,
-		Holder: filepath.Join(m.opts.PauseRootfs, pause.Binary),
-	}); err != nil {
+	}
+	if err := m.host().PinNamespaces(nsDir, kinds, hostname, userns); err != nil {
 		return err
 	}
 	tm.Mark("namespaces")
@@ -523,14 +524,14 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	}
-	if err := mountFiles(sb.Files); err != nil {
+	if err := m.host().MountFiles(sb.Files); err != nil {
 		return err
 	}
 	if err := writePodFiles(sb.Files, hostname, cfg, hostNet); err != nil {
 		return err
 	}
 	if sb.Shm != "" {
-		if err := mountShm(sb.Shm, sb.IDMappings); err != nil {
+		if err := m.host().MountShm(sb.Shm, sb.IDMappings); err != nil {
 			return err
 		}
 	}
@@ -1083,7 +1084,7 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	}
 	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
 		if p != "" {
-			if err := nsfile.Unpin(p); err != nil {
+			if err := m.host().Unpin(p); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -1092,12 +1093,12 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 		return err
 	}
 	if sb.Shm != "" {
-		if err := mountpoint.DetachAll(sb.Shm); err != nil {
+		if err := m.host().Unmount(sb.Shm); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if sb.Files != "" {
-		if err := mountpoint.DetachAll(sb.Files); err != nil {
+		if err := m.host().Unmount(sb.Files); err != nil {
 			errs = append(errs, err)
 		}
 	}

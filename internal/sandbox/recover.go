@@ -11,7 +11,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/internal/config"
-	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
@@ -120,7 +119,7 @@ func (m *Manager) reconcile(sb *Sandbox) {
 		_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
 	}
 	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
-		if p != "" && !nsfile.IsPinned(p) {
+		if p != "" && !m.host().IsPinned(p) {
 			notReady("pinned namespace " + p + " is gone")
 			if sb.Infra {
 				close(sb.exited)
@@ -212,13 +211,13 @@ func (m *Manager) cleanupOrphan(id string) {
 	dir := filepath.Join(m.opts.RunDir, id)
 	var errs []error
 	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS, nsfile.User} {
-		if err := nsfile.Unpin(filepath.Join(dir, "ns", string(k))); err != nil {
+		if err := m.host().Unpin(filepath.Join(dir, "ns", string(k))); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	// Every tmpfs a sandbox of this release or an earlier one may have mounted.
 	for _, p := range []string{filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
-		if err := mountpoint.DetachAll(p); err != nil {
+		if err := m.host().Unmount(p); err != nil {
 			errs = append(errs, err)
 		}
 	}

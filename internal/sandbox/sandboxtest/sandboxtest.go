@@ -1,0 +1,157 @@
+// Package sandboxtest holds the fakes a sandbox manager needs in the lifecycle unit tests:
+// a sandbox.Node whose namespaces are "pinned" and pod tmpfs "mounted" as marks on plain
+// files and directories, so the managers run without root and a test checks that nothing
+// is left pinned or mounted; and a handler table of one row on a fake runtime.
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/handlers"
+	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/nsfile"
+	"github.com/rtshimd/rtshimd/internal/oci"
+)
+
+// ErrInjected is what a failure set with FailNext wraps.
+var ErrInjected = errors.New("sandboxtest: injected failure")
+
+// Node is the fake; its zero value is not usable: use NewNode.
+type Node struct {
+	mu      sync.Mutex
+	pinned  map[string]bool
+	mounted map[string]bool
+	fail    map[string]int
+}
+
+// NewNode returns a node with nothing pinned or mounted.
+func NewNode() *Node {
+	return &Node{pinned: map[string]bool{}, mounted: map[string]bool{}, fail: map[string]int{}}
+}
+
+// FailNext makes the next n calls of op fail ("pin", "unpin", "files", "shm", "unmount").
+func (n *Node) FailNext(op string, count int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.fail[op] += count
+}
+
+func (n *Node) failing(op, path string) error {
+	if n.fail[op] > 0 {
+		n.fail[op]--
+		return fmt.Errorf("sandboxtest: %s %s: %w", op, path, ErrInjected)
+	}
+	return nil
+}
+
+// Left is every path still pinned or mounted, sorted: what a removed pod must not leave.
+func (n *Node) Left() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for p := range n.pinned {
+		out = append(out, "pinned "+p)
+	}
+	for p := range n.mounted {
+		out = append(out, "mounted "+p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Drop forgets a pin, as a namespace lost while the daemon was down (its holder gone).
+func (n *Node) Drop(path string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.pinned, path)
+}
+
+func (n *Node) PinNamespaces(dir string, kinds []nsfile.Kind, _ string, _ *nsfile.UserNS) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing("pin", dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, k := range kinds {
+		p := filepath.Join(dir, string(k))
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			return err
+		}
+		n.pinned[p] = true
+	}
+	return nil
+}
+
+func (n *Node) Unpin(path string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing("unpin", path); err != nil {
+		return err
+	}
+	delete(n.pinned, path)
+	return nil
+}
+
+func (n *Node) IsPinned(path string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pinned[path]
+}
+
+func (n *Node) MountFiles(path string) error { return n.mount("files", path) }
+
+func (n *Node) MountShm(path string, _ *oci.IDMappings) error { return n.mount("shm", path) }
+
+func (n *Node) mount(op, path string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing(op, path); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return err
+	}
+	n.mounted[path] = true
+	return nil
+}
+
+func (n *Node) Unmount(path string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing("unmount", path); err != nil {
+		return err
+	}
+	delete(n.mounted, path)
+	return nil
+}
+
+// Handlers is a handler table of one ready row, "fake", on the runtime rt (what
+// sandbox.Options.Handlers takes): every host feature on, as after discovery.
+type Handlers struct{ H *handlers.Handler }
+
+// NewHandlers returns the table; root is the row's runtime root.
+func NewHandlers(rt kind.Runtime, root string) Handlers {
+	row := &kind.Row{Handler: "fake", Path: "/bin/false", Root: root}
+	return Handlers{H: &handlers.Handler{Name: "fake", Config: config.Handler{RuntimeType: rt.Type()}, Kind: rt, Runtime: row,
+		Discovery: handlers.Discovery{Ready: true, Features: handlers.Features{HostNetwork: true, HostPID: true, HostIPC: true}}}}
+}
+
+func (f Handlers) Lookup(name string) (*handlers.Handler, error) {
+	if name != "" && name != f.H.Name {
+		return nil, fmt.Errorf("no runtime handler %q: %w", name, errdefs.ErrNotFound)
+	}
+	return f.H, nil
+}
+
+func (f Handlers) StopUnrecorded(context.Context, kind.Task) ([]string, error) { return nil, nil }

@@ -29,7 +29,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
-	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/idmap"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -51,8 +50,8 @@ type Options struct {
 	// (<state_root>/checkpoints, root's only; emptied at start).
 	CheckpointDir string
 	// Runtimes makes the runtime of a recovered record from the row it kept.
-	Runtimes       *handlers.Runtimes
-	Images         *image.Service
+	Runtimes       kind.Maker
+	Images         Images
 	LSM            lsm.Host // what the node's AppArmor and SELinux can do
 	Sandboxes      *sandbox.Manager
 	CgroupDriver   string
@@ -69,6 +68,22 @@ type Options struct {
 	// pod's usage (stats.collection_period); 0 reads at each stats call.
 	StatsPeriod time.Duration
 }
+
+// Images is what containers take of the image service: rootfs layers, image volumes, an
+// image's config and names. The daemon's is image.Service; the lifecycle unit tests give
+// a fake one.
+type Images interface {
+	CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
+	RemoveRootfs(id string) error
+	RootfsUsage(id string) (image.Usage, error)
+	MountVolume(owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*image.Volume, error)
+	RemoveVolumes(owner string) error
+	VolumeOwners() ([]string, error)
+	Config(ref string) ([]byte, error)
+	Status(ref string) (*image.Image, error)
+}
+
+var _ Images = (*image.Service)(nil)
 
 // NRI is what containers tell NRI plugins, in NRI's order. CreateContainer comes before
 // the runtime's create and may adjust the spec; it, StartContainer and UpdateContainer

@@ -1,0 +1,96 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/failpoint"
+)
+
+// Stop stops the sandbox's infra container, if any; the sandbox becomes NOTREADY. A
+// sandbox that is gone is not an error.
+func (m *Manager) Stop(ctx context.Context, id string) error {
+	sb, err := m.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	return m.stop(ctx, sb)
+}
+
+func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
+	if m.containers != nil {
+		if err := m.containers.StopAll(ctx, sb.ID); err != nil {
+			return fmt.Errorf("stop containers of pod sandbox %s: %w", sb.ID, err)
+		}
+	}
+	if err := failpoint.Fail("stop-sandbox/containers-stopped"); err != nil {
+		return err
+	}
+	if sb.Infra {
+		if err := m.stopInfra(ctx, sb); err != nil {
+			return err
+		}
+	}
+	if err := failpoint.Fail("stop-sandbox/infra-stopped"); err != nil {
+		return err
+	}
+	if m.opts.NRI != nil && !sb.kept { // plugins heard of a kept pod's removal when its run failed
+		m.opts.NRI.StopPodSandbox(ctx, sb) // before CNI DEL, as containerd
+	}
+	wasReady := sb.Status().State != StateNotReady
+	if err := m.teardownNetwork(ctx, sb); err != nil {
+		return err
+	}
+	if err := failpoint.Fail("stop-sandbox/network-down"); err != nil {
+		return err
+	}
+	err := m.updateIf(sb, func(st *Status) bool {
+		changed := st.State != StateNotReady
+		st.State = StateNotReady
+		return changed
+	})
+	if wasReady {
+		logrus.WithField("sandbox", sb.ID).Info("pod sandbox stopped")
+		m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
+	return err
+}
+
+func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
+	select {
+	case <-sb.exited:
+	default:
+		sb.mu.Lock()
+		sb.stopping = true
+		sb.mu.Unlock()
+		if err := sb.rt.Kill(ctx, sb.Task(), "KILL", false); err != nil {
+			return fmt.Errorf("stop infra container: %w", err)
+		}
+		select {
+		case <-sb.exited:
+		case <-time.After(StopTimeout):
+			return fmt.Errorf("stop pod sandbox %s: infra container did not exit %v after SIGKILL", sb.ID, StopTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, ctx.Err())
+		}
+	}
+	if sb.rt.Plan().DeleteSandboxAtStop {
+		if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
+			return fmt.Errorf("delete infra container: %w", err)
+		}
+	}
+	// Else it is deleted when the sandbox is removed, after its containers: a supervisor
+	// that serves the whole pod (a shim) keeps serving them until then.
+	return nil
+}

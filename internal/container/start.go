@@ -1,0 +1,83 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/failpoint"
+	"github.com/rtshimd/rtshimd/internal/phasetime"
+)
+
+// Start starts a created container.
+func (m *Manager) Start(ctx context.Context, id string) error {
+	c, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	sb, err := m.opts.Sandboxes.Get(c.SandboxID)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	release, err := sb.Use()
+	if err != nil {
+		return fmt.Errorf("start container %s: %w", c.ID, err)
+	}
+	defer release()
+	c.op.Lock()
+	defer c.op.Unlock()
+	if st := c.Status().State; st != StateCreated {
+		return fmt.Errorf("container %s is %s, not created: %w", c.ID, st, errdefs.ErrFailedPrecondition)
+	}
+	tm := phasetime.Start()
+	// The start time is taken before the runtime is asked: a container that exits at
+	// once may be reported exited before the command returns, and its finish time must
+	// not precede its start.
+	if m.opts.NRI != nil {
+		if err := m.opts.NRI.StartContainer(ctx, c); err != nil {
+			return err
+		}
+		tm.Mark("nri")
+	}
+	started := time.Now().UnixNano()
+	if err := c.rt.Start(ctx, c.task()); err != nil {
+		return err
+	}
+	tm.Mark("runtime_start")
+	// The runtime runs it now: a failure from here on must not leave it running while
+	// its record says created (kubelet would start it again, or a second copy). As
+	// containerd, it is killed; its exit is then recorded as any other.
+	killStarted := func(err error) error {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
+		defer cancel()
+		if kerr := c.rt.Kill(kctx, c.task(), "SIGKILL", true); kerr != nil {
+			logrus.WithError(kerr).WithField("container", c.ID).Error("kill a container whose start could not be recorded")
+		}
+		return fmt.Errorf("start container %s: the runtime started it, then: %w (it was killed)", c.ID, err)
+	}
+	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
+		return killStarted(err)
+	}
+	if err := m.update(c, func(s *Status) {
+		if s.State == StateCreated {
+			s.State = StateRunning
+		}
+		s.StartedAt = started
+	}); err != nil {
+		return killStarted(err)
+	}
+	_ = failpoint.Fail("start-container/done") // a crash before the reply
+	tm.Mark("persist")
+	logrus.WithField("container", c.ID).Info("container started")
+	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
+	tm.Mark("publish")
+	tm.Log(logrus.Fields{"container": c.ID}, "container start timing")
+	if m.opts.NRI != nil {
+		m.opts.NRI.PostStartContainer(ctx, c)
+	}
+	return nil
+}

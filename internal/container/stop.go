@@ -1,0 +1,92 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/failpoint"
+)
+
+// killWait bounds the wait for a container to die after SIGKILL.
+const killWait = 10 * time.Second
+
+// Stop stops a running container: its stop signal, then SIGKILL after timeout seconds.
+// A container that is not running (or gone) is not an error.
+func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
+	c, err := m.Get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
+	if err := m.stop(ctx, c, timeout); err != nil {
+		return err
+	}
+	if m.opts.NRI != nil && c.Status().State == StateExited {
+		m.opts.NRI.StopContainer(ctx, c)
+	}
+	return nil
+}
+
+func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
+	if st := c.Status().State; st != StateRunning && st != StateUnknown {
+		return nil
+	}
+	log := logrus.WithField("container", c.ID)
+	if timeout > 0 {
+		if err := c.rt.Kill(ctx, c.task(), c.StopSignal, false); err != nil && !m.hasExited(c) {
+			log.WithError(err).Warn("stop signal")
+		}
+		select {
+		case <-c.exited:
+			return nil
+		case <-time.After(time.Duration(timeout) * time.Second):
+			log.WithField("timeout", timeout).Info("container ignored its stop signal; killing it")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := c.rt.Kill(ctx, c.task(), "SIGKILL", true); err != nil && !m.hasExited(c) {
+		return fmt.Errorf("kill container %s: %w", c.ID, err)
+	}
+	if err := failpoint.Fail("stop-container/killed"); err != nil {
+		return err
+	}
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(killWait):
+		return fmt.Errorf("container %s did not exit %v after SIGKILL", c.ID, killWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Manager) hasExited(c *Container) bool {
+	select {
+	case <-c.exited:
+		return true
+	case <-time.After(100 * time.Millisecond):
+		return false
+	}
+}
+
+// StopAll stops every container of a sandbox (StopPodSandbox).
+func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
+	m.podStats.Delete(sandboxID) // a stopped pod is not in the stats lists
+	var errs []error
+	for _, c := range m.ofSandbox(sandboxID) {
+		if err := m.Stop(ctx, c.ID, 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -26,13 +26,13 @@ import (
 // reaches them.
 var crashPoints = []string{
 	"run-sandbox/recorded", "run-sandbox/namespaces", "run-sandbox/network",
-	"run-sandbox/infra-created", "run-sandbox/infra-started", "run-sandbox/ready",
+	"run-sandbox/container-created", "run-sandbox/container-started", "run-sandbox/ready",
 	"create-container/recorded", "create-container/rootfs", "create-container/runtime-created", "create-container/done",
 	"start-container/runtime-started", "start-container/done",
 	"stop-container/killed",
 	"remove-container/runtime-deleted", "remove-container/rootfs-removed",
-	"stop-sandbox/containers-stopped", "stop-sandbox/infra-stopped", "stop-sandbox/network-down",
-	"remove-sandbox/containers-removed", "remove-sandbox/infra-deleted", "remove-sandbox/namespaces-unpinned", "remove-sandbox/dir-removed",
+	"stop-sandbox/containers-stopped", "stop-sandbox/container-stopped", "stop-sandbox/network-down",
+	"remove-sandbox/containers-removed", "remove-sandbox/container-deleted", "remove-sandbox/namespaces-unpinned", "remove-sandbox/dir-removed",
 	"update-container/runtime-updated",
 	"pull-image/blob-done", "pull-image/stored",
 	"remove-image/hidden",
@@ -137,7 +137,7 @@ func (c *crashCase) run() {
 	// A pod sharing its PID namespace has a sandbox container on every handler (runc's
 	// pods otherwise have none): the steps about it need one.
 	pid := runtimeapi.NamespaceMode_CONTAINER
-	if strings.Contains(c.point, "infra") {
+	if strings.Contains(c.point, "sandbox/container-") {
 		pid = runtimeapi.NamespaceMode_POD
 	}
 	podCfg := podConfig(name, pid)

@@ -17,7 +17,7 @@ import (
 )
 
 // A daemon restart, clean or kill -9, loses no pod: every sandbox is listed with its true
-// state, infra containers keep running under their monitors, exits that happened while
+// state, sandbox containers keep running under their monitors, exits that happened while
 // the daemon was down are noticed, and half-created sandboxes are cleaned up.
 func TestRestartKeepsSandboxes(t *testing.T) {
 	d := newDaemon(t)

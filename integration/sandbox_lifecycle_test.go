@@ -242,7 +242,7 @@ func checkInfra(t *testing.T, info sandboxInfo, cfg *runtimeapi.PodSandboxConfig
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", info.Metadata.CgroupsPath)); err != nil {
 		t.Errorf("infra cgroup: %v", err)
 	}
-	// kubelet's -998 for infra containers, clamped to what the daemon may set (its own
+	// kubelet's -998 for sandbox containers, clamped to what the daemon may set (its own
 	// value, inherited from this test process) on nodes without CAP_SYS_RESOURCE.
 	own := readInt(t, "/proc/self/oom_score_adj")
 	if got := readInt(t, fmt.Sprintf("/proc/%d/oom_score_adj", pid)); got != max(-998, own) {
@@ -461,7 +461,7 @@ func TestFailedSandboxCleanupIsRetried(t *testing.T) {
 	d.Env = []string{"RTSHIMD_FAILPOINTS=sandbox-cleanup=2"}
 	d.Restart(false)
 	ctx := ctxT(t)
-	// The infra container cannot start: runc fails to write a sysctl the kernel lacks.
+	// The sandbox container cannot start: runc fails to write a sysctl the kernel lacks.
 	cfg := podConfig("sandbox-cleanup-retry", runtimeapi.NamespaceMode_POD)
 	cfg.Linux.Sysctls = map[string]string{"net.ipv4.rtshimd_no_such_sysctl": "1"}
 	if _, err := d.RS.RunPodSandbox(ctx, cfg, "runc"); err == nil {

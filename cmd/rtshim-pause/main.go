@@ -1,4 +1,4 @@
-// rtshim-pause is the infra process of a pod sandbox: it holds the pod's namespaces open,
+// rtshim-pause is the process of a pod's sandbox container: it holds the pod's namespaces open,
 // reaps zombies when it is the pod's PID 1, and exits cleanly on SIGINT or SIGTERM.
 // `rtshim-pause -probe` exits 0 at once: rtshimd runs it to check that a handler works.
 package main

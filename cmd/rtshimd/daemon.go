@@ -56,9 +56,9 @@ type daemon struct {
 
 // Running reports what runs now, for the metrics endpoint.
 func (d *daemon) Running() (pods, containers map[string]int, monitors int) {
-	pods, infra := d.sandboxes.ReadyByHandler()
+	pods, sandboxContainers := d.sandboxes.ReadyByHandler()
 	containers = d.containers.RunningByHandler()
-	monitors = infra
+	monitors = sandboxContainers
 	for _, n := range containers {
 		monitors += n
 	}

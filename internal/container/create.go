@@ -87,7 +87,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	c := &Container{
 		Metadata: Metadata{
 			ID: id, Name: name, SandboxID: sb.ID, Handler: sb.Handler,
-			Kind: sb.Kind, Runtime: sb.Runtime, PodDir: sb.InfraDir(), Config: raw,
+			Kind: sb.Kind, Runtime: sb.Runtime, PodDir: sb.ContainerDir(), Config: raw,
 			ImageRef: cfg.Image.Image, ImageName: cfg.Image.UserSpecifiedImage, CreatedAt: time.Now().UnixNano(),
 			Dir:         filepath.Join(m.opts.RunDir, id),
 			CgroupsPath: cgpath.For(m.opts.CgroupDriver == config.SystemdDriver, sb.PodConfig().GetLinux().GetCgroupParent(), id),
@@ -379,13 +379,13 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 	case runtimeapi.NamespaceMode_NODE:
 		o.HostPID = true
 	case runtimeapi.NamespaceMode_POD:
-		pid := sb.Status().InfraPid
-		if !sb.Infra || pid == 0 {
+		pid := sb.Status().ContainerPid
+		if !sb.SandboxContainer || pid == 0 {
 			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s was created without a shared PID namespace: %w", sb.ID, errdefs.ErrFailedPrecondition)
 		}
 		path, err := pidNamespaceOf(pid, sb.ID)
 		if err != nil {
-			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s's infra container: %w; the pod cannot take containers that share its PID namespace: stop and remove it (kubelet makes it again)", sb.ID, err)
+			return o, fmt.Errorf("config.linux.security_context.namespace_options.pid POD: pod sandbox %s's sandbox container: %w; the pod cannot take containers that share its PID namespace: stop and remove it (kubelet makes it again)", sb.ID, err)
 		}
 		o.PIDNS = path
 	case runtimeapi.NamespaceMode_TARGET:
@@ -409,7 +409,7 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 var procRoot = "/proc"
 
 // pidNamespaceOf is the path of the PID namespace of process pid, which a record names as
-// the process of owner (an infra or a container, whose ID its cgroup path carries). A
+// the process of owner (a sandbox container or a container, whose ID its cgroup path carries). A
 // recorded pid may have been reused by another process since (the owner died while the
 // daemon was down): joining its namespace would put the container beside a stranger's
 // processes. So the process must still be in owner's cgroup, before and after the

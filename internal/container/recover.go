@@ -136,7 +136,7 @@ func (m *Manager) quarantine(ctx context.Context, id, why string) {
 		task.PodID = spec.Annotations[oci.AnnotationSandboxID]
 	}
 	if sb, err := m.opts.Sandboxes.Get(task.PodID); err == nil {
-		task.PodDir = sb.InfraDir()
+		task.PodDir = sb.ContainerDir()
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*kind.DefaultTimeout)
 	defer cancel()

@@ -349,7 +349,7 @@ type podSample struct {
 	cgOK  bool
 	ifs   []cgstats.Interface
 	ifsOK bool
-	procs uint64 // the pod cgroup's, else the infra and running containers' processes
+	procs uint64 // the pod cgroup's, else the sandbox container's and running containers' processes
 }
 
 // readPod reads sb's own figures now (running: its running containers); the reading of a
@@ -365,8 +365,8 @@ func (m *Manager) readPod(sb *sandbox.Sandbox, running []*Container) statscache.
 		}
 	}
 	var pids []int
-	if st := sb.Status(); st.InfraPid > 0 && st.State == sandbox.StateReady {
-		pids = append(pids, st.InfraPid)
+	if st := sb.Status(); st.ContainerPid > 0 && st.State == sandbox.StateReady {
+		pids = append(pids, st.ContainerPid)
 	}
 	for _, c := range running {
 		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
@@ -475,11 +475,11 @@ func netDev(pid int) ([]cgstats.Interface, error) {
 	return cgstats.NetDev(fmt.Sprintf("/proc/%d/net/dev", pid))
 }
 
-// netPid is a process in the pod's network namespace: the infra process, else a running
+// netPid is a process in the pod's network namespace: the sandbox container's process, else a running
 // container's; 0 if none.
 func netPid(sb *sandbox.Sandbox, running []*Container) int {
-	if st := sb.Status(); st.InfraPid > 0 && st.State == sandbox.StateReady {
-		return st.InfraPid
+	if st := sb.Status(); st.ContainerPid > 0 && st.State == sandbox.StateReady {
+		return st.ContainerPid
 	}
 	for _, c := range running {
 		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {

@@ -188,7 +188,7 @@ func (h *Handler) probe(ctx context.Context, p Probe) (kind.ProbeResult, error) 
 	id := "rtshimd-probe-" + h.Name + "-" + hex.EncodeToString(b[:])
 	bundle := filepath.Join(p.Dir, id)
 	defer os.RemoveAll(bundle)
-	spec := oci.InfraSpec(oci.InfraOptions{
+	spec := oci.SandboxContainerSpec(oci.SandboxContainerOptions{
 		ID:     id,
 		Rootfs: p.Rootfs,
 		Args:   []string{pause.Binary, "-probe"},

@@ -130,7 +130,7 @@ func Serve(addr string, counts Counts) (*http.Server, error) {
 			counts:   counts,
 			pods:     prometheus.NewDesc("rtshimd_running_pods", "Ready pod sandboxes, by handler.", []string{"handler"}, nil),
 			ctrs:     prometheus.NewDesc("rtshimd_running_containers", "Running containers, by handler.", []string{"handler"}, nil),
-			monitors: prometheus.NewDesc("rtshimd_monitors", "Monitor processes supervising a running container or infra.", nil, nil),
+			monitors: prometheus.NewDesc("rtshimd_monitors", "Monitor processes supervising a running container or sandbox container.", nil, nil),
 		})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -45,7 +45,7 @@ func podSandbox(sb *sandbox.Sandbox) *api.PodSandbox {
 		Labels:         api.DupStringMap(cfg.GetLabels()),
 		Annotations:    api.DupStringMap(cfg.GetAnnotations()),
 		Linux:          linux,
-		Pid:            uint32(st.InfraPid),
+		Pid:            uint32(st.ContainerPid),
 		Ips:            append([]string(nil), st.IPs...),
 	}
 }

@@ -35,7 +35,7 @@ type ContainerOptions struct {
 	SandboxID     string
 	// Namespaces. Paths are files the runtime joins; "" with Host* false means a new namespace.
 	NetNS, IPCNS, UTSNS           string
-	PIDNS                         string // pid namespace to join (pod's infra, or a TARGET container's); "" = new unless HostPID
+	PIDNS                         string // pid namespace to join (the pod's sandbox container's, or a TARGET container's); "" = new unless HostPID
 	HostNetwork, HostIPC, HostPID bool
 	// LSM is what the node's AppArmor and SELinux can do.
 	LSM lsm.Host

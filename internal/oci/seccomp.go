@@ -26,15 +26,15 @@ func containerSeccomp(sc *runtimeapi.LinuxContainerSecurityContext, spec *specs.
 	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec)
 }
 
-// SandboxSeccomp is the seccomp filter of a pod's sandbox (infra) container, from the pod's
+// SandboxSeccomp is the seccomp filter of a pod's sandbox container, from the pod's
 // security_context.seccomp (or seccomp_profile_path), by the containers' rules, as
-// containerd applies it to its pause container. RuntimeDefault is judged against the infra
-// container's capabilities (none, as InfraSpec gives it).
+// containerd applies it to its sandbox container. RuntimeDefault is judged against the sandbox container
+// container's capabilities (none, as SandboxContainerSpec gives it).
 func SandboxSeccomp(sc *runtimeapi.LinuxSandboxSecurityContext) (*specs.LinuxSeccomp, error) {
 	if sc.GetPrivileged() {
 		return nil, nil
 	}
-	spec := &specs.Spec{Process: &specs.Process{Capabilities: infraCapabilities()}}
+	spec := &specs.Spec{Process: &specs.Process{Capabilities: sandboxContainerCapabilities()}}
 	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec)
 }
 

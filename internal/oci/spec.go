@@ -15,7 +15,7 @@ import (
 )
 
 // Annotations both containerd and CRI-O set; sandboxing runtimes (runsc, kata) read them
-// to tell an infra container from the containers that join it.
+// to tell an sandbox container from the containers that join it.
 const (
 	AnnotationContainerType = "io.kubernetes.cri.container-type"
 	AnnotationSandboxID     = "io.kubernetes.cri.sandbox-id"
@@ -71,8 +71,8 @@ var (
 	}
 )
 
-// InfraOptions describe an infra (pause) container.
-type InfraOptions struct {
+// SandboxContainerOptions describe a sandbox container (the pause process).
+type SandboxContainerOptions struct {
 	ID          string
 	Rootfs      string
 	Args        []string
@@ -85,7 +85,7 @@ type InfraOptions struct {
 	User        specs.User
 	// ShmPath is bind-mounted on /dev/shm; empty gives the container its own tmpfs.
 	ShmPath string
-	// Resources bound the infra container's cgroup (for sandboxing runtimes, the whole pod).
+	// Resources bound the sandbox container's cgroup (for sandboxing runtimes, the whole pod).
 	Resources *specs.LinuxResources
 	// IDMappings are the mappings of the user namespace among Namespaces (nil: none).
 	IDMappings *IDMappings
@@ -103,9 +103,9 @@ type IDMappings struct {
 	GIDs []specs.LinuxIDMapping `json:"gids"`
 }
 
-// InfraSpec builds the spec of an infra container: the pause program on a read-only
+// SandboxContainerSpec builds the spec of an sandbox container: the pause program on a read-only
 // rootfs, no capabilities, no new privileges, the pod's seccomp filter.
-func InfraSpec(o InfraOptions) *specs.Spec {
+func SandboxContainerSpec(o SandboxContainerOptions) *specs.Spec {
 	shm := specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
 		Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}
 	if o.ShmPath != "" {
@@ -122,7 +122,7 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 			Env:             []string{"PATH=/"},
 			User:            o.User,
 			NoNewPrivileges: true,
-			Capabilities:    infraCapabilities(),
+			Capabilities:    sandboxContainerCapabilities(),
 			OOMScoreAdj:     o.OOMScoreAdj,
 		},
 		Mounts: []specs.Mount{
@@ -149,9 +149,9 @@ func InfraSpec(o InfraOptions) *specs.Spec {
 	return spec
 }
 
-// infraCapabilities are the infra container's: none. SandboxSeccomp judges the default
+// sandboxContainerCapabilities are the sandbox container's: none. SandboxSeccomp judges the default
 // profile against them.
-func infraCapabilities() *specs.LinuxCapabilities { return &specs.LinuxCapabilities{} }
+func sandboxContainerCapabilities() *specs.LinuxCapabilities { return &specs.LinuxCapabilities{} }
 
 func (m *IDMappings) apply(l *specs.Linux) {
 	if m != nil {

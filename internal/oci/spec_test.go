@@ -19,14 +19,14 @@ func mountAt(s *specs.Spec, dest string) *specs.Mount {
 	return nil
 }
 
-func TestInfraSpec(t *testing.T) {
+func TestSandboxContainerSpec(t *testing.T) {
 	oom := -998
 	ns := []specs.LinuxNamespace{
 		{Type: specs.NetworkNamespace, Path: "/run/x/ns/net"},
 		{Type: specs.PIDNamespace},
 		{Type: specs.MountNamespace},
 	}
-	o := InfraOptions{
+	o := SandboxContainerOptions{
 		ID: "id1", Rootfs: "/pause/rootfs", Args: []string{"/pause"}, Hostname: "web-0",
 		Namespaces: ns, CgroupsPath: "/kubepods/id1", OOMScoreAdj: &oom,
 		Annotations: map[string]string{AnnotationContainerType: ContainerTypeSandbox},
@@ -34,7 +34,7 @@ func TestInfraSpec(t *testing.T) {
 		User:        specs.User{UID: 65535, GID: 65535},
 		ShmPath:     "/run/x/shm",
 	}
-	s := InfraSpec(o)
+	s := SandboxContainerSpec(o)
 	if s.Version != SpecVersion || s.Hostname != "web-0" {
 		t.Errorf("version %q hostname %q", s.Version, s.Hostname)
 	}
@@ -83,12 +83,12 @@ func TestInfraSpec(t *testing.T) {
 		t.Errorf("seccomp = %+v without one asked", s.Linux.Seccomp)
 	}
 	o.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActErrno}
-	if got := InfraSpec(o).Linux.Seccomp; got != o.Seccomp {
+	if got := SandboxContainerSpec(o).Linux.Seccomp; got != o.Seccomp {
 		t.Errorf("seccomp = %+v, want the pod's %+v", got, o.Seccomp)
 	}
 
 	o.ShmPath = ""
-	shm = mountAt(InfraSpec(o), "/dev/shm")
+	shm = mountAt(SandboxContainerSpec(o), "/dev/shm")
 	if shm == nil || shm.Type != "tmpfs" || contains(shm.Options, "rbind") {
 		t.Errorf("/dev/shm without ShmPath = %+v, want tmpfs", shm)
 	}
@@ -105,7 +105,7 @@ func contains(list []string, s string) bool {
 
 func TestWriteBundle(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bundle")
-	spec := InfraSpec(InfraOptions{ID: "x", Rootfs: "/r", Args: []string{"/pause"}})
+	spec := SandboxContainerSpec(SandboxContainerOptions{ID: "x", Rootfs: "/r", Args: []string{"/pause"}})
 	if err := WriteBundle(dir, spec); err != nil {
 		t.Fatal(err)
 	}

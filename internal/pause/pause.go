@@ -1,5 +1,5 @@
 // Package pause lays the project's pause program into a minimal root filesystem that every
-// infra container (and every handler probe) shares read-only, so no pause image is pulled.
+// sandbox container (and every handler probe) shares read-only, so no pause image is pulled.
 package pause
 
 import (

@@ -20,7 +20,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
-// StopTimeout bounds how long Stop waits for an infra container to die after SIGKILL.
+// StopTimeout bounds how long Stop waits for an sandbox container to die after SIGKILL.
 const StopTimeout = 10 * time.Second
 
 // Options wire a Manager.
@@ -110,8 +110,8 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
-// watch follows the infra container through its runtime and marks the sandbox not ready
-// when the infra exits.
+// watch follows the sandbox container through its runtime and marks the sandbox not ready
+// when the sandbox container exits.
 func (m *Manager) watch(sb *Sandbox) {
 	m.wg.Add(1)
 	go func() {
@@ -130,12 +130,12 @@ func (m *Manager) watch(sb *Sandbox) {
 		err = m.updateIf(sb, func(st *Status) bool {
 			was = st.State
 			code := e.Status
-			st.InfraExit, st.ExitedAt, st.State = &code, e.ExitedAt, StateNotReady
+			st.ContainerExit, st.ExitedAt, st.State = &code, e.ExitedAt, StateNotReady
 			return was != StateCreating // a half-made record stays half-made
 		})
 		sb.markExited()
 		if was == StateReady && !expected {
-			logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "status": e.Status}).Warn("infra container exited; sandbox not ready")
+			logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "status": e.Status}).Warn("sandbox container exited; sandbox not ready")
 		}
 		if err != nil {
 			logrus.WithError(err).WithField("sandbox", sb.ID).Error("persist sandbox status")

@@ -32,8 +32,8 @@ func TestDecodeRecordOfEarlierRelease(t *testing.T) {
 		if sb.Kind != tt.wantKind || sb.KindRuntime().Type() != tt.wantKind {
 			t.Errorf("%s: kind %q runtime %q, want %q", sb.ID, sb.Kind, sb.KindRuntime().Type(), tt.wantKind)
 		}
-		if sb.InfraDir() != tt.wantBundle {
-			t.Errorf("%s: bundle %q, want %q", sb.ID, sb.InfraDir(), tt.wantBundle)
+		if sb.ContainerDir() != tt.wantBundle {
+			t.Errorf("%s: bundle %q, want %q", sb.ID, sb.ContainerDir(), tt.wantBundle)
 		}
 	}
 	if _, err := m.decodeRecord("d", []byte(`{"id":"d","kind":"vm","runtime":{"handler":"h","path":"/x"},"config":`+cfg+`}`), nil); err == nil {

@@ -18,7 +18,7 @@ import (
 )
 
 // Recover loads every stored sandbox and reconciles it with the node: ready sandboxes
-// whose namespaces or infra container are gone become NOTREADY, infra containers that
+// whose namespaces or sandbox container are gone become NOTREADY, sandbox containers that
 // still run are watched again, and sandboxes that were half-created when the previous
 // daemon died are cleaned up, as are run directories nobody owns.
 func (m *Manager) Recover(ctx context.Context) error {
@@ -109,7 +109,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 
 func (m *Manager) reconcile(sb *Sandbox) {
 	if sb.Status().State != StateReady {
-		if sb.Infra {
+		if sb.SandboxContainer {
 			close(sb.exited)
 		}
 		return
@@ -121,14 +121,14 @@ func (m *Manager) reconcile(sb *Sandbox) {
 	for _, p := range []string{sb.NetNS, sb.IPCNS, sb.UTSNS, sb.UserNS} {
 		if p != "" && !m.host().IsPinned(p) {
 			notReady("pinned namespace " + p + " is gone")
-			if sb.Infra {
+			if sb.SandboxContainer {
 				close(sb.exited)
 			}
 			return
 		}
 	}
-	if sb.Infra {
-		// The runtime follows the infra again: one that exited while the daemon was down
+	if sb.SandboxContainer {
+		// The runtime follows the sandbox container again: one that exited while the daemon was down
 		// is reported at once, one that lost its supervisor is followed or ended by it.
 		m.watch(sb)
 	}
@@ -170,13 +170,13 @@ func (m *Manager) StopQuarantined(ctx context.Context) {
 func (m *Manager) stopQuarantined(ctx context.Context, id string) {
 	log := logrus.WithField("sandbox", id)
 	dir := filepath.Join(m.opts.RunDir, id)
-	infra := filepath.Join(dir, id)
+	bundle := filepath.Join(dir, id)
 	if _, err := os.Stat(filepath.Join(dir, "infra", "config.json")); err == nil {
-		infra = filepath.Join(dir, "infra") // an earlier release's layout
+		bundle = filepath.Join(dir, "infra") // an earlier release's layout
 	}
 	sctx, cancel := context.WithTimeout(ctx, StopTimeout+kind.DefaultTimeout)
 	defer cancel()
-	found, err := m.opts.Handlers.StopUnrecorded(sctx, kind.Task{ID: id, PodID: id, Sandbox: true, Dir: infra, PodDir: infra})
+	found, err := m.opts.Handlers.StopUnrecorded(sctx, kind.Task{ID: id, PodID: id, Sandbox: true, Dir: bundle, PodDir: bundle})
 	if err != nil {
 		log.WithError(err).Error("sandbox of a quarantined record could not be stopped; its files are kept")
 		return

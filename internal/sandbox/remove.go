@@ -81,8 +81,8 @@ func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 	log := logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "pod": sb.Name})
 	log.WithError(cleanupErr).Error("cleanup of failed sandbox failed; keeping it listed as not ready and retrying")
 	_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
-	if sb.Status().InfraPid == 0 {
-		// No infra container ran, so none is watched: there is no exit to wait for.
+	if sb.Status().ContainerPid == 0 {
+		// No sandbox container ran, so none is watched: there is no exit to wait for.
 		sb.markExited()
 	}
 	sb.kept = true
@@ -102,18 +102,18 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	ctx, cancel := context.WithTimeout(context.Background(), kind.DefaultTimeout)
 	defer cancel()
 	var errs []error
-	if sb.Infra && sb.rt != nil {
+	if sb.SandboxContainer && sb.rt != nil {
 		if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
-			errs = append(errs, fmt.Errorf("delete infra container: %w", err))
+			errs = append(errs, fmt.Errorf("delete sandbox container: %w", err))
 		}
 		if mp := sb.Status().MonitorPid; mp > 0 {
-			// The monitor exits once the infra is gone; wait so its files are final.
+			// The monitor exits once the sandbox container is gone; wait so its files are final.
 			select {
 			case <-sb.exited:
 			case <-time.After(StopTimeout):
 			}
 		}
-		if err := failpoint.Fail("remove-sandbox/infra-deleted"); err != nil {
+		if err := failpoint.Fail("remove-sandbox/container-deleted"); err != nil {
 			return err
 		}
 		if len(errs) == 0 {

@@ -149,7 +149,7 @@ func (m *Manager) applyResize(ctx context.Context, sb *Sandbox, o *Overhead, cur
 	default:
 		o.PodCgroup = "/" + strings.TrimPrefix(parent, "/")
 	}
-	o.SandboxContainer = sb.Infra && sb.rt.Plan().PodLimits
+	o.SandboxContainer = sb.SandboxContainer && sb.rt.Plan().PodLimits
 
 	podCgroup := func() error {
 		if o.PodCgroup == "" {

@@ -48,7 +48,7 @@ func TestUpdateResources(t *testing.T) {
 	defer m.Close()
 	rt := &podLimitsKind{}
 	sb := &Sandbox{
-		Metadata: Metadata{ID: "sb1", Handler: "runsc", Infra: true, Overhead: config.Overhead{MemoryBytes: 64 << 20, MilliCPU: 100}},
+		Metadata: Metadata{ID: "sb1", Handler: "runsc", SandboxContainer: true, Overhead: config.Overhead{MemoryBytes: 64 << 20, MilliCPU: 100}},
 		config:   &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "n", Uid: "u"}},
 		rt:       rt, status: store.NewTracked(Status{State: StateReady}), exited: make(chan struct{}),
 	}

@@ -148,8 +148,8 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	hostIPC := nsOpts.GetIpc() == runtimeapi.NamespaceMode_NODE
 	hostPID := nsOpts.GetPid() == runtimeapi.NamespaceMode_NODE
 	plan := sb.rt.Plan()
-	sb.Infra = plan.SandboxContainer || nsOpts.GetPid() == runtimeapi.NamespaceMode_POD
-	if sb.Infra {
+	sb.SandboxContainer = plan.SandboxContainer || nsOpts.GetPid() == runtimeapi.NamespaceMode_POD
+	if sb.SandboxContainer {
 		sb.CgroupsPath = cgpath.For(m.opts.CgroupDriver == config.SystemdDriver, cfg.GetLinux().GetCgroupParent(), sb.ID)
 	}
 
@@ -169,7 +169,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	}
 	if plan.PinIPCUTS {
 		// Sandboxing runtimes keep IPC and UTS inside their own kernel; for the runc
-		// family the daemon holds them so that containers can join without an infra process.
+		// family the daemon holds them so that containers can join without a sandbox container.
 		if !hostIPC {
 			kinds = append(kinds, nsfile.IPC)
 		}
@@ -278,15 +278,15 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		}
 	}
 	tm.Mark("files")
-	if sb.Infra {
-		if err := m.startInfra(ctx, sb, hostname, hostNet, hostIPC, hostPID, tm); err != nil {
+	if sb.SandboxContainer {
+		if err := m.startSandboxContainer(ctx, sb, hostname, hostNet, hostIPC, hostPID, tm); err != nil {
 			return err
 		}
 	}
 	// The final record, metadata included: the pod cgroup's limits were settled after the
 	// first write.
 	err := m.saveMeta(sb, func(st *Status) {
-		if st.State == StateCreating { // the infra may already have died
+		if st.State == StateCreating { // the sandbox container may already have died
 			st.State = StateReady
 		}
 	})
@@ -294,19 +294,19 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	return err
 }
 
-// infraSecurity is the confinement of a pod's sandbox container: the security modules'
+// containerSecurity is the confinement of a pod's sandbox container: the security modules'
 // labels and the seccomp filter.
-type infraSecurity struct {
+type containerSecurity struct {
 	apparmor, process, mount string
 	seccomp                  *specs.LinuxSeccomp
 }
 
 // podSecurity checks the pod's AppArmor, SELinux and seccomp requests against the node
 // before anything is made, and returns the sandbox container's confinement.
-func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig) (infraSecurity, error) {
+func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig) (containerSecurity, error) {
 	const f = "config.linux.security_context"
 	sc := cfg.GetLinux().GetSecurityContext()
-	var l infraSecurity
+	var l containerSecurity
 	var err error
 	if l.apparmor, err = m.opts.LSM.AppArmorProfile(f, sc.GetApparmor(), "", sc.GetPrivileged()); err != nil {
 		return l, err
@@ -320,8 +320,8 @@ func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig) (infraSecurity, 
 	return l, err
 }
 
-// infraSpec is the runtime spec of the pod's sandbox container.
-func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) *specs.Spec {
+// sandboxContainerSpec is the runtime spec of the pod's sandbox container.
+func (m *Manager) sandboxContainerSpec(sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool) *specs.Spec {
 	cfg := sb.config
 	var ns []specs.LinuxNamespace
 	add := func(t specs.LinuxNamespaceType, path string, host bool) {
@@ -344,7 +344,7 @@ func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, host
 	if g := sc.GetRunAsGroup(); g != nil {
 		user.GID = uint32(g.Value)
 	}
-	// kubelet asks for -998 for infra containers; a node may not let us go below our own.
+	// kubelet asks for -998 for sandbox containers; a node may not let us go below our own.
 	oom := max(-998, m.opts.OOMScoreAdjMin)
 	md := cfg.Metadata
 	if hostNet {
@@ -360,7 +360,7 @@ func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, host
 		oci.AnnotationCRIOSandboxID: sb.ID,
 	}
 	oci.AddSandboxSizing(annotations, cfg)
-	return oci.InfraSpec(oci.InfraOptions{
+	return oci.SandboxContainerSpec(oci.SandboxContainerOptions{
 		ID:              sb.ID,
 		Rootfs:          m.opts.PauseRootfs,
 		Args:            []string{pause.Binary},
@@ -379,27 +379,27 @@ func (m *Manager) infraSpec(sb *Sandbox, hostname string, hostNet, hostIPC, host
 	})
 }
 
-func (m *Manager) startInfra(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool, tm *phasetime.Timer) error {
-	if err := oci.WriteBundle(sb.InfraDir(), m.infraSpec(sb, hostname, hostNet, hostIPC, hostPID)); err != nil {
+func (m *Manager) startSandboxContainer(ctx context.Context, sb *Sandbox, hostname string, hostNet, hostIPC, hostPID bool, tm *phasetime.Timer) error {
+	if err := oci.WriteBundle(sb.ContainerDir(), m.sandboxContainerSpec(sb, hostname, hostNet, hostIPC, hostPID)); err != nil {
 		return err
 	}
 	tm.Mark("infra_bundle")
 	p, err := sb.rt.Create(ctx, sb.Task())
 	if err != nil {
-		return fmt.Errorf("create infra container: %w", err)
+		return fmt.Errorf("create sandbox container: %w", err)
 	}
 	tm.Mark("infra_create")
 	// Written with the step that ends creation.
-	_ = m.updateIf(sb, func(st *Status) bool { st.InfraPid, st.MonitorPid = p.Pid, p.SupervisorPid; return false })
+	_ = m.updateIf(sb, func(st *Status) bool { st.ContainerPid, st.MonitorPid = p.Pid, p.SupervisorPid; return false })
 	m.watch(sb)
-	if err := failpoint.Fail("run-sandbox/infra-created"); err != nil {
+	if err := failpoint.Fail("run-sandbox/container-created"); err != nil {
 		return err
 	}
 	if err := sb.rt.Start(ctx, sb.Task()); err != nil {
-		return fmt.Errorf("start infra container: %w", err)
+		return fmt.Errorf("start sandbox container: %w", err)
 	}
 	tm.Mark("infra_start")
-	return failpoint.Fail("run-sandbox/infra-started")
+	return failpoint.Fail("run-sandbox/container-started")
 }
 
 // planPodCgroup decides where the pod's limits go, before anything is made (the record

@@ -1,5 +1,5 @@
 // Package sandbox owns pod sandboxes: their namespaces (pinned by the daemon or held by an
-// infra container the handler runs), their hostname, resolv.conf, hosts and /dev/shm, their
+// sandbox container the handler runs), their hostname, resolv.conf, hosts and /dev/shm, their
 // records on disk and the in-memory index that answers List calls. It does not talk gRPC.
 package sandbox
 
@@ -54,7 +54,7 @@ type Metadata struct {
 	// is the sandbox ID, as shim v2 runtimes require. Records of earlier releases have
 	// none: theirs is <Dir>/infra.
 	BundleDir string `json:"bundle_dir,omitempty"`
-	// Namespace files the daemon pinned ("" where the pod uses the node's, or the infra's own).
+	// Namespace files the daemon pinned ("" where the pod uses the node's, or the sandbox container's own).
 	NetNS string `json:"netns,omitempty"`
 	IPCNS string `json:"ipcns,omitempty"`
 	UTSNS string `json:"utsns,omitempty"`
@@ -65,9 +65,9 @@ type Metadata struct {
 	Shm        string          `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
 	// Files is the tmpfs holding hostname, hosts and resolv.conf ("": in Dir, records of
 	// earlier releases).
-	Files       string `json:"files,omitempty"`
-	Infra       bool   `json:"infra"` // a sandbox (infra) container runs through the handler
-	CgroupsPath string `json:"cgroups_path,omitempty"`
+	Files            string `json:"files,omitempty"`
+	SandboxContainer bool   `json:"infra"` // a sandbox container runs through the handler
+	CgroupsPath      string `json:"cgroups_path,omitempty"`
 	// Network and NetworkDir name the CNI network the pod was attached to ("" = none).
 	Network    string `json:"network,omitempty"`
 	NetworkDir string `json:"network_dir,omitempty"`
@@ -75,11 +75,11 @@ type Metadata struct {
 
 // Status changes over the sandbox's life.
 type Status struct {
-	State      string    `json:"state"`
-	InfraPid   int       `json:"infra_pid,omitempty"`
-	InfraExit  *int      `json:"infra_exit,omitempty"`
-	ExitedAt   time.Time `json:"exited_at,omitempty"`
-	MonitorPid int       `json:"monitor_pid,omitempty"`
+	State         string    `json:"state"`
+	ContainerPid  int       `json:"infra_pid,omitempty"`
+	ContainerExit *int      `json:"infra_exit,omitempty"`
+	ExitedAt      time.Time `json:"exited_at,omitempty"`
+	MonitorPid    int       `json:"monitor_pid,omitempty"`
 	// IPs are the pod's addresses from CNI, the primary first.
 	IPs []string `json:"ips,omitempty"`
 	// NetworkDown is set once CNI DEL has run.
@@ -92,7 +92,7 @@ type Status struct {
 type Sandbox struct {
 	Metadata
 	config   *runtimeapi.PodSandboxConfig
-	security infraSecurity // the sandbox container's labels and seccomp filter (RunPodSandbox only)
+	security containerSecurity // the sandbox container's labels and seccomp filter (RunPodSandbox only)
 	// kept: its run and its cleanup failed; it is listed until a retried cleanup succeeds.
 	kept bool
 	// rt is the kind of runtime that runs the pod (from Kind and Runtime).
@@ -107,9 +107,9 @@ type Sandbox struct {
 	status *store.Tracked[Status]
 
 	mu sync.Mutex
-	// stopping is set once Stop has signalled the infra, so its exit is not news.
+	// stopping is set once Stop has signalled the sandbox container, so its exit is not news.
 	stopping bool
-	// exited is closed when the infra container's exit is known.
+	// exited is closed when the sandbox container's exit is known.
 	exited chan struct{}
 
 	// listed is the sandbox as List reports it, kept per state (the rest never changes);
@@ -132,8 +132,8 @@ func (s *Sandbox) Status() Status { return s.status.Get() }
 // PodConfig returns the pod's sandbox config.
 func (s *Sandbox) PodConfig() *runtimeapi.PodSandboxConfig { return s.config }
 
-// InfraDir is where the infra container's bundle and supervisor files live.
-func (s *Sandbox) InfraDir() string {
+// ContainerDir is where the sandbox container's bundle and supervisor files live.
+func (s *Sandbox) ContainerDir() string {
 	if s.BundleDir != "" {
 		return s.BundleDir
 	}
@@ -145,10 +145,10 @@ func (s *Sandbox) KindRuntime() kind.Runtime { return s.rt }
 
 // Task is the sandbox container as its runtime knows it.
 func (s *Sandbox) Task() kind.Task {
-	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.InfraDir(), PodDir: s.InfraDir(), HostNetwork: s.NetNS == ""}
+	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.ContainerDir(), PodDir: s.ContainerDir(), HostNetwork: s.NetNS == ""}
 }
 
-// markExited closes exited once the infra container's end is known.
+// markExited closes exited once the sandbox container's end is known.
 func (s *Sandbox) markExited() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

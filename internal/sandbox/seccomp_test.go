@@ -13,11 +13,11 @@ import (
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 )
 
-// The pod's seccomp request reaches its sandbox (infra) container's spec, as containerd
-// applies it to the pause container: RuntimeDefault the default profile, Localhost the
+// The pod's seccomp request reaches its sandbox container's spec, as containerd
+// applies it to the sandbox container: RuntimeDefault the default profile, Localhost the
 // file, Unconfined, unset and privileged none; the deprecated seccomp_profile_path likewise.
 // A request that cannot be applied is refused by name before anything is made.
-func TestInfraSeccomp(t *testing.T) {
+func TestSandboxContainerSeccomp(t *testing.T) {
 	dir := t.TempDir()
 	profile := filepath.Join(dir, "profile.json")
 	if err := os.WriteFile(profile, []byte(`{"defaultAction":"SCMP_ACT_LOG","syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_ERRNO"}]}`), 0o644); err != nil {
@@ -30,13 +30,13 @@ func TestInfraSeccomp(t *testing.T) {
 			Seccomp: sp, SeccompProfilePath: path, Privileged: privileged}}
 		return c
 	}
-	infraSeccomp := func(cfg *runtimeapi.PodSandboxConfig) (*specs.LinuxSeccomp, error) {
+	sandboxContainerSeccomp := func(cfg *runtimeapi.PodSandboxConfig) (*specs.LinuxSeccomp, error) {
 		sec, err := m.podSecurity(cfg)
 		if err != nil {
 			return nil, err
 		}
 		sb := &Sandbox{Metadata: Metadata{ID: "sb1"}, config: cfg, security: sec}
-		return m.infraSpec(sb, "web-0", false, false, false).Linux.Seccomp, nil
+		return m.sandboxContainerSpec(sb, "web-0", false, false, false).Linux.Seccomp, nil
 	}
 	runtimeDefault := &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
 	localhost := func(ref string) *runtimeapi.SecurityProfile {
@@ -48,12 +48,12 @@ func TestInfraSeccomp(t *testing.T) {
 		"seccomp_profile_path":     pod(nil, "runtime/default", false),
 		"field wins over the path": pod(runtimeDefault, "unconfined", false),
 	} {
-		s, err := infraSeccomp(cfg)
+		s, err := sandboxContainerSeccomp(cfg)
 		if err != nil || s == nil || s.DefaultAction != specs.ActErrno {
 			t.Errorf("%s: seccomp %+v, %v; want the default profile", name, s, err)
 			continue
 		}
-		// Judged against the infra container's capabilities: none.
+		// Judged against the sandbox container's capabilities: none.
 		for _, c := range s.Syscalls {
 			if c.Action == specs.ActAllow && len(c.Args) == 0 && strings.Contains(" "+strings.Join(c.Names, " ")+" ", " mount ") {
 				t.Errorf("%s: the default profile allows mount without CAP_SYS_ADMIN", name)
@@ -64,7 +64,7 @@ func TestInfraSeccomp(t *testing.T) {
 		"localhost":      pod(localhost(profile), "", false),
 		"localhost path": pod(nil, "localhost/"+profile, false),
 	} {
-		if s, err := infraSeccomp(cfg); err != nil || s == nil || s.DefaultAction != specs.ActLog || len(s.Syscalls) != 1 {
+		if s, err := sandboxContainerSeccomp(cfg); err != nil || s == nil || s.DefaultAction != specs.ActLog || len(s.Syscalls) != 1 {
 			t.Errorf("%s: seccomp %+v, %v; want the file's profile", name, s, err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestInfraSeccomp(t *testing.T) {
 		"privileged":           pod(runtimeDefault, "", true),
 		"privileged, bad file": pod(localhost(filepath.Join(dir, "missing.json")), "", true),
 	} {
-		if s, err := infraSeccomp(cfg); err != nil || s != nil {
+		if s, err := sandboxContainerSeccomp(cfg); err != nil || s != nil {
 			t.Errorf("%s: seccomp %+v, %v; want none", name, s, err)
 		}
 	}

@@ -99,19 +99,19 @@ func (m *Manager) Count() int {
 	return len(m.sandboxes)
 }
 
-// ReadyByHandler counts ready sandboxes by handler, and the infra containers among them
+// ReadyByHandler counts ready sandboxes by handler, and the sandbox containers among them
 // (each has a monitor).
-func (m *Manager) ReadyByHandler() (byHandler map[string]int, infra int) {
+func (m *Manager) ReadyByHandler() (byHandler map[string]int, sandboxContainers int) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	byHandler = map[string]int{}
 	for _, sb := range m.sandboxes {
 		if sb.Status().State == StateReady {
 			byHandler[sb.Handler]++
-			if sb.Infra {
-				infra++
+			if sb.SandboxContainer {
+				sandboxContainers++
 			}
 		}
 	}
-	return byHandler, infra
+	return byHandler, sandboxContainers
 }

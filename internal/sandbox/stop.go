@@ -13,7 +13,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 )
 
-// Stop stops the sandbox's infra container, if any; the sandbox becomes NOTREADY. A
+// Stop stops the sandbox's sandbox container, if any; the sandbox becomes NOTREADY. A
 // sandbox that is gone is not an error.
 func (m *Manager) Stop(ctx context.Context, id string) error {
 	sb, err := m.Get(id)
@@ -37,12 +37,12 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	if err := failpoint.Fail("stop-sandbox/containers-stopped"); err != nil {
 		return err
 	}
-	if sb.Infra {
-		if err := m.stopInfra(ctx, sb); err != nil {
+	if sb.SandboxContainer {
+		if err := m.stopSandboxContainer(ctx, sb); err != nil {
 			return err
 		}
 	}
-	if err := failpoint.Fail("stop-sandbox/infra-stopped"); err != nil {
+	if err := failpoint.Fail("stop-sandbox/container-stopped"); err != nil {
 		return err
 	}
 	if m.opts.NRI != nil && !sb.kept { // plugins heard of a kept pod's removal when its run failed
@@ -67,7 +67,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
 	return err
 }
 
-func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
+func (m *Manager) stopSandboxContainer(ctx context.Context, sb *Sandbox) error {
 	select {
 	case <-sb.exited:
 	default:
@@ -75,19 +75,19 @@ func (m *Manager) stopInfra(ctx context.Context, sb *Sandbox) error {
 		sb.stopping = true
 		sb.mu.Unlock()
 		if err := sb.rt.Kill(ctx, sb.Task(), "KILL", false); err != nil {
-			return fmt.Errorf("stop infra container: %w", err)
+			return fmt.Errorf("stop sandbox container: %w", err)
 		}
 		select {
 		case <-sb.exited:
 		case <-time.After(StopTimeout):
-			return fmt.Errorf("stop pod sandbox %s: infra container did not exit %v after SIGKILL", sb.ID, StopTimeout)
+			return fmt.Errorf("stop pod sandbox %s: sandbox container did not exit %v after SIGKILL", sb.ID, StopTimeout)
 		case <-ctx.Done():
 			return fmt.Errorf("stop pod sandbox %s: %w", sb.ID, ctx.Err())
 		}
 	}
 	if sb.rt.Plan().DeleteSandboxAtStop {
 		if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
-			return fmt.Errorf("delete infra container: %w", err)
+			return fmt.Errorf("delete sandbox container: %w", err)
 		}
 	}
 	// Else it is deleted when the sandbox is removed, after its containers: a supervisor

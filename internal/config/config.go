@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -84,6 +85,11 @@ type Handler struct {
 	// default (a conf dir of its own, and/or a network by name).
 	CNIConfDir string `toml:"cni_conf_dir" json:"cni_conf_dir,omitempty"`
 	CNINetwork string `toml:"cni_network" json:"cni_network,omitempty"`
+	// PodAnnotations are glob patterns (path.Match, as containerd's pod_annotations): a
+	// pod annotation whose key matches one reaches the specs of the pod's sandbox container
+	// and containers, where VM runtimes read their per-pod settings (Kata's
+	// io.katacontainers.*). Others never reach a spec.
+	PodAnnotations []string `toml:"pod_annotations" json:"pod_annotations,omitempty"`
 }
 
 // CDI configures Container Device Interface devices (config.CDI_devices and cdi.k8s.io/
@@ -457,6 +463,17 @@ func (c *Config) validate(p positions) error {
 		}
 		if h.CNIConfDir != "" && !filepath.IsAbs(h.CNIConfDir) {
 			return p.errf(key+".cni_conf_dir", "handler %q: cni_conf_dir must be an absolute path, got %q", name, h.CNIConfDir)
+		}
+		for i, pat := range h.PodAnnotations {
+			// containerd ignores a malformed pattern at each match, so it passes nothing
+			// without a word; path.Match finds every malformed one against "".
+			why := "is empty"
+			if _, err := path.Match(pat, ""); err != nil {
+				why = err.Error()
+			} else if pat != "" {
+				continue
+			}
+			return p.errf(key+".pod_annotations", "handler %q: pod_annotations[%d] %q: %s: want a glob pattern of annotation keys (path.Match syntax, such as \"io.katacontainers.*\")", name, i, pat, why)
 		}
 		if err := h.resolveType(); err != nil {
 			k := key + ".runtime_type"

@@ -60,6 +60,9 @@ func TestParseErrors(t *testing.T) {
 		{"negative nri duration", base + "[nri]\nplugin_registration_timeout = \"-1s\"\n", "cfg.toml:7: nri.plugin_registration_timeout must be positive", ""},
 		{"unknown nri key", base + "[nri]\nenabled = false\n", "cfg.toml:7: unknown key \"nri.enabled\"", ""},
 		{"relative debug.pprof_socket", base + "[debug]\npprof_socket = \"pprof.sock\"\n", "cfg.toml:7: debug.pprof_socket must be an absolute path", `got "pprof.sock"`},
+		{"bad pod_annotations glob", base + "pod_annotations = [\"io.katacontainers.*\", \"io.[kata\"]\n", "cfg.toml:6: handler \"runc\": pod_annotations[1] \"io.[kata\": syntax error in pattern", "path.Match"},
+		{"empty pod_annotations pattern", base + "pod_annotations = [\"\"]\n", "cfg.toml:6: handler \"runc\": pod_annotations[0] \"\": is empty", ""},
+		{"pod_annotations not a list", base + "pod_annotations = \"io.katacontainers.*\"\n", "cfg.toml:6: ", "pod_annotations"},
 		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
 	}
 	for _, tt := range tests {
@@ -328,5 +331,27 @@ func TestStatsCollectionPeriod(t *testing.T) {
 	}
 	if Default().Stats.CollectionPeriod.Duration != DefaultStatsPeriod {
 		t.Errorf("shipped default: %v", Default().Stats.CollectionPeriod)
+	}
+}
+
+// pod_annotations: a list of path.Match globs per row, absent by default; a change of it is
+// a change of the row, applied by a reload (no restart).
+func TestPodAnnotations(t *testing.T) {
+	c, err := Parse("cfg.toml", []byte(base+"pod_annotations = [\"io.katacontainers.*\", \"example.com/[a-c]?\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Handlers["runc"].PodAnnotations, []string{"io.katacontainers.*", "example.com/[a-c]?"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pod_annotations = %q, want %q", got, want)
+	}
+	absent, err := Parse("cfg.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := absent.Handlers["runc"].PodAnnotations; p != nil {
+		t.Errorf("absent pod_annotations = %q, want none", p)
+	}
+	if got := RestartNeeded(absent, c); len(got) != 0 {
+		t.Errorf("RestartNeeded = %q, want none (handler rows are reloaded)", got)
 	}
 }

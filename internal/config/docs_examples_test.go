@@ -109,10 +109,15 @@ host_pid = false
 		"```toml\n" + // 29
 		"[handlers.runc]\n" + // 30
 		"runtime_pth = \"/usr/sbin/runc\"\n" + // 31: unknown key
-		"```\n" // 32
+		"```\n" + // 32
+		"```toml\n" + // 33
+		"[handlers.runc]\n" + // 34
+		"runtime_path = \"/usr/sbin/runc\"\n" + // 35
+		"pod_annotations = [\"io.katacontainers.*\"]\n" + // 36: the reference has none
+		"```\n" // 37
 	n, problems := checkDocExamples("x.md", []byte(doc), ref)
-	if n != 4 {
-		t.Errorf("checked %d blocks, want 4 (the partial one and the nested one not)", n)
+	if n != 5 {
+		t.Errorf("checked %d blocks, want 5 (the partial one and the nested one not)", n)
 	}
 	got := strings.Join(problems, "\n")
 	for _, want := range []string{
@@ -122,13 +127,14 @@ host_pid = false
 		`x.md:18: handler "gvisor": runtime_args is ["--network=host"], configs/config.toml has ["--oci-seccomp"]`,
 		`x.md:18: handler "gvisor": features.host_network is true, configs/config.toml does not declare it`,
 		`x.md:31: unknown key "handlers.runc.runtime_pth"`,
+		`x.md:33: handler "runc": pod_annotations is ["io.katacontainers.*"], configs/config.toml has []`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing problem %q; got:\n%s", want, got)
 		}
 	}
-	if len(problems) != 6 {
-		t.Errorf("got %d problems, want 6:\n%s", len(problems), got)
+	if len(problems) != 7 {
+		t.Errorf("got %d problems, want 7:\n%s", len(problems), got)
 	}
 }
 
@@ -294,6 +300,9 @@ func compareHandlers(at string, cfg *Config, raw map[string]any, ref *Config) []
 		}
 		if _, ok := set["cni_network"]; ok && got.CNINetwork != want.CNINetwork {
 			differ("cni_network", got.CNINetwork, want.CNINetwork)
+		}
+		if _, ok := set["pod_annotations"]; ok && !reflect.DeepEqual(got.PodAnnotations, want.PodAnnotations) {
+			differ("pod_annotations", got.PodAnnotations, want.PodAnnotations)
 		}
 		if oh, ok := set["overhead"].(map[string]any); ok {
 			if _, ok := oh["memory"]; ok && got.Overhead.MemoryBytes != want.Overhead.MemoryBytes {

@@ -50,6 +50,9 @@ type ContainerOptions struct {
 	// ImageVolumes are the host paths that config.mounts naming an image bind, by index
 	// into config.mounts: the image's read-only root filesystem or its sub path.
 	ImageVolumes map[int]string
+	// PodAnnotations are the patterns of pod annotations passed into the spec
+	// (AddPodAnnotations): the pod's handler row's, as its record keeps them.
+	PodAnnotations []string
 }
 
 // ContainerSpec builds the runtime spec of an application container the way containerd's CRI
@@ -61,7 +64,9 @@ type ContainerOptions struct {
 // an unknown mount propagation is an error; the swap limit is only set when the config sets
 // it (kubelet does so when the node's swap controller exists); user annotations under
 // io.kubernetes.cri. and io.kubernetes.cri-o. are dropped so a pod cannot claim another's
-// sandbox.
+// sandbox, also those of the pod that the row's pod_annotations pass; a container's own
+// annotations all reach the spec (containerd passes only those its container_annotations
+// match).
 func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	config := o.Config
 	if config == nil {
@@ -282,7 +287,7 @@ func containerOOMScoreAdj(config *runtimeapi.ContainerConfig, lowest int) (int, 
 func containerAnnotations(o ContainerOptions) map[string]string {
 	out := make(map[string]string)
 	for k, v := range o.Config.GetAnnotations() {
-		if strings.HasPrefix(k, "io.kubernetes.cri.") || strings.HasPrefix(k, "io.kubernetes.cri-o.") {
+		if reservedAnnotation(k) {
 			continue
 		}
 		out[k] = v
@@ -303,6 +308,7 @@ func containerAnnotations(o ContainerOptions) map[string]string {
 	out[AnnotationCRIOType] = ContainerTypeContainer
 	out[AnnotationCRIOSandboxID] = o.SandboxID
 	AddSandboxSizing(out, o.SandboxConfig)
+	AddPodAnnotations(out, o.SandboxConfig, o.PodAnnotations)
 	return out
 }
 

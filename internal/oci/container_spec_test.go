@@ -1001,3 +1001,50 @@ func TestSandboxSizingAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// A pod annotation reaches a container's spec only where the row's pod_annotations match
+// its key (path.Match, as containerd); rtshimd's own keys and the container's own
+// annotation of the same key win over the pod's.
+func TestPodAnnotations(t *testing.T) {
+	o := testOptions(t)
+	o.SandboxConfig.Annotations = map[string]string{
+		"io.katacontainers.config.hypervisor.default_vcpus": "2",
+		"io.katacontainers.config.hypervisor.kernel_params": "quiet",
+		"example.com/shared":               "from the pod",
+		"example.com/unmatched":            "no",
+		"io.kubernetes.cri.sandbox-name":   "another pod",
+		"io.kubernetes.cri.sandbox-memory": "1",
+		"io.kubernetes.cri-o.SandboxID":    "another",
+	}
+	o.Config.Annotations = map[string]string{"example.com/shared": "from the container"}
+	if got := mustSpec(t, o).Annotations; got["io.katacontainers.config.hypervisor.default_vcpus"] != "" || got["example.com/unmatched"] != "" {
+		t.Errorf("pod annotations passed without pod_annotations: %v", got)
+	}
+
+	o.PodAnnotations = []string{"io.katacontainers.*", "example.com/shared", "io.kubernetes.cri*"}
+	got := mustSpec(t, o).Annotations
+	for k, want := range map[string]string{
+		"io.katacontainers.config.hypervisor.default_vcpus": "2",
+		"io.katacontainers.config.hypervisor.kernel_params": "quiet",
+		"example.com/shared":    "from the container",
+		AnnotationSandboxName:   "pod",
+		AnnotationCRIOSandboxID: "sb1",
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+	for _, k := range []string{"example.com/unmatched", AnnotationSandboxMemory} {
+		if v, ok := got[k]; ok {
+			t.Errorf("%s = %q passed, want it absent", k, v)
+		}
+	}
+
+	passed, reserved := PassedPodAnnotations(o.SandboxConfig, o.PodAnnotations)
+	if len(passed) != 3 || passed["example.com/shared"] != "from the pod" {
+		t.Errorf("passed = %v, want the kata keys and example.com/shared", passed)
+	}
+	if want := []string{"io.kubernetes.cri-o.SandboxID", "io.kubernetes.cri.sandbox-memory", "io.kubernetes.cri.sandbox-name"}; !slices.Equal(reserved, want) {
+		t.Errorf("reserved = %q, want %q", reserved, want)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -52,6 +54,56 @@ func AddSandboxSizing(a map[string]string, pod *runtimeapi.PodSandboxConfig) {
 	a[AnnotationSandboxCPUQuota] = strconv.FormatInt(r.GetCpuQuota(), 10)
 	a[AnnotationSandboxCPUShares] = strconv.FormatInt(r.GetCpuShares(), 10)
 	a[AnnotationSandboxMemory] = strconv.FormatInt(r.GetMemoryLimitInBytes(), 10)
+}
+
+// Annotation keys under these prefixes are rtshimd's own (containerd's and CRI-O's names):
+// neither a pod's nor a container's annotations set them, so no pod can claim another's
+// sandbox or size.
+var reservedAnnotationPrefixes = []string{"io.kubernetes.cri.", "io.kubernetes.cri-o."}
+
+func reservedAnnotation(key string) bool {
+	for _, p := range reservedAnnotationPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// PassedPodAnnotations returns the pod's annotations whose key matches one of patterns
+// (path.Match globs: a handler row's pod_annotations, as containerd's), and the keys that
+// matched but are rtshimd's own (reserved prefixes), which are never passed.
+func PassedPodAnnotations(pod *runtimeapi.PodSandboxConfig, patterns []string) (passed map[string]string, reserved []string) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	for k, v := range pod.GetAnnotations() {
+		if !slices.ContainsFunc(patterns, func(p string) bool { ok, _ := path.Match(p, k); return ok }) {
+			continue
+		}
+		if reservedAnnotation(k) {
+			reserved = append(reserved, k)
+			continue
+		}
+		if passed == nil {
+			passed = map[string]string{}
+		}
+		passed[k] = v
+	}
+	slices.Sort(reserved)
+	return passed, reserved
+}
+
+// AddPodAnnotations adds to a the pod annotations patterns pass (PassedPodAnnotations)
+// where a has no such key: called last, so what rtshimd sets, and a container's own
+// annotation of the same key (as in containerd), win over the pod's.
+func AddPodAnnotations(a map[string]string, pod *runtimeapi.PodSandboxConfig, patterns []string) {
+	passed, _ := PassedPodAnnotations(pod, patterns)
+	for k, v := range passed {
+		if _, ok := a[k]; !ok {
+			a[k] = v
+		}
+	}
 }
 
 // SpecVersion is the ociVersion we write: the newest every runtime here accepts (crun 1.8

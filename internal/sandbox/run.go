@@ -89,7 +89,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		Metadata: Metadata{
 			IDMappings: idm,
 			ID:         id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type(),
-			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Config.Overhead,
+			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Config.Overhead, PodAnnotations: h.Config.PodAnnotations,
 			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 			BundleDir: filepath.Join(m.opts.RunDir, id, id),
 		},
@@ -100,6 +100,9 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		exited:   make(chan struct{}),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
+	if _, reserved := oci.PassedPodAnnotations(cfg, sb.PodAnnotations); len(reserved) > 0 {
+		log.WithField("annotations", reserved).Warn("pod annotations matched by the handler's pod_annotations are rtshimd's own names: not passed to the runtime")
+	}
 	tm := phasetime.Start()
 	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork, tm)
 	if err == nil && m.opts.NRI != nil {
@@ -360,6 +363,7 @@ func (m *Manager) sandboxContainerSpec(sb *Sandbox, hostname string, hostNet, ho
 		oci.AnnotationCRIOSandboxID: sb.ID,
 	}
 	oci.AddSandboxSizing(annotations, cfg)
+	oci.AddPodAnnotations(annotations, cfg, sb.PodAnnotations)
 	return oci.SandboxContainerSpec(oci.SandboxContainerOptions{
 		ID:              sb.ID,
 		Rootfs:          m.opts.PauseRootfs,

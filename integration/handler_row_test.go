@@ -27,12 +27,14 @@ func readBundleSpec(t *testing.T, dir string) *specs.Spec {
 	return &s
 }
 
-// The runc row's pod_annotations reach the bundles the runtime is given: the pod
-// annotations they match on the sandbox container's spec and on each container's, the
-// others on none, rtshimd's own names kept. The pod's record keeps the row's settings: a
-// container created after the row changed and the daemon restarted gets the same.
+// The runc row's pod_annotations and privileged_without_host_devices reach the bundles the
+// runtime is given: the pod annotations they match on the sandbox container's spec and on
+// each container's, the others on none, rtshimd's own names kept; a privileged container
+// with none of the host's devices, which runs. The pod's record keeps the row's settings:
+// a container created after the row changed and the daemon restarted gets the same.
 func TestHandlerRowSettings(t *testing.T) {
-	const settings = "pod_annotations = [\"io.katacontainers.*\", \"rtshimd.test/pass-*\", \"io.kubernetes.cri.sandbox-*\"]\n"
+	const settings = "pod_annotations = [\"io.katacontainers.*\", \"rtshimd.test/pass-*\", \"io.kubernetes.cri.sandbox-*\"]\n" +
+		"privileged_without_host_devices = true\n"
 	table := func(run string) string {
 		return strings.Replace(handlerTable(run), "[handlers.runc]\n", "[handlers.runc]\n"+settings, 1)
 	}
@@ -44,6 +46,7 @@ func TestHandlerRowSettings(t *testing.T) {
 	pod.Annotations["io.katacontainers.config.hypervisor.default_vcpus"] = "2"
 	pod.Annotations["rtshimd.test/pass-me"] = "passed"
 	pod.Annotations["io.kubernetes.cri.sandbox-name"] = "another-pod"
+	pod.Linux.SecurityContext.Privileged = true
 	podID, err := e.d.RS.RunPodSandbox(ctx, pod, "runc")
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +82,27 @@ func TestHandlerRowSettings(t *testing.T) {
 
 	ctr := func(name string) string {
 		t.Helper()
-		id := e.run(podID, pod, e.ctrConfig(name, "sleep", "1000"))
-		check(name, readBundleSpec(t, filepath.Join(e.d.RunRoot, "containers", id)))
+		cfg := e.ctrConfig(name, "sleep", "1000")
+		cfg.Linux.SecurityContext.Privileged = true
+		id := e.run(podID, pod, cfg)
+		s := readBundleSpec(t, filepath.Join(e.d.RunRoot, "containers", id))
+		check(name, s)
+		// Privileged, but given none of the host's devices, and the device cgroup of an
+		// unprivileged container (deny all first), as containerd does.
+		if len(s.Linux.Devices) != 0 {
+			t.Errorf("%s: privileged container's spec has %d devices (%s, ...), want none of the host's", name, len(s.Linux.Devices), s.Linux.Devices[0].Path)
+		}
+		if r := s.Linux.Resources.Devices; len(r) == 0 || r[0].Allow {
+			t.Errorf("%s: device rules %+v, want deny-all first", name, r)
+		}
+		if s.Linux.MaskedPaths != nil || s.Linux.Seccomp != nil {
+			t.Errorf("%s: masked paths %v, seccomp %v: not run privileged", name, s.Linux.MaskedPaths, s.Linux.Seccomp)
+		}
+		// /dev/kmsg and /dev/loop0 are on this host's /dev, and so in any privileged
+		// container's but these.
+		if out, _ := e.exec(id, "ls", "/dev"); !strings.Contains(out, "null") || strings.Contains(out, "kmsg") || strings.Contains(out, "loop0") {
+			t.Errorf("%s: /dev in the container: %q, want runc's default devices only", name, out)
+		}
 		return id
 	}
 	ctr("before")

@@ -90,6 +90,10 @@ type Handler struct {
 	// and containers, where VM runtimes read their per-pod settings (Kata's
 	// io.katacontainers.*). Others never reach a spec.
 	PodAnnotations []string `toml:"pod_annotations" json:"pod_annotations,omitempty"`
+	// PrivilegedWithoutHostDevices gives privileged containers none of the host's devices
+	// and not the device cgroup's allow-all, as containerd's key: a VM runtime would
+	// otherwise be asked to pass the whole host /dev into its guest.
+	PrivilegedWithoutHostDevices bool `toml:"privileged_without_host_devices" json:"privileged_without_host_devices,omitempty"`
 }
 
 // CDI configures Container Device Interface devices (config.CDI_devices and cdi.k8s.io/

@@ -63,6 +63,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad pod_annotations glob", base + "pod_annotations = [\"io.katacontainers.*\", \"io.[kata\"]\n", "cfg.toml:6: handler \"runc\": pod_annotations[1] \"io.[kata\": syntax error in pattern", "path.Match"},
 		{"empty pod_annotations pattern", base + "pod_annotations = [\"\"]\n", "cfg.toml:6: handler \"runc\": pod_annotations[0] \"\": is empty", ""},
 		{"pod_annotations not a list", base + "pod_annotations = \"io.katacontainers.*\"\n", "cfg.toml:6: ", "pod_annotations"},
+		{"privileged_without_host_devices not a bool", base + "privileged_without_host_devices = \"yes\"\n", "cfg.toml:6: ", "privileged_without_host_devices"},
 		{"no handlers", "socket = \"/run/x.sock\"\ndefault_handler = \"runc\"\n", "cfg.toml: no handlers configured", ""},
 	}
 	for _, tt := range tests {
@@ -353,5 +354,16 @@ func TestPodAnnotations(t *testing.T) {
 	}
 	if got := RestartNeeded(absent, c); len(got) != 0 {
 		t.Errorf("RestartNeeded = %q, want none (handler rows are reloaded)", got)
+	}
+}
+
+// privileged_without_host_devices: false unless the row says true.
+func TestPrivilegedWithoutHostDevices(t *testing.T) {
+	c, err := Parse("cfg.toml", []byte(base+"privileged_without_host_devices = true\n[handlers.crun]\nruntime_path = \"/usr/bin/crun\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Handlers["runc"].PrivilegedWithoutHostDevices || c.Handlers["crun"].PrivilegedWithoutHostDevices {
+		t.Errorf("runc %v crun %v, want true and false (absent)", c.Handlers["runc"].PrivilegedWithoutHostDevices, c.Handlers["crun"].PrivilegedWithoutHostDevices)
 	}
 }

@@ -304,6 +304,9 @@ func compareHandlers(at string, cfg *Config, raw map[string]any, ref *Config) []
 		if _, ok := set["pod_annotations"]; ok && !reflect.DeepEqual(got.PodAnnotations, want.PodAnnotations) {
 			differ("pod_annotations", got.PodAnnotations, want.PodAnnotations)
 		}
+		if _, ok := set["privileged_without_host_devices"]; ok && got.PrivilegedWithoutHostDevices != want.PrivilegedWithoutHostDevices {
+			differ("privileged_without_host_devices", got.PrivilegedWithoutHostDevices, want.PrivilegedWithoutHostDevices)
+		}
 		if oh, ok := set["overhead"].(map[string]any); ok {
 			if _, ok := oh["memory"]; ok && got.Overhead.MemoryBytes != want.Overhead.MemoryBytes {
 				differ("overhead.memory", got.Overhead.Memory, want.Overhead.Memory)

@@ -367,7 +367,8 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		UserNS:         sb.UserNS,
 		IDMappings:     sb.IDMappings,
 		// The pod's record, not the live table: a reload does not change its pods.
-		PodAnnotations: sb.PodAnnotations,
+		PodAnnotations:               sb.PodAnnotations,
+		PrivilegedWithoutHostDevices: sb.PrivilegedWithoutHostDevices,
 	}
 	// A container is in its pod's user namespace: kubelet sends the pod's options again.
 	if u := ns.GetUsernsOptions(); u != nil && (u.GetMode() == runtimeapi.NamespaceMode_POD) != (sb.UserNS != "") {

@@ -50,9 +50,12 @@ type ContainerOptions struct {
 	// ImageVolumes are the host paths that config.mounts naming an image bind, by index
 	// into config.mounts: the image's read-only root filesystem or its sub path.
 	ImageVolumes map[int]string
-	// PodAnnotations are the patterns of pod annotations passed into the spec
-	// (AddPodAnnotations): the pod's handler row's, as its record keeps them.
-	PodAnnotations []string
+	// From the pod's handler row, as its record keeps them: PodAnnotations are the
+	// patterns of pod annotations passed into the spec (AddPodAnnotations);
+	// PrivilegedWithoutHostDevices gives a privileged container neither the host's
+	// devices nor the device cgroup's allow-all.
+	PodAnnotations               []string
+	PrivilegedWithoutHostDevices bool
 }
 
 // ContainerSpec builds the runtime spec of an application container the way containerd's CRI
@@ -158,7 +161,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	if privileged {
+	if privileged && !o.PrivilegedWithoutHostDevices {
 		host, err := devicesUnder("/dev", "/dev")
 		if err != nil {
 			return nil, invalidf("list the host's devices for a privileged container: %v", err)
@@ -170,6 +173,9 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 		}
 		resources.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
 	} else {
+		// Also a privileged container on a row with privileged_without_host_devices: only
+		// its config's devices, under the default rules, as containerd (whose
+		// privileged_without_host_devices_all_devices_allowed would allow all; not offered).
 		resources.Devices = append(defaultDeviceRules(), rules...)
 	}
 	spec.Linux.Devices = devs

@@ -1048,3 +1048,51 @@ func TestPodAnnotations(t *testing.T) {
 		t.Errorf("reserved = %q, want %q", reserved, want)
 	}
 }
+
+// A privileged container on a row with privileged_without_host_devices gets only its
+// config's devices and the default device rules, as containerd gives it; without, all of
+// the host's and allow-all.
+func TestPrivilegedWithoutHostDevices(t *testing.T) {
+	if _, err := os.Stat("/dev/null"); err != nil {
+		t.Skip("no /dev/null")
+	}
+	o := testOptions(t)
+	o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{Privileged: true}
+	o.SandboxConfig.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Privileged: true}
+	o.Config.Devices = []*runtimeapi.Device{{HostPath: "/dev/zero", ContainerPath: "/dev/myzero", Permissions: "r"}}
+	host := mustSpec(t, o)
+	if !slices.ContainsFunc(host.Linux.Devices, func(d specs.LinuxDevice) bool { return d.Path == "/dev/null" }) {
+		t.Fatalf("privileged container without the row's setting lacks the host's /dev/null: %d devices", len(host.Linux.Devices))
+	}
+	if r := host.Linux.Resources.Devices; len(r) != 1 || !r[0].Allow {
+		t.Errorf("device rules = %+v, want allow all", r)
+	}
+
+	o.PrivilegedWithoutHostDevices = true
+	s := mustSpec(t, o)
+	if len(s.Linux.Devices) != 1 || s.Linux.Devices[0].Path != "/dev/myzero" {
+		t.Errorf("devices = %+v, want only the config's /dev/myzero", s.Linux.Devices)
+	}
+	rules := s.Linux.Resources.Devices
+	if len(rules) < 2 || rules[0].Allow || rules[0].Access != "rwm" || rules[0].Major != nil {
+		t.Fatalf("device rules = %+v, want deny-all first", rules)
+	}
+	if !reflect.DeepEqual(rules[:len(rules)-1], defaultDeviceRules()) {
+		t.Errorf("device rules = %+v, want the defaults and the config device's", rules)
+	}
+	if last := rules[len(rules)-1]; !last.Allow || last.Access != "r" || *last.Major != 1 || *last.Minor != 5 {
+		t.Errorf("config device's rule = %+v, want allow r on 1:5", last)
+	}
+	// Privileged otherwise: capabilities, no masked paths, no seccomp.
+	if s.Linux.MaskedPaths != nil || s.Linux.Seccomp != nil || !slices.Contains(s.Process.Capabilities.Bounding, "CAP_SYS_ADMIN") {
+		t.Errorf("masked %v seccomp %v caps %v: want a privileged container but for its devices", s.Linux.MaskedPaths, s.Linux.Seccomp, s.Process.Capabilities.Bounding)
+	}
+
+	// An unprivileged container is the same either way.
+	o = testOptions(t)
+	plain := mustSpec(t, o)
+	o.PrivilegedWithoutHostDevices = true
+	if got := mustSpec(t, o); !reflect.DeepEqual(got.Linux.Devices, plain.Linux.Devices) || !reflect.DeepEqual(got.Linux.Resources.Devices, plain.Linux.Resources.Devices) {
+		t.Errorf("unprivileged container's devices changed by the row's setting")
+	}
+}

@@ -11,9 +11,10 @@ import (
 )
 
 // The row's pod_annotations reach the sandbox container's spec from the pod's record, and
-// the record keeps them across a restart (its decoding), so that containers made later get
-// the same; rtshimd's own annotations win over the pod's.
-func TestPodAnnotationsFromRecord(t *testing.T) {
+// the record keeps them and privileged_without_host_devices across a restart (its
+// decoding), so that containers made later get the same; rtshimd's own annotations win
+// over the pod's.
+func TestRowSettingsFromRecord(t *testing.T) {
 	cfg := validPod()
 	cfg.Annotations = map[string]string{
 		"io.katacontainers.config.hypervisor.default_vcpus": "2",
@@ -22,7 +23,7 @@ func TestPodAnnotationsFromRecord(t *testing.T) {
 	}
 	m := &Manager{opts: Options{Runtimes: handlers.NewRuntimes(handlers.Env{})}}
 	sb := &Sandbox{Metadata: Metadata{ID: "sb1", Dir: "/run/x/sb1", Runtime: &kind.Row{Handler: "kata", Path: "/usr/bin/containerd-shim-kata-v2"}, Kind: "shim-v2",
-		PodAnnotations: []string{"io.katacontainers.*", "io.kubernetes.cri.*"}}, config: cfg}
+		PodAnnotations: []string{"io.katacontainers.*", "io.kubernetes.cri.*"}, PrivilegedWithoutHostDevices: true}, config: cfg}
 	got := m.sandboxContainerSpec(sb, "web-0", false, false, false).Annotations
 	if got["io.katacontainers.config.hypervisor.default_vcpus"] != "2" || got[oci.AnnotationSandboxID] != "sb1" {
 		t.Errorf("sandbox container's annotations = %v, want the kata key passed and its own sandbox id", got)
@@ -44,7 +45,8 @@ func TestPodAnnotationsFromRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(back.PodAnnotations, sb.PodAnnotations) {
-		t.Errorf("record's pod_annotations = %q after decoding, want %q", back.PodAnnotations, sb.PodAnnotations)
+	if !slices.Equal(back.PodAnnotations, sb.PodAnnotations) || !back.PrivilegedWithoutHostDevices {
+		t.Errorf("record's pod_annotations = %q, privileged_without_host_devices = %v after decoding, want %q and true",
+			back.PodAnnotations, back.PrivilegedWithoutHostDevices, sb.PodAnnotations)
 	}
 }

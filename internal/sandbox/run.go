@@ -90,7 +90,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			IDMappings: idm,
 			ID:         id, Name: name, Handler: h.Name, RuntimeHandler: handlerName, Kind: h.Type(),
 			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Config.Overhead, PodAnnotations: h.Config.PodAnnotations,
-			Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
+			PrivilegedWithoutHostDevices: h.Config.PrivilegedWithoutHostDevices, Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 			BundleDir: filepath.Join(m.opts.RunDir, id, id),
 		},
 		config:   cfg,

@@ -46,10 +46,11 @@ type Metadata struct {
 	// stopped and removed even if the handler table changed since.
 	Runtime  *kind.Row       `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
-	// PodAnnotations is the row's pod_annotations at creation: the pod's containers, also
-	// those made after a restart or a reload that changed the row, get the annotations its
-	// sandbox container got.
-	PodAnnotations []string `json:"pod_annotations,omitempty"`
+	// PodAnnotations and PrivilegedWithoutHostDevices are the row's settings of those
+	// names at creation: the pod's containers, also those made after a restart or a
+	// reload that changed the row, get what the pod started with.
+	PodAnnotations               []string `json:"pod_annotations,omitempty"`
+	PrivilegedWithoutHostDevices bool     `json:"privileged_without_host_devices,omitempty"`
 	// OverheadApplied is the overhead the pod got and where its limits went.
 	OverheadApplied Overhead        `json:"overhead_applied"`
 	Config          json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)

@@ -1,0 +1,260 @@
+// Package containertest holds what the container manager's lifecycle tests, and those of
+// the services that read it, need to run the real sandbox and container managers without
+// root: an Env (a node of fakes: kindtest's runtime, sandboxtest's node, fake images; real
+// stores) from which each call of Managers makes a daemon, and the pod and container
+// configs kubelet would send.
+package containertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/container"
+	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/image"
+	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/kind/kindtest"
+	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/sandbox"
+	"github.com/rtshimd/rtshimd/internal/sandbox/sandboxtest"
+	"github.com/rtshimd/rtshimd/internal/store"
+)
+
+// maker gives every row the env's runtime (kind.Maker).
+type maker struct{ k kind.Runtime }
+
+func (m maker) For(string, *kind.Row) (kind.Runtime, error) { return m.k, nil }
+
+// ErrImagesInjected is what a failure of Images wraps.
+var ErrImagesInjected = errors.New("fake images: injected failure")
+
+// Images is the image service: one image, "busybox", whose container rootfs are plain
+// directories.
+type Images struct {
+	dir    string
+	mu     sync.Mutex
+	rootfs map[string]string // container ID → its rootfs
+	fail   map[string]int
+}
+
+const BusyboxID = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+// Fail makes the next n calls of op fail ("rootfs", "remove-rootfs").
+func (f *Images) Fail(op string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[op] += n
+}
+
+func (f *Images) failing(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail[op] > 0 {
+		f.fail[op]--
+		return fmt.Errorf("%s: %w", op, ErrImagesInjected)
+	}
+	return nil
+}
+
+func (f *Images) CreateRootfs(id, ref string, _, _ []specs.LinuxIDMapping) (string, string, error) {
+	if ref != "busybox" {
+		return "", "", fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	if err := f.failing("rootfs"); err != nil {
+		return "", "", err
+	}
+	dir := filepath.Join(f.dir, id)
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+		return "", "", err
+	}
+	f.mu.Lock()
+	f.rootfs[id] = dir
+	f.mu.Unlock()
+	return dir, BusyboxID, nil
+}
+
+func (f *Images) RemoveRootfs(id string) error {
+	if err := f.failing("remove-rootfs"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.rootfs, id)
+	return os.RemoveAll(filepath.Join(f.dir, id))
+}
+
+// left is the rootfs not removed.
+func (f *Images) Left() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.rootfs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (f *Images) RootfsUsage(string) (image.Usage, error) { return image.Usage{}, nil }
+func (f *Images) MountVolume(string, int, string, []specs.LinuxIDMapping, []specs.LinuxIDMapping) (*image.Volume, error) {
+	return nil, errors.New("fake images: no image volumes")
+}
+func (f *Images) RemoveVolumes(string) error      { return nil }
+func (f *Images) VolumeOwners() ([]string, error) { return nil, nil }
+
+func (f *Images) Config(ref string) ([]byte, error) {
+	if ref != BusyboxID {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return json.Marshal(ocispec.Image{Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}, Cmd: []string{"sh"}, StopSignal: "SIGTERM"}})
+}
+
+func (f *Images) Status(ref string) (*image.Image, error) {
+	if ref != BusyboxID {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return &image.Image{ID: BusyboxID, RepoTags: []string{"busybox:latest"}}, nil
+}
+
+// env is one node; managers built from it are a daemon, and built again after the first
+// are dropped, the daemon after a kill -9.
+type Env struct {
+	T                  *testing.T
+	Dir                string
+	RT                 *kindtest.Runtime
+	Node               *sandboxtest.Node
+	Images             *Images
+	PodStore, CtrStore *store.Store
+	// Kind is the runtime the handler and recovery give (RT unless a test wraps it).
+	Kind kind.Runtime
+	// Options, if set, adjusts the container manager's options before it is made.
+	Options func(*container.Options)
+}
+
+func NewEnv(t *testing.T, plan kind.PodPlan) *Env {
+	t.Helper()
+	dir := t.TempDir()
+	rt := kindtest.New(kind.OCI, plan)
+	e := &Env{T: t, Dir: dir, RT: rt, Kind: rt, Node: sandboxtest.NewNode(),
+		Images: &Images{dir: filepath.Join(dir, "rootfs"), rootfs: map[string]string{}, fail: map[string]int{}}}
+	var err error
+	if e.PodStore, err = store.New(filepath.Join(dir, "pods")); err != nil {
+		t.Fatal(err)
+	}
+	if e.CtrStore, err = store.New(filepath.Join(dir, "containers")); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// managers are a daemon's sandbox and container managers, recovered in the daemon's order.
+func (e *Env) Managers() (*sandbox.Manager, *container.Manager) {
+	e.T.Helper()
+	sbs, err := sandbox.NewManager(sandbox.Options{
+		Handlers: sandboxtest.NewHandlers(e.Kind, filepath.Join(e.Dir, "runtime")), Runtimes: maker{e.Kind},
+		Store: e.PodStore, RunDir: filepath.Join(e.Dir, "run", "sandboxes"), PauseRootfs: filepath.Join(e.Dir, "pause"),
+		CgroupDriver: config.CgroupfsDriver, Node: e.Node,
+	})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	opts := container.Options{
+		Store: e.CtrStore, RunDir: filepath.Join(e.Dir, "run", "containers"), Runtimes: maker{e.Kind},
+		Images: e.Images, Sandboxes: sbs, CgroupDriver: config.CgroupfsDriver, Capabilities: oci.GrantableCapabilities(),
+	}
+	if e.Options != nil {
+		e.Options(&opts)
+	}
+	m, err := container.NewManager(opts)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	sbs.SetContainers(m)
+	e.T.Cleanup(func() { m.Close(); sbs.Close() })
+	ctx := context.Background()
+	if err := sbs.Recover(ctx); err != nil {
+		e.T.Fatal(err)
+	}
+	if err := m.Recover(ctx); err != nil {
+		e.T.Fatal(err)
+	}
+	return sbs, m
+}
+
+func (e *Env) PodConfig(name string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: name + "-uid"},
+		LogDirectory: filepath.Join(e.Dir, "logs", name),
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+		}},
+	}
+}
+
+func CtrConfig(name, img string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: img},
+		Command:  []string{"sleep", "1000"},
+		LogPath:  name + ".log",
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+		}},
+	}
+}
+
+// clean fails unless nothing of any container or pod is left.
+func (e *Env) Clean(t *testing.T) {
+	t.Helper()
+	if tasks := e.RT.Tasks(); len(tasks) > 0 {
+		t.Errorf("runtime still holds %v", tasks)
+	}
+	if left := e.Node.Left(); len(left) > 0 {
+		t.Errorf("node still has %v", left)
+	}
+	if left := e.Images.Left(); len(left) > 0 {
+		t.Errorf("rootfs not removed: %v", left)
+	}
+	for _, d := range []string{"run/sandboxes", "run/containers"} {
+		if ents, _ := os.ReadDir(filepath.Join(e.Dir, d)); len(ents) > 0 {
+			t.Errorf("%s still has %v", d, ents)
+		}
+	}
+	for _, st := range []*store.Store{e.PodStore, e.CtrStore} {
+		if recs, err := st.Load(); err != nil || len(recs) > 0 {
+			t.Errorf("records left: %d (%v)", len(recs), err)
+		}
+	}
+}
+
+func CtrState(t *testing.T, m *container.Manager, id string) *runtimeapi.ContainerStatus {
+	t.Helper()
+	st, _, err := m.CRIStatus(id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func Await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/reload"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/sdnotify"
+	"github.com/rtshimd/rtshimd/internal/stats"
 	"github.com/rtshimd/rtshimd/internal/store"
 	"github.com/rtshimd/rtshimd/internal/stream"
 )
@@ -42,6 +43,7 @@ type daemon struct {
 	sandboxes  *sandbox.Manager
 	images     *image.Service
 	containers *container.Manager
+	stats      *stats.Service
 	network    *network.Manager
 	streaming  *stream.Server
 	events     *events.Bus
@@ -216,12 +218,14 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Events:         bus,
 		CDI:            cdidevices.New(cfg.CDI.SpecDirs),
 		NRI:            ctrNRI,
-		StatsPeriod:    cfg.Stats.CollectionPeriod.Duration,
 	})
 	if err != nil {
 		return nil, err
 	}
 	mgr.SetContainers(ctrs)
+	// Before the containers' recovery: the exits it records reach the service.
+	statsSvc := stats.New(stats.Options{Containers: ctrs, Pods: mgr, Images: images, CgroupDriver: cfg.CgroupDriver,
+		Period: cfg.Stats.CollectionPeriod.Duration})
 	if nri != nil {
 		// Before the containers' recovery: the watchers it starts may tell NRI of exits.
 		nri.Attach(mgr, ctrs)
@@ -250,7 +254,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		logrus.WithError(err).Warn("the kept pod CIDR is unusable; none until kubelet sends it again")
 	}
-	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, network: netw, streaming: srv, events: bus, podCIDR: cidr, nri: nri}
+	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, stats: statsSvc, network: netw, streaming: srv, events: bus, podCIDR: cidr, nri: nri}
 	d.reloader = reload.New(cfg, d.apply)
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
 		if nri != nil {
@@ -301,7 +305,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 		logrus.SetLevel(lvl)
 	}
 	if p := cfg.Stats.CollectionPeriod.Duration; p != old.Stats.CollectionPeriod.Duration {
-		d.containers.SetStatsPeriod(p)
+		d.stats.SetPeriod(p)
 		logrus.WithField("collection_period", p.String()).Info("stats collection period changed")
 	}
 	d.table.Publish(next)
@@ -310,7 +314,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 
 func (d *daemon) serve(ctx context.Context) error {
 	go d.reloader.Run(ctx, d.hup)
-	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri}
+	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Stats: d.stats, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -330,6 +334,7 @@ func (d *daemon) close() {
 	if d.nri != nil {
 		d.nri.Stop()
 	}
+	d.stats.Close()
 	d.containers.Close()
 	d.sandboxes.Close()
 	d.table.Wait()

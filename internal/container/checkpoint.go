@@ -107,7 +107,7 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 		}
 	}
 	start := time.Now()
-	if err := ck.Checkpoint(ctx, c.task(), filepath.Join(content, checkpointDir), work); err != nil {
+	if err := ck.Checkpoint(ctx, c.Task(), filepath.Join(content, checkpointDir), work); err != nil {
 		return err // the kind names the handler, the call and the container
 	}
 	if err := m.checkpointFiles(c, content, work, start); err != nil {

@@ -120,13 +120,13 @@ type Container struct {
 	// changes); statsAttrs is its stats' attributes, which never change.
 	listed     protocache.Item[listKey]
 	statsAttrs protocache.Item[struct{}]
-	// statsEnc is its ContainerStats as ListContainerStats sends it, kept per reading:
-	// with a collector, the lists between two readings send the same bytes.
-	statsEnc protocache.Item[statsKey]
 }
 
-// task is the container as its runtime knows it.
-func (c *Container) task() kind.Task {
+// TaskRuntime is the runtime the container runs on (its pod's row's kind).
+func (c *Container) TaskRuntime() kind.Runtime { return c.rt }
+
+// Task is the container as its runtime knows it.
+func (c *Container) Task() kind.Task {
 	return kind.Task{
 		ID: c.ID, PodID: c.SandboxID, Dir: c.Dir, PodDir: c.PodDir, LogPath: c.LogPath, LogDir: c.LogDir,
 		Stdin: c.config.GetStdin(), StdinOnce: c.config.GetStdinOnce(), Terminal: c.config.GetTty(),

@@ -253,7 +253,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		}
 	}
 	tm.Mark("bundle")
-	p, err := c.rt.Create(ctx, c.task())
+	p, err := c.rt.Create(ctx, c.Task())
 	if err != nil {
 		return err
 	}

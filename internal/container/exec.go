@@ -49,7 +49,7 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	}
 	defer os.RemoveAll(x.Dir)
 	x.Stdout, x.Stderr = stdout, stderr
-	p, err := c.rt.Exec(ctx, c.task(), x)
+	p, err := c.rt.Exec(ctx, c.Task(), x)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func (m *Manager) ApplyResources(ctx context.Context, id string, res *specs.Linu
 func (m *Manager) applyResources(ctx context.Context, c *Container, res *specs.LinuxResources) error {
 	cgcontrollers.Default().Trim(res, c.CgroupsPath)
 	prev := c.Status().Resources
-	if err := c.rt.Update(ctx, c.task(), res); err != nil {
+	if err := c.rt.Update(ctx, c.Task(), res); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(res)
@@ -232,7 +232,7 @@ func (m *Manager) applyResources(ctx context.Context, c *Container, res *specs.L
 	err = fmt.Errorf("update container %s: record the new limits: %w", c.ID, err)
 	undo := undoResources(prev, res)
 	cgcontrollers.Default().Trim(undo, c.CgroupsPath)
-	if uerr := c.rt.Update(context.WithoutCancel(ctx), c.task(), undo); uerr != nil {
+	if uerr := c.rt.Update(context.WithoutCancel(ctx), c.Task(), undo); uerr != nil {
 		logrus.WithError(uerr).WithField("container", c.ID).Error("cannot set back the limits of a container whose update failed; ContainerStatus reports the old ones")
 		return fmt.Errorf("%w (setting the old limits back failed too: %v)", err, uerr)
 	}
@@ -279,5 +279,5 @@ func (m *Manager) ReopenLog(ctx context.Context, id string) error {
 	if st := c.Status().State; st != StateRunning {
 		return fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
-	return c.rt.ReopenLog(ctx, c.task())
+	return c.rt.ReopenLog(ctx, c.Task())
 }

@@ -53,7 +53,7 @@ func (m *Manager) ExecStream(ctx context.Context, id string, cmd []string, in io
 	if x.Stdout == nil {
 		x.Stdout = io.Discard
 	}
-	p, err := c.rt.Exec(ctx, c.task(), x)
+	p, err := c.rt.Exec(ctx, c.Task(), x)
 	if err != nil {
 		return err
 	}
@@ -96,5 +96,5 @@ func (m *Manager) Attach(ctx context.Context, id string, in io.Reader, out, errw
 	if st := c.Status().State; st != StateRunning {
 		return fmt.Errorf("container %s is %s, not running: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
-	return c.rt.Attach(ctx, c.task(), kind.AttachStreams{Stdin: in, Stdout: out, Stderr: errw, Resize: resize})
+	return c.rt.Attach(ctx, c.Task(), kind.AttachStreams{Stdin: in, Stdout: out, Stderr: errw, Resize: resize})
 }

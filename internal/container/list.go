@@ -90,8 +90,8 @@ func (c *Container) listItem() (*runtimeapi.Container, []byte) {
 	return msg.(*runtimeapi.Container), enc
 }
 
-// statsAttributes is the container's ContainerStats attributes, encoded, built once.
-func (c *Container) statsAttributes() []byte {
+// StatsAttributes is the container's ContainerStats attributes, encoded, built once.
+func (c *Container) StatsAttributes() []byte {
 	return c.statsAttrs.Encoded(struct{}{}, func() proto.Message {
 		return &runtimeapi.ContainerAttributes{Id: c.ID, Metadata: c.config.Metadata, Labels: c.config.Labels, Annotations: c.config.Annotations}
 	})

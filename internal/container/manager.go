@@ -25,7 +25,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/lsm"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
-	"github.com/rtshimd/rtshimd/internal/stats/statscache"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -51,9 +50,6 @@ type Options struct {
 	CDI *cdidevices.Registry
 	// NRI relays container events to NRI plugins (internal/nrihost); nil when NRI is off.
 	NRI NRI
-	// StatsPeriod is how often the collector reads every running container's and ready
-	// pod's usage (stats.collection_period); 0 reads at each stats call.
-	StatsPeriod time.Duration
 }
 
 // Images is what containers take of the image service: rootfs layers, image volumes, an
@@ -108,13 +104,33 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// Stats: the cgroup reader, the latest readings of running containers and ready pods
-	// (each with its CPU rate), and the collector that takes them.
-	cgOnce    sync.Once
-	cg        *cgstats.Reader
-	ctrStats  statscache.Cache[sample]
-	podStats  statscache.Cache[podSample]
-	collector *statscache.Collector
+	// stats is told when a container or pod stops having usage to serve (SetStats).
+	stats StatsSink
+	// cg reads the OOM kills of a container's cgroup when it exits.
+	cgOnce sync.Once
+	cg     *cgstats.Reader
+}
+
+// StatsSink is the stats service's side of the manager: a container that no longer runs
+// and a pod that stopped have no usage to serve, and their kept readings go at once.
+type StatsSink interface {
+	ContainerStopped(id string)
+	PodStopped(id string)
+}
+
+// SetStats connects the stats service (built after the manager, which it reads).
+func (m *Manager) SetStats(s StatsSink) { m.stats = s }
+
+func (m *Manager) containerStopped(id string) {
+	if m.stats != nil {
+		m.stats.ContainerStopped(id)
+	}
+}
+
+func (m *Manager) podStopped(id string) {
+	if m.stats != nil {
+		m.stats.PodStopped(id)
+	}
 }
 
 // NewManager returns a Manager with no containers; call Recover to load the stored ones.
@@ -133,13 +149,6 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{opts: opts, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
-	m.collector = statscache.NewCollector(0, m.collectUnits, m.collect)
-	m.SetStatsPeriod(opts.StatsPeriod)
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.collector.Run(ctx)
-	}()
 	return m, nil
 }
 
@@ -160,7 +169,7 @@ func (m *Manager) watch(c *Container, recovered bool) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		e, ok, err := c.rt.Wait(m.ctx, c.task())
+		e, ok, err := c.rt.Wait(m.ctx, c.Task())
 		if err != nil {
 			return // daemon shutting down
 		}
@@ -186,7 +195,7 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 		}
 		// The supervisor died without recording an exit. Its container may still run, with
 		// nobody holding its output; end it rather than report a live process as exited.
-		e = c.rt.KillLost(m.ctx, c.task())
+		e = c.rt.KillLost(m.ctx, c.Task())
 		lostMsg = "its supervisor died; rtshimd stopped the container"
 	}
 	reason := "Completed"
@@ -212,7 +221,7 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 		s.Reason, s.Message = reason, msg
 	})
 	c.markExited()
-	m.ctrStats.Delete(c.ID) // a container that does not run has no usage to serve
+	m.containerStopped(c.ID) // a container that does not run has no usage to serve
 	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}
@@ -232,6 +241,12 @@ func (m *Manager) oomKilled(c *Container) bool {
 		return false
 	}
 	return m.cgroups().OOMKills(dir) > 0
+}
+
+// cgroups is the node's cgroup reader, made once.
+func (m *Manager) cgroups() *cgstats.Reader {
+	m.cgOnce.Do(func() { m.cg = cgstats.New("/sys/fs/cgroup") })
+	return m.cg
 }
 
 // update changes the container's status and writes its record before the change is
@@ -285,7 +300,8 @@ func (m *Manager) Get(id string) (*Container, error) {
 	return idmap.Find(m.containers, id, "container_id", "container")
 }
 
-func (m *Manager) ofSandbox(sandboxID string) []*Container {
+// OfSandbox is the containers of a pod (none for a pod it does not know).
+func (m *Manager) OfSandbox(sandboxID string) []*Container {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	of := m.bySandbox[sandboxID]

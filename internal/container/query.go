@@ -42,7 +42,7 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatu
 // memory: PodSandboxStatus and the events carry them, and kubelet's Evented PLEG takes a
 // pod's containers from there alone.
 func (m *Manager) PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus {
-	of := m.ofSandbox(sandboxID)
+	of := m.OfSandbox(sandboxID)
 	slices.SortFunc(of, func(a, b *Container) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
@@ -139,4 +139,26 @@ func (c *Container) imageRef() string {
 		return c.ImageID
 	}
 	return c.ImageRef
+}
+
+// Snapshot is every container, in no order.
+func (m *Manager) Snapshot() []*Container {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*Container, 0, len(m.containers))
+	for _, c := range m.containers {
+		out = append(out, c)
+	}
+	return out
+}
+
+// RunningByHandler counts running containers by handler.
+func (m *Manager) RunningByHandler() map[string]int {
+	out := map[string]int{}
+	for _, c := range m.Snapshot() {
+		if c.Status().State == StateRunning {
+			out[c.Handler]++
+		}
+	}
+	return out
 }

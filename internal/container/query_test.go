@@ -14,6 +14,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/image"
+	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -149,7 +150,7 @@ func TestCreateRefusesUnknownStopSignal(t *testing.T) {
 // PodSandboxStatus and the events carry the statuses of all the pod's containers: kubelet's
 // Evented PLEG takes the pod's containers from there alone.
 func TestPodStatusesAndEvents(t *testing.T) {
-	m, _ := statsManager(t, 0, false)
+	m := bareManager(t)
 	bus := events.NewBus()
 	m.opts.Events = bus
 	sub := bus.Subscribe()
@@ -196,4 +197,21 @@ func TestPodStatusesAndEvents(t *testing.T) {
 			t.Fatal("no event")
 		}
 	}
+}
+
+// bareManager is a Manager with no containers and no pods, whose containers a test adds
+// to its maps directly.
+func bareManager(t *testing.T) *Manager {
+	sbs, err := sandbox.NewManager(sandbox.Options{RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{opts: Options{Sandboxes: sbs, Store: st}, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
+	t.Cleanup(m.Close)
+	return m
 }

@@ -241,7 +241,7 @@ func (m *Manager) reconcile(c *Container) {
 func (m *Manager) reconcileCreated(c *Container) {
 	ctx, cancel := context.WithTimeout(m.ctx, kind.DefaultTimeout)
 	defer cancel()
-	st, err := c.rt.Status(ctx, c.task())
+	st, err := c.rt.Status(ctx, c.Task())
 	log := logrus.WithField("container", c.ID)
 	var fn func(*Status)
 	switch {

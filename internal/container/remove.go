@@ -59,7 +59,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		delete(m.names, c.Name)
 	}
 	m.mu.Unlock()
-	m.ctrStats.Delete(c.ID)
+	m.containerStopped(c.ID)
 	logrus.WithField("container", c.ID).Info("container removed")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
@@ -108,7 +108,7 @@ func (m *Manager) cleanup(c *Container) error {
 	defer cancel()
 	var errs []error
 	if c.rt != nil {
-		if err := c.rt.Delete(ctx, c.task()); err != nil {
+		if err := c.rt.Delete(ctx, c.Task()); err != nil {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
 		if err := failpoint.Fail("remove-container/runtime-deleted"); err != nil {
@@ -147,9 +147,9 @@ func (m *Manager) cleanup(c *Container) error {
 
 // RemoveAll removes every container of a sandbox (RemovePodSandbox).
 func (m *Manager) RemoveAll(ctx context.Context, sandboxID string) error {
-	m.podStats.Delete(sandboxID)
+	m.podStopped(sandboxID)
 	var errs []error
-	for _, c := range m.ofSandbox(sandboxID) {
+	for _, c := range m.OfSandbox(sandboxID) {
 		if err := m.Remove(ctx, c.ID); err != nil {
 			errs = append(errs, err)
 		}

@@ -44,7 +44,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		tm.Mark("nri")
 	}
 	started := time.Now().UnixNano()
-	if err := c.rt.Start(ctx, c.task()); err != nil {
+	if err := c.rt.Start(ctx, c.Task()); err != nil {
 		return err
 	}
 	tm.Mark("runtime_start")
@@ -54,7 +54,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	killStarted := func(err error) error {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
 		defer cancel()
-		if kerr := c.rt.Kill(kctx, c.task(), "SIGKILL", true); kerr != nil {
+		if kerr := c.rt.Kill(kctx, c.Task(), "SIGKILL", true); kerr != nil {
 			logrus.WithError(kerr).WithField("container", c.ID).Error("kill a container whose start could not be recorded")
 		}
 		return fmt.Errorf("start container %s: the runtime started it, then: %w (it was killed)", c.ID, err)

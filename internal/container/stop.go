@@ -42,7 +42,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 	}
 	log := logrus.WithField("container", c.ID)
 	if timeout > 0 {
-		if err := c.rt.Kill(ctx, c.task(), c.StopSignal, false); err != nil && !m.hasExited(c) {
+		if err := c.rt.Kill(ctx, c.Task(), c.StopSignal, false); err != nil && !m.hasExited(c) {
 			log.WithError(err).Warn("stop signal")
 		}
 		select {
@@ -54,7 +54,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 			return ctx.Err()
 		}
 	}
-	if err := c.rt.Kill(ctx, c.task(), "SIGKILL", true); err != nil && !m.hasExited(c) {
+	if err := c.rt.Kill(ctx, c.Task(), "SIGKILL", true); err != nil && !m.hasExited(c) {
 		return fmt.Errorf("kill container %s: %w", c.ID, err)
 	}
 	if err := failpoint.Fail("stop-container/killed"); err != nil {
@@ -81,9 +81,9 @@ func (m *Manager) hasExited(c *Container) bool {
 
 // StopAll stops every container of a sandbox (StopPodSandbox).
 func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
-	m.podStats.Delete(sandboxID) // a stopped pod is not in the stats lists
+	m.podStopped(sandboxID) // a stopped pod is not in the stats lists
 	var errs []error
-	for _, c := range m.ofSandbox(sandboxID) {
+	for _, c := range m.OfSandbox(sandboxID) {
 		if err := m.Stop(ctx, c.ID, 0); err != nil {
 			errs = append(errs, err)
 		}

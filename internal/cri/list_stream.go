@@ -37,14 +37,14 @@ func (s *Server) StreamContainers(req *runtimeapi.StreamContainersRequest, strea
 
 // StreamContainerStats is ListContainerStats in pages.
 func (s *Server) StreamContainerStats(req *runtimeapi.StreamContainerStatsRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamContainerStatsResponse]) error {
-	return sendPages(s.Containers.ListStats(req.GetFilter()), func(p []*runtimeapi.ContainerStats) error {
+	return sendPages(s.Stats.ListStats(req.GetFilter()), func(p []*runtimeapi.ContainerStats) error {
 		return stream.Send(&runtimeapi.StreamContainerStatsResponse{ContainerStats: p})
 	})
 }
 
 // StreamPodSandboxStats is ListPodSandboxStats in pages.
 func (s *Server) StreamPodSandboxStats(req *runtimeapi.StreamPodSandboxStatsRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxStatsResponse]) error {
-	return sendPages(s.Containers.ListPodStats(req.GetFilter()), func(p []*runtimeapi.PodSandboxStats) error {
+	return sendPages(s.Stats.ListPodStats(req.GetFilter()), func(p []*runtimeapi.PodSandboxStats) error {
 		return stream.Send(&runtimeapi.StreamPodSandboxStatsResponse{PodSandboxStats: p})
 	})
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/podcidr"
 	"github.com/rtshimd/rtshimd/internal/reload"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
+	"github.com/rtshimd/rtshimd/internal/stats"
 )
 
 // Version is rtshimd's version, reported by the Version RPC and `rtshimd version`.
@@ -52,6 +53,7 @@ type Server struct {
 	Sandboxes  *sandbox.Manager
 	Images     *image.Service
 	Containers *container.Manager
+	Stats      *stats.Service
 	Network    *network.Manager
 	Streaming  streaming.Server
 	Events     *events.Bus

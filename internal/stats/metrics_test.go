@@ -1,4 +1,4 @@
-package container
+package stats
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
+	"github.com/rtshimd/rtshimd/internal/container"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/stats/procstats"
 )
@@ -46,7 +47,7 @@ func TestContainerMetricsMatchDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := []string{"c", "id", "img", "c", "ns", "pod"}
-	got := containerMetrics(Status{State: StateRunning, StartedAt: time.Now().UnixNano(), Resources: res}, s, &fs, labels)
+	got := containerMetrics(container.Status{State: container.StateRunning, StartedAt: time.Now().UnixNano(), Resources: res}, s, &fs, labels)
 	got = append(got, networkMetrics([]cgstats.Interface{{Name: "eth0", RxBytes: 1}}, 1, "ns", "pod")...)
 	seen := map[string]bool{}
 	for _, m := range got {
@@ -102,7 +103,7 @@ func TestContainerMetricsMatchDescriptors(t *testing.T) {
 // resources, only what is known is sent: spec defaults and last seen (no start time: not
 // started).
 func TestContainerMetricsWithoutReading(t *testing.T) {
-	got := containerMetrics(Status{State: StateRunning}, sample{at: time.Now()}, nil, []string{"c", "id", "img", "c", "ns", "pod"})
+	got := containerMetrics(container.Status{State: container.StateRunning}, sample{at: time.Now()}, nil, []string{"c", "id", "img", "c", "ns", "pod"})
 	names := map[string]uint64{}
 	for _, m := range got {
 		names[m.Name] = m.Value.GetValue()

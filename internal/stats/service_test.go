@@ -1,4 +1,4 @@
-package container
+package stats
 
 import (
 	"context"
@@ -10,11 +10,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
+	"github.com/rtshimd/rtshimd/internal/container"
+	"github.com/rtshimd/rtshimd/internal/container/containertest"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/protocache"
-	"github.com/rtshimd/rtshimd/internal/sandbox"
-	"github.com/rtshimd/rtshimd/internal/stats/statscache"
-	"github.com/rtshimd/rtshimd/internal/store"
 )
 
 // halfCore is a runtime whose containers have each used half a core since it began, and
@@ -39,45 +38,44 @@ func (h *halfCore) count(id string) int {
 	return h.reads[id]
 }
 
-// statsManager is a Manager with no containers and no pods, its collector running with
-// period (not at all when run is false).
-func statsManager(t *testing.T, period time.Duration, run bool) (*Manager, *halfCore) {
-	sbs, err := sandbox.NewManager(sandbox.Options{RunDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{opts: Options{Sandboxes: sbs, Store: st}, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
-	m.collector = statscache.NewCollector(0, m.collectUnits, m.collect)
-	m.SetStatsPeriod(period)
-	if run {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			m.collector.Run(ctx)
-		}()
-	}
-	t.Cleanup(m.Close)
-	return m, &halfCore{start: time.Now(), reads: map[string]int{}}
+// statsEnv is a node of fakes (containertest) with one ready pod, whose runtime reports
+// half a core for each container, and a Service on it.
+type statsEnv struct {
+	*containertest.Env
+	svc  *Service
+	rt   *halfCore
+	ctrs *container.Manager
+	pod  string
 }
 
-func (m *Manager) addRunning(id string, rt kind.Runtime) *Container {
-	c := &Container{
-		Metadata: Metadata{ID: id, SandboxID: "pod-" + id},
-		config:   &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: id}},
-		rt:       rt, status: store.NewTracked(Status{State: StateRunning}), exited: make(chan struct{}),
+// statsService is a statsEnv whose collector runs with period (not at all when run is
+// false: every reading then ages).
+func statsService(t *testing.T, period time.Duration, run bool) *statsEnv {
+	e := containertest.NewEnv(t, kind.PodPlan{PinIPCUTS: true})
+	rt := &halfCore{Runtime: e.RT, start: time.Now(), reads: map[string]int{}}
+	e.Kind = rt
+	pods, ctrs := e.Managers()
+	pod, _, err := pods.Run(context.Background(), e.PodConfig("stats"), "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := m.opts.Store.WriteMeta(id, []byte("{}")); err != nil { // for status updates
-		panic(err)
+	svc := newService(Options{Containers: ctrs, Pods: pods, Period: period}, run)
+	t.Cleanup(svc.Close)
+	return &statsEnv{Env: e, svc: svc, rt: rt, ctrs: ctrs, pod: pod}
+}
+
+// addRunning creates and starts a container and returns its ID.
+func (e *statsEnv) addRunning(name string) string {
+	e.T.Helper()
+	ctx := context.Background()
+	id, err := e.ctrs.Create(ctx, e.pod, containertest.CtrConfig(name, "busybox"))
+	if err != nil {
+		e.T.Fatal(err)
 	}
-	m.mu.Lock()
-	m.add(c)
-	m.mu.Unlock()
-	return c
+	if err := e.ctrs.Start(ctx, id); err != nil {
+		e.T.Fatal(err)
+	}
+	return id
 }
 
 // statsByID decodes a list as a client would (the attributes go out pre-encoded).
@@ -104,16 +102,17 @@ func statsByID(l []*runtimeapi.ContainerStats) map[string]*runtimeapi.ContainerS
 // that stops or goes is out of the list at once and its reading dropped.
 func TestListStatsFromCollector(t *testing.T) {
 	const period = 300 * time.Millisecond
-	m, rt := statsManager(t, period, true)
+	e := statsService(t, period, true)
+	m, rt := e.svc, e.rt
 	for m.collector.Passes() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	// Added after the first pass listed its pods: read on demand.
-	c := m.addRunning("a", rt)
+	a := e.addRunning("a")
 	before := time.Now()
-	st := statsByID(m.ListStats(nil))["a"]
-	if st == nil || rt.count("a") != 1 {
-		t.Fatalf("new container: stats %v after %d readings, want one read at the call", st, rt.count("a"))
+	st := statsByID(m.ListStats(nil))[a]
+	if st == nil || rt.count(a) != 1 {
+		t.Fatalf("new container: stats %v after %d readings, want one read at the call", st, rt.count(a))
 	}
 	if ts := time.Unix(0, st.GetCpu().GetTimestamp()); ts.Before(before) || ts.After(time.Now()) {
 		t.Errorf("new container's reading at %v, not during the call (%v)", ts, before)
@@ -122,7 +121,7 @@ func TestListStatsFromCollector(t *testing.T) {
 	calls, stamps := 0, map[int64]bool{}
 	for end := time.Now().Add(4 * period); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		asked := time.Now()
-		st := statsByID(m.ListStats(nil))["a"]
+		st := statsByID(m.ListStats(nil))[a]
 		calls++
 		ts := time.Unix(0, st.GetCpu().GetTimestamp())
 		stamps[st.GetCpu().GetTimestamp()] = true
@@ -135,28 +134,29 @@ func TestListStatsFromCollector(t *testing.T) {
 	}
 	// Four periods: four or five readings by the collector (a loaded machine may add a
 	// read at a call when one is late), against some thirty calls or more.
-	if n := rt.count("a"); n > 10 || n > calls/3 || len(stamps) > n {
+	if n := rt.count(a); n > 10 || n > calls/3 || len(stamps) > n {
 		t.Errorf("%d calls in 4 periods took %d readings (%d distinct timestamps), want about one a period", calls, n, len(stamps))
 	}
-	nc := statsByID(m.ListStats(nil))["a"].GetCpu().GetUsageNanoCores().GetValue()
+	nc := statsByID(m.ListStats(nil))[a].GetCpu().GetUsageNanoCores().GetValue()
 	if nc < 4e8 || nc > 6e8 {
 		t.Errorf("nano-cores %d, want half a core from the collector's readings", nc)
 	}
 
-	if err := m.update(c, func(s *Status) { s.State = StateExited }); err != nil {
-		t.Fatal(err)
-	}
-	if st := statsByID(m.ListStats(nil))["a"]; st != nil {
+	e.RT.Exit(a, 0)
+	containertest.Await(t, "the exit recorded", func() bool {
+		return containertest.CtrState(t, e.ctrs, a).State == runtimeapi.ContainerState_CONTAINER_EXITED
+	})
+	if st := statsByID(m.ListStats(nil))[a]; st != nil {
 		t.Errorf("exited container listed: %v", st)
 	}
-	b := m.addRunning("b", rt)
-	if st := statsByID(m.ListStats(nil))["b"]; st == nil || rt.count("b") != 1 {
-		t.Errorf("new container b: %v, %d readings", st, rt.count("b"))
+	b := e.addRunning("b")
+	if st := statsByID(m.ListStats(nil))[b]; st == nil || rt.count(b) != 1 {
+		t.Errorf("new container b: %v, %d readings", st, rt.count(b))
 	}
-	m.mu.Lock()
-	m.forget(b)
-	m.mu.Unlock()
-	if st := statsByID(m.ListStats(nil))["b"]; st != nil {
+	if err := e.ctrs.Remove(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if st := statsByID(m.ListStats(nil))[b]; st != nil {
 		t.Errorf("removed container listed: %v", st)
 	}
 	waitUntil(t, 3*period, "the readings of stopped and removed containers dropped", func() bool { return m.ctrStats.Len() == 0 })
@@ -167,40 +167,42 @@ func TestListStatsFromCollector(t *testing.T) {
 // read at the call.
 func TestStaleReadingIsReadAgain(t *testing.T) {
 	const period = 100 * time.Millisecond
-	m, rt := statsManager(t, period, false) // no collector running: every reading ages
-	m.addRunning("a", rt)
-	first := statsByID(m.ListStats(nil))["a"].GetCpu().GetTimestamp()
-	if again := statsByID(m.ListStats(nil))["a"].GetCpu().GetTimestamp(); again != first || rt.count("a") != 1 {
-		t.Errorf("fresh reading not served: timestamps %d %d, %d readings", first, again, rt.count("a"))
+	e := statsService(t, period, false) // no collector running: every reading ages
+	m, rt := e.svc, e.rt
+	a := e.addRunning("a")
+	first := statsByID(m.ListStats(nil))[a].GetCpu().GetTimestamp()
+	if again := statsByID(m.ListStats(nil))[a].GetCpu().GetTimestamp(); again != first || rt.count(a) != 1 {
+		t.Errorf("fresh reading not served: timestamps %d %d, %d readings", first, again, rt.count(a))
 	}
 	time.Sleep(staleAfter(period) + 10*time.Millisecond)
 	asked := time.Now()
-	st := statsByID(m.ListStats(nil))["a"]
-	if ts := time.Unix(0, st.GetCpu().GetTimestamp()); ts.Before(asked) || rt.count("a") != 2 {
-		t.Errorf("stale reading served: read at %v, asked at %v, %d readings", ts, asked, rt.count("a"))
+	st := statsByID(m.ListStats(nil))[a]
+	if ts := time.Unix(0, st.GetCpu().GetTimestamp()); ts.Before(asked) || rt.count(a) != 2 {
+		t.Errorf("stale reading served: read at %v, asked at %v, %d readings", ts, asked, rt.count(a))
 	}
-	named := statsByID(m.ListStats(&runtimeapi.ContainerStatsFilter{Id: "a"}))["a"]
-	if named.GetCpu().GetTimestamp() <= st.GetCpu().GetTimestamp() || rt.count("a") != 3 {
-		t.Errorf("a list naming the container (crictl stats ID) not read at the call: %v, %d readings", named, rt.count("a"))
+	named := statsByID(m.ListStats(&runtimeapi.ContainerStatsFilter{Id: a}))[a]
+	if named.GetCpu().GetTimestamp() <= st.GetCpu().GetTimestamp() || rt.count(a) != 3 {
+		t.Errorf("a list naming the container (crictl stats ID) not read at the call: %v, %d readings", named, rt.count(a))
 	}
-	raw, err := m.Stats("a")
-	one := statsByID([]*runtimeapi.ContainerStats{raw})["a"]
-	if err != nil || one.GetCpu().GetTimestamp() <= named.GetCpu().GetTimestamp() || rt.count("a") != 4 {
-		t.Errorf("ContainerStats not read at the call: %v, %v, %d readings", one, err, rt.count("a"))
+	raw, err := m.ContainerStats(a)
+	one := statsByID([]*runtimeapi.ContainerStats{raw})[a]
+	if err != nil || one.GetCpu().GetTimestamp() <= named.GetCpu().GetTimestamp() || rt.count(a) != 4 {
+		t.Errorf("ContainerStats not read at the call: %v, %v, %d readings", one, err, rt.count(a))
 	}
 }
 
 // With no collector (period 0), every list reads every container, and a second reading
 // within the rate window keeps the rate of the last.
 func TestListStatsOnDemand(t *testing.T) {
-	m, rt := statsManager(t, 0, true)
-	m.addRunning("a", rt)
+	e := statsService(t, 0, true)
+	m, rt := e.svc, e.rt
+	a := e.addRunning("a")
 	m.ListStats(nil)
 	time.Sleep(time.Second + 50*time.Millisecond)
-	nc := statsByID(m.ListStats(nil))["a"].GetCpu().GetUsageNanoCores().GetValue()
-	again := statsByID(m.ListStats(nil))["a"].GetCpu().GetUsageNanoCores().GetValue()
-	if rt.count("a") != 3 || nc < 4e8 || nc > 6e8 || again != nc {
-		t.Errorf("on demand: %d readings, nano-cores %d then %d, want 3 readings and half a core twice", rt.count("a"), nc, again)
+	nc := statsByID(m.ListStats(nil))[a].GetCpu().GetUsageNanoCores().GetValue()
+	again := statsByID(m.ListStats(nil))[a].GetCpu().GetUsageNanoCores().GetValue()
+	if rt.count(a) != 3 || nc < 4e8 || nc > 6e8 || again != nc {
+		t.Errorf("on demand: %d readings, nano-cores %d then %d, want 3 readings and half a core twice", rt.count(a), nc, again)
 	}
 	if m.collector.Passes() != 0 {
 		t.Errorf("period 0: %d collector passes", m.collector.Passes())
@@ -236,29 +238,31 @@ func encodedByID(items [][]byte) map[string]*runtimeapi.ContainerStats {
 // collector) is encoded afresh.
 func TestListStatsEncodedPerReading(t *testing.T) {
 	const period = 200 * time.Millisecond
-	m, rt := statsManager(t, period, false) // no collector running: the reading ages
-	m.addRunning("a", rt)
+	e := statsService(t, period, false) // no collector running: the reading ages
+	m, rt := e.svc, e.rt
+	a := e.addRunning("a")
 	first := m.ListStatsEncoded(nil)
 	again := m.ListStatsEncoded(nil)
-	if len(first) != 1 || len(again) != 1 || &first[0][0] != &again[0][0] || rt.count("a") != 1 {
-		t.Fatalf("a list within the period did not reuse the encoding (%d readings)", rt.count("a"))
+	if len(first) != 1 || len(again) != 1 || &first[0][0] != &again[0][0] || rt.count(a) != 1 {
+		t.Fatalf("a list within the period did not reuse the encoding (%d readings)", rt.count(a))
 	}
-	got := encodedByID(first)["a"]
-	want := statsByID(m.ListStats(nil))["a"]
+	got := encodedByID(first)[a]
+	want := statsByID(m.ListStats(nil))[a]
 	if got == nil || !proto.Equal(got, want) {
 		t.Errorf("encoded item %v, want ListStats' %v", got, want)
 	}
 	time.Sleep(staleAfter(period) + 10*time.Millisecond)
 	later := m.ListStatsEncoded(nil)
-	st := encodedByID(later)["a"]
-	if &later[0][0] == &first[0][0] || st.GetCpu().GetTimestamp() <= got.GetCpu().GetTimestamp() || rt.count("a") != 2 {
-		t.Errorf("a new reading was not encoded afresh: %v after %v, %d readings", st, got, rt.count("a"))
+	st := encodedByID(later)[a]
+	if &later[0][0] == &first[0][0] || st.GetCpu().GetTimestamp() <= got.GetCpu().GetTimestamp() || rt.count(a) != 2 {
+		t.Errorf("a new reading was not encoded afresh: %v after %v, %d readings", st, got, rt.count(a))
 	}
 
-	m0, rt0 := statsManager(t, 0, false)
-	m0.addRunning("b", rt0)
+	e0 := statsService(t, 0, false)
+	m0, rt0 := e0.svc, e0.rt
+	b := e0.addRunning("b")
 	one, two := m0.ListStatsEncoded(nil), m0.ListStatsEncoded(nil)
-	if encodedByID(two)["b"].GetCpu().GetTimestamp() <= encodedByID(one)["b"].GetCpu().GetTimestamp() || rt0.count("b") != 2 {
-		t.Errorf("with no collector each list did not read and encode afresh (%d readings)", rt0.count("b"))
+	if encodedByID(two)[b].GetCpu().GetTimestamp() <= encodedByID(one)[b].GetCpu().GetTimestamp() || rt0.count(b) != 2 {
+		t.Errorf("with no collector each list did not read and encode afresh (%d readings)", rt0.count(b))
 	}
 }

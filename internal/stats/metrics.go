@@ -1,4 +1,4 @@
-package container
+package stats
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
+	"github.com/rtshimd/rtshimd/internal/container"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/stats/procstats"
 )
@@ -131,10 +132,10 @@ func init() {
 func MetricDescriptors() []*runtimeapi.MetricDescriptor { return metricDescriptors }
 
 // PodMetrics returns the metrics of every ready pod and its running containers.
-func (m *Manager) PodMetrics() []*runtimeapi.PodSandboxMetrics {
+func (svc *Service) PodMetrics() []*runtimeapi.PodSandboxMetrics {
 	type ctr struct {
 		pod int
-		c   *Container
+		c   *container.Container
 		s   sample
 	}
 	var (
@@ -142,13 +143,13 @@ func (m *Manager) PodMetrics() []*runtimeapi.PodSandboxMetrics {
 		pods []*sandbox.Sandbox
 		ctrs []*ctr
 	)
-	for _, p := range m.opts.Sandboxes.List(&runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}) {
-		sb, err := m.opts.Sandboxes.Get(p.Id)
+	for _, p := range svc.opts.Pods.List(&runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}) {
+		sb, err := svc.opts.Pods.Get(p.Id)
 		if err != nil {
 			continue
 		}
-		for _, c := range m.ofSandbox(sb.ID) {
-			if c.Status().State == StateRunning {
+		for _, c := range svc.opts.Containers.OfSandbox(sb.ID) {
+			if c.Status().State == container.StateRunning {
 				ctrs = append(ctrs, &ctr{pod: len(pods), c: c})
 			}
 		}
@@ -156,13 +157,13 @@ func (m *Manager) PodMetrics() []*runtimeapi.PodSandboxMetrics {
 	}
 	// Every reading, /proc walks included, is taken a few at a time (spread), before the
 	// answer is built.
-	spread(len(ctrs), func(i int) { ctrs[i].s = m.sample(ctrs[i].c, cgstats.Full) })
+	spread(len(ctrs), func(i int) { ctrs[i].s = svc.sample(ctrs[i].c, cgstats.Full) })
 
 	fsInfo := map[string]*unix.Statfs_t{} // by mountpoint: one statfs per call
 	for i, sb := range pods {
 		meta := sb.PodConfig().GetMetadata()
 		pm := &runtimeapi.PodSandboxMetrics{PodSandboxId: sb.ID}
-		var running []*Container
+		var running []*container.Container
 		for _, c := range ctrs {
 			if c.pod == i {
 				running = append(running, c.c)
@@ -185,7 +186,7 @@ func (m *Manager) PodMetrics() []*runtimeapi.PodSandboxMetrics {
 					fsInfo[c.s.fs.Mountpoint] = &st
 				}
 			}
-			labels := []string{c.c.config.GetMetadata().GetName(), c.c.ID, c.c.ImageRef, c.c.config.GetMetadata().GetName(), meta.GetNamespace(), meta.GetName()}
+			labels := []string{c.c.Config().GetMetadata().GetName(), c.c.ID, c.c.ImageRef, c.c.Config().GetMetadata().GetName(), meta.GetNamespace(), meta.GetName()}
 			pm.ContainerMetrics = append(pm.ContainerMetrics, &runtimeapi.ContainerMetrics{
 				ContainerId: c.c.ID,
 				Metrics:     containerMetrics(c.c.Status(), c.s, fsInfo[c.s.fs.Mountpoint], labels),
@@ -215,7 +216,7 @@ func networkMetrics(ifs []cgstats.Interface, ts int64, ns, pod string) []*runtim
 
 // containerMetrics are one container's metrics from its status and one sample; fs is the
 // writable layer's filesystem (nil if unknown).
-func containerMetrics(st Status, s sample, fs *unix.Statfs_t, labels []string) []*runtimeapi.Metric {
+func containerMetrics(st container.Status, s sample, fs *unix.Statfs_t, labels []string) []*runtimeapi.Metric {
 	b := &metricSet{ts: s.at.UnixNano(), labels: labels}
 	if s.cgOK {
 		var proc *procstats.Counts

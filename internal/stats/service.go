@@ -1,4 +1,9 @@
-package container
+// Package stats serves the CRI's stats and metrics calls (ContainerStats, ListContainerStats,
+// PodSandboxStats, ListPodSandboxStats, ListPodSandboxMetrics) from both managers: the
+// containers' usage through their runtimes, the pods' through their cgroups and network
+// namespaces. It keeps the latest reading of every running container and ready pod, taken
+// by a collector every stats.collection_period, and answers lists from them.
+package stats
 
 import (
 	"context"
@@ -15,6 +20,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/container"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
@@ -22,38 +28,140 @@ import (
 	"github.com/rtshimd/rtshimd/internal/stats/statscache"
 )
 
+// Options wire a Service.
+type Options struct {
+	Containers *container.Manager
+	Pods       *sandbox.Manager
+	// Images gives a container's writable layer's usage; nil leaves it out (tests).
+	Images       LayerUsage
+	CgroupDriver string
+	// Period is how often the collector reads every running container's and ready pod's
+	// usage (stats.collection_period); 0 reads at each stats call.
+	Period time.Duration
+}
+
+// LayerUsage is what stats take of the image service.
+type LayerUsage interface {
+	RootfsUsage(id string) (image.Usage, error)
+}
+
+// Service answers the stats calls.
+type Service struct {
+	opts Options
+
+	// The cgroup reader, the latest readings of running containers and ready pods (each
+	// with its CPU rate), and the collector that takes them.
+	cgOnce    sync.Once
+	cg        *cgstats.Reader
+	ctrStats  statscache.Cache[sample]
+	podStats  statscache.Cache[podSample]
+	collector *statscache.Collector
+
+	// encs is each running container's ContainerStats as ListContainerStats sends it,
+	// kept per reading: with a collector, the lists between two readings send the same
+	// bytes.
+	encMu sync.Mutex
+	encs  map[string]*protocache.Item[statsKey]
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New starts the service's collector; the container manager tells it of stops
+// (container.Manager.SetStats). Close stops it.
+func New(opts Options) *Service { return newService(opts, true) }
+
+// newService is New; run false leaves the collector stopped (tests whose readings age).
+func newService(opts Options, run bool) *Service {
+	ctx, cancel := context.WithCancel(context.Background())
+	svc := &Service{opts: opts, encs: map[string]*protocache.Item[statsKey]{}, cancel: cancel}
+	svc.collector = statscache.NewCollector(0, svc.collectUnits, svc.collect)
+	svc.SetPeriod(opts.Period)
+	if run {
+		svc.wg.Add(1)
+		go func() {
+			defer svc.wg.Done()
+			svc.collector.Run(ctx)
+		}()
+	}
+	opts.Containers.SetStats(svc)
+	return svc
+}
+
+// Close stops the collector.
+func (svc *Service) Close() {
+	svc.cancel()
+	svc.wg.Wait()
+}
+
+// SetPeriod changes how often the collector reads every running container and ready pod
+// (stats.collection_period; 0: read at each call). A reload applies it at once.
+func (svc *Service) SetPeriod(d time.Duration) {
+	svc.ctrStats.SetRateWindow(statscache.RateWindow(d))
+	svc.podStats.SetRateWindow(statscache.RateWindow(d))
+	svc.collector.SetPeriod(d)
+}
+
+// ContainerStopped drops what is kept of a container that no longer runs: it has no usage
+// to serve (container.StatsSink).
+func (svc *Service) ContainerStopped(id string) {
+	svc.ctrStats.Delete(id)
+	svc.encMu.Lock()
+	delete(svc.encs, id)
+	svc.encMu.Unlock()
+}
+
+// PodStopped drops a stopped pod's kept reading: it is not in the stats lists.
+func (svc *Service) PodStopped(id string) { svc.podStats.Delete(id) }
+
+// encoding is container id's kept encoding.
+func (svc *Service) encoding(id string) *protocache.Item[statsKey] {
+	svc.encMu.Lock()
+	defer svc.encMu.Unlock()
+	it := svc.encs[id]
+	if it == nil {
+		it = &protocache.Item[statsKey]{}
+		svc.encs[id] = it
+	}
+	return it
+}
+
+func (svc *Service) cgroups() *cgstats.Reader {
+	svc.cgOnce.Do(func() { svc.cg = cgstats.New("/sys/fs/cgroup") })
+	return svc.cg
+}
+
 // staleAfter is the age past which a kept reading is not served but read again: one
 // collection period and a tenth, room for the collector's own reading to be late.
 func staleAfter(period time.Duration) time.Duration { return period + period/10 }
 
-// SetStatsPeriod changes how often the collector reads every running container and ready
-// pod (stats.collection_period; 0: read at each call). A reload applies it at once.
-func (m *Manager) SetStatsPeriod(d time.Duration) {
-	m.ctrStats.SetRateWindow(statscache.RateWindow(d))
-	m.podStats.SetRateWindow(statscache.RateWindow(d))
-	m.collector.SetPeriod(d)
-}
-
 // collectUnits lists the pods the collector reads in a pass: the ready ones and those with
 // a running container. The kept readings of containers that no longer run and of pods no
 // longer ready are dropped here too (each is also dropped as it stops).
-func (m *Manager) collectUnits() []string {
+func (svc *Service) collectUnits() []string {
 	running := map[string]bool{}
 	pods := map[string]bool{}
-	for _, c := range m.snapshot() {
-		if c.Status().State == StateRunning {
+	for _, c := range svc.opts.Containers.Snapshot() {
+		if c.Status().State == container.StateRunning {
 			running[c.ID] = true
 			pods[c.SandboxID] = true
 		}
 	}
 	ready := map[string]bool{}
-	for _, sb := range m.opts.Sandboxes.All() {
+	for _, sb := range svc.opts.Pods.All() {
 		if sb.Status().State == sandbox.StateReady {
 			ready[sb.ID], pods[sb.ID] = true, true
 		}
 	}
-	m.ctrStats.Keep(func(id string) bool { return running[id] })
-	m.podStats.Keep(func(id string) bool { return ready[id] })
+	svc.ctrStats.Keep(func(id string) bool { return running[id] })
+	svc.podStats.Keep(func(id string) bool { return ready[id] })
+	svc.encMu.Lock()
+	for id := range svc.encs {
+		if !running[id] {
+			delete(svc.encs, id)
+		}
+	}
+	svc.encMu.Unlock()
 	out := make([]string, 0, len(pods))
 	for id := range pods {
 		out = append(out, id)
@@ -62,25 +170,20 @@ func (m *Manager) collectUnits() []string {
 }
 
 // collect reads one pod for the collector: its running containers, then its own figures.
-func (m *Manager) collect(sandboxID string) {
-	var running []*Container
-	for _, c := range m.ofSandbox(sandboxID) {
-		if c.Status().State == StateRunning {
+func (svc *Service) collect(sandboxID string) {
+	var running []*container.Container
+	for _, c := range svc.opts.Containers.OfSandbox(sandboxID) {
+		if c.Status().State == container.StateRunning {
 			running = append(running, c)
-			m.readContainer(c)
+			svc.readContainer(c)
 		}
 	}
-	sb, err := m.opts.Sandboxes.Get(sandboxID)
+	sb, err := svc.opts.Pods.Get(sandboxID)
 	if err != nil {
-		m.podStats.Delete(sandboxID)
+		svc.podStats.Delete(sandboxID)
 		return
 	}
-	m.readPod(sb, running)
-}
-
-func (m *Manager) cgroups() *cgstats.Reader {
-	m.cgOnce.Do(func() { m.cg = cgstats.New("/sys/fs/cgroup") })
-	return m.cg
+	svc.readPod(sb, running)
 }
 
 func u64(v uint64) *runtimeapi.UInt64Value { return &runtimeapi.UInt64Value{Value: v} }
@@ -88,12 +191,12 @@ func u64(v uint64) *runtimeapi.UInt64Value { return &runtimeapi.UInt64Value{Valu
 // Stats reads container id's CPU and memory usage through its runtime (the cgroup, or
 // the shim's metrics) and its writable layer's usage. A single container's stats are read
 // at the call, collector or not; the reading becomes its latest.
-func (m *Manager) Stats(id string) (*runtimeapi.ContainerStats, error) {
-	c, err := m.Get(id)
+func (svc *Service) ContainerStats(id string) (*runtimeapi.ContainerStats, error) {
+	c, err := svc.opts.Containers.Get(id)
 	if err != nil {
 		return nil, err
 	}
-	return m.statsOf(c, m.readContainer(c)), nil
+	return svc.statsOf(c, svc.readContainer(c)), nil
 }
 
 // sample is one reading of a container: its runtime's counters (cgOK false where the
@@ -111,10 +214,10 @@ type sample struct {
 }
 
 // sample reads c, as much as scope says: the CRI's stats take cgstats.Usage, metrics Full.
-func (m *Manager) sample(c *Container, scope cgstats.Scope) sample {
+func (svc *Service) sample(c *container.Container, scope cgstats.Scope) sample {
 	s := sample{at: time.Now()}
-	if c.Status().State == StateRunning {
-		cg, err := c.rt.Stats(context.Background(), c.task(), c.CgroupsPath, scope)
+	if c.Status().State == container.StateRunning {
+		cg, err := c.TaskRuntime().Stats(context.Background(), c.Task(), c.CgroupsPath, scope)
 		if err == nil {
 			s.cg, s.cgOK = cg, true
 			if scope == cgstats.Full && cg.Pids != nil {
@@ -125,7 +228,7 @@ func (m *Manager) sample(c *Container, scope cgstats.Scope) sample {
 		}
 	}
 	if scope == cgstats.Full {
-		if u, err := m.opts.Images.RootfsUsage(c.ID); err == nil {
+		if u, err := svc.layerUsage(c); err == nil {
 			s.fs, s.fsOK = u, true
 		}
 	}
@@ -135,53 +238,53 @@ func (m *Manager) sample(c *Container, scope cgstats.Scope) sample {
 // readContainer reads c's usage now. The reading of a running container is kept as its
 // latest (and its CPU rate measured from the one before); a container that does not run
 // has no usage to keep.
-func (m *Manager) readContainer(c *Container) statscache.Entry[sample] {
-	s := m.sample(c, cgstats.Usage)
+func (svc *Service) readContainer(c *container.Container) statscache.Entry[sample] {
+	s := svc.sample(c, cgstats.Usage)
 	r := statscache.Reading[sample]{At: s.at, CPU: s.cg.CPUUsageNanos, HasCPU: s.cgOK, Value: s}
 	if !s.cgOK {
 		return statscache.Entry[sample]{Reading: r}
 	}
-	e := m.ctrStats.Put(c.ID, r)
+	e := svc.ctrStats.Put(c.ID, r)
 	// An exit or a removal recorded while this reading was taken deleted the kept one
 	// before this Put: the state, set before that delete, says so.
-	if c.Status().State != StateRunning {
-		m.ctrStats.Delete(c.ID)
+	if c.Status().State != container.StateRunning {
+		svc.ctrStats.Delete(c.ID)
 	}
 	return e
 }
 
 // cachedContainer is c's latest reading, when there is a collector, c runs and the reading
 // is at most staleAfter old at now.
-func (m *Manager) cachedContainer(c *Container, now time.Time) (statscache.Entry[sample], bool) {
-	p := m.collector.Period()
-	if p == 0 || c.Status().State != StateRunning {
+func (svc *Service) cachedContainer(c *container.Container, now time.Time) (statscache.Entry[sample], bool) {
+	p := svc.collector.Period()
+	if p == 0 || c.Status().State != container.StateRunning {
 		return statscache.Entry[sample]{}, false
 	}
-	return m.ctrStats.Fresh(c.ID, now, staleAfter(p))
+	return svc.ctrStats.Fresh(c.ID, now, staleAfter(p))
 }
 
 // latestContainer is c's reading for a List answer: the kept one (cachedContainer), else
 // (no collector, a container not read yet, a collector behind) one taken now.
-func (m *Manager) latestContainer(c *Container, now time.Time) statscache.Entry[sample] {
-	if e, ok := m.cachedContainer(c, now); ok {
+func (svc *Service) latestContainer(c *container.Container, now time.Time) statscache.Entry[sample] {
+	if e, ok := svc.cachedContainer(c, now); ok {
 		return e
 	}
-	return m.readContainer(c)
+	return svc.readContainer(c)
 }
 
 // statsOf is c's ContainerStats from a reading of it; its timestamps are the reading's.
 // The writable layer's usage is the store walk's latest, with the walk's own time.
-func (m *Manager) statsOf(c *Container, e statscache.Entry[sample]) *runtimeapi.ContainerStats {
-	u, uerr := m.layerUsage(c)
-	return m.statsFrom(c, e, u, uerr)
+func (svc *Service) statsOf(c *container.Container, e statscache.Entry[sample]) *runtimeapi.ContainerStats {
+	u, uerr := svc.layerUsage(c)
+	return svc.statsFrom(c, e, u, uerr)
 }
 
 // layerUsage is c's writable layer's usage from the store walk's latest.
-func (m *Manager) layerUsage(c *Container) (image.Usage, error) {
-	if m.opts.Images == nil { // unit tests
+func (svc *Service) layerUsage(c *container.Container) (image.Usage, error) {
+	if svc.opts.Images == nil { // unit tests
 		return image.Usage{}, errNoImages
 	}
-	return m.opts.Images.RootfsUsage(c.ID)
+	return svc.opts.Images.RootfsUsage(c.ID)
 }
 
 var errNoImages = errors.New("no image service")
@@ -198,15 +301,15 @@ type statsKey struct {
 }
 
 // statsEncoded is statsOf's wire encoding, built once per statsKey.
-func (m *Manager) statsEncoded(c *Container, e statscache.Entry[sample]) []byte {
-	u, uerr := m.layerUsage(c)
+func (svc *Service) statsEncoded(c *container.Container, e statscache.Entry[sample]) []byte {
+	u, uerr := svc.layerUsage(c)
 	key := statsKey{at: e.At.UnixNano(), layerAt: u.Timestamp.UnixNano(), layerOK: uerr == nil,
 		cgOK: e.Value.cgOK, cpu: e.Value.cg.CPUUsageNanos, workingSet: e.Value.cg.WorkingSet, rate: e.NanoCores}
-	return c.statsEnc.Encoded(key, func() proto.Message { return m.statsFrom(c, e, u, uerr) })
+	return svc.encoding(c.ID).Encoded(key, func() proto.Message { return svc.statsFrom(c, e, u, uerr) })
 }
 
 // statsFrom is statsOf with the writable layer's usage already read (uerr: none).
-func (m *Manager) statsFrom(c *Container, e statscache.Entry[sample], u image.Usage, uerr error) *runtimeapi.ContainerStats {
+func (svc *Service) statsFrom(c *container.Container, e statscache.Entry[sample], u image.Usage, uerr error) *runtimeapi.ContainerStats {
 	now, s := e.At, e.Value
 	out := &runtimeapi.ContainerStats{
 		Cpu:    &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
@@ -214,7 +317,7 @@ func (m *Manager) statsFrom(c *Container, e statscache.Entry[sample], u image.Us
 	}
 	// The attributes (the container's ID, metadata, labels and annotations) never change:
 	// they go out as encoded once.
-	protocache.SetField(out, "attributes", c.statsAttributes())
+	protocache.SetField(out, "attributes", c.StatsAttributes())
 	if s.cgOK {
 		fillUsage(out.Cpu, out.Memory, s.cg, e.NanoCores, now)
 	}
@@ -246,11 +349,11 @@ func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.
 // (cachedContainer); else read at the call. A filter that names an id (crictl stats ID;
 // kubelet never sends one) is read at the call, as ContainerStats is: crictl takes two
 // lists a second apart and refuses a reading that did not change.
-func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
-	picked, entries := m.listReadings(filter)
+func (svc *Service) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimeapi.ContainerStats {
+	picked, entries := svc.listReadings(filter)
 	out := make([]*runtimeapi.ContainerStats, len(picked))
 	for i, c := range picked {
-		out[i] = m.statsOf(c, entries[i])
+		out[i] = svc.statsOf(c, entries[i])
 	}
 	return out
 }
@@ -258,29 +361,29 @@ func (m *Manager) ListStats(filter *runtimeapi.ContainerStatsFilter) []*runtimea
 // ListStatsEncoded is ListStats' items in their wire encoding, for ListContainerStats to
 // send as they are (protocache.SetRepeated): each is encoded once per reading, so with a
 // collector a list between two of its readings copies bytes.
-func (m *Manager) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) [][]byte {
-	picked, entries := m.listReadings(filter)
+func (svc *Service) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) [][]byte {
+	picked, entries := svc.listReadings(filter)
 	out := make([][]byte, len(picked))
 	for i, c := range picked {
-		out[i] = m.statsEncoded(c, entries[i])
+		out[i] = svc.statsEncoded(c, entries[i])
 	}
 	return out
 }
 
 // listReadings picks the containers of a stats list and their readings.
-func (m *Manager) listReadings(filter *runtimeapi.ContainerStatsFilter) ([]*Container, []statscache.Entry[sample]) {
-	var picked []*Container
-	for _, c := range m.snapshot() {
+func (svc *Service) listReadings(filter *runtimeapi.ContainerStatsFilter) ([]*container.Container, []statscache.Entry[sample]) {
+	var picked []*container.Container
+	for _, c := range svc.opts.Containers.Snapshot() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(c.ID, f) {
 			continue
 		}
 		if f := filter.GetPodSandboxId(); f != "" && !strings.HasPrefix(c.SandboxID, f) {
 			continue
 		}
-		if !sandbox.MatchLabels(filter.GetLabelSelector(), c.config.Labels) {
+		if !sandbox.MatchLabels(filter.GetLabelSelector(), c.Config().Labels) {
 			continue
 		}
-		if filter.GetId() == "" && c.Status().State != StateRunning {
+		if filter.GetId() == "" && c.Status().State != container.StateRunning {
 			continue
 		}
 		picked = append(picked, c)
@@ -290,13 +393,13 @@ func (m *Manager) listReadings(filter *runtimeapi.ContainerStatsFilter) ([]*Cont
 	// Kept readings cost no syscall: only those read now are spread.
 	var miss []int
 	for i, c := range picked {
-		if e, ok := m.cachedContainer(c, now); ok && filter.GetId() == "" {
+		if e, ok := svc.cachedContainer(c, now); ok && filter.GetId() == "" {
 			entries[i] = e
 		} else {
 			miss = append(miss, i)
 		}
 	}
-	spread(len(miss), func(j int) { i := miss[j]; entries[i] = m.readContainer(picked[i]) })
+	spread(len(miss), func(j int) { i := miss[j]; entries[i] = svc.readContainer(picked[i]) })
 	return picked, entries
 }
 
@@ -321,25 +424,15 @@ func spread(n int, f func(i int)) {
 	wg.Wait()
 }
 
-func (m *Manager) snapshot() []*Container {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*Container, 0, len(m.containers))
-	for _, c := range m.containers {
-		out = append(out, c)
-	}
-	return out
-}
-
 // PodStats reads a pod's usage at the call: its cgroup parent when the pod has one
 // (kubelet's pod cgroup; for sandboxing runtimes it holds the sandbox), else the sum of
 // its containers; its network interfaces from its namespace; its containers' stats.
-func (m *Manager) PodStats(sandboxID string) (*runtimeapi.PodSandboxStats, error) {
-	sb, err := m.opts.Sandboxes.Get(sandboxID)
+func (svc *Service) PodStats(sandboxID string) (*runtimeapi.PodSandboxStats, error) {
+	sb, err := svc.opts.Pods.Get(sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	return m.podStatsNow(sb, m.ofSandbox(sb.ID)), nil
+	return svc.podStatsNow(sb, svc.opts.Containers.OfSandbox(sb.ID)), nil
 }
 
 // podSample is one reading of a pod's own figures: its cgroup parent's usage (cgOK false
@@ -354,12 +447,12 @@ type podSample struct {
 
 // readPod reads sb's own figures now (running: its running containers); the reading of a
 // ready pod is kept as its latest.
-func (m *Manager) readPod(sb *sandbox.Sandbox, running []*Container) statscache.Entry[podSample] {
+func (svc *Service) readPod(sb *sandbox.Sandbox, running []*container.Container) statscache.Entry[podSample] {
 	at := time.Now()
 	var s podSample
 	if parent := sb.PodConfig().GetLinux().GetCgroupParent(); parent != "" {
-		if dir, err := cgpath.Parent(m.opts.CgroupDriver == config.SystemdDriver, parent); err == nil {
-			if cg, err := m.cgroups().ReadScope(dir, cgstats.Usage); err == nil {
+		if dir, err := cgpath.Parent(svc.opts.CgroupDriver == config.SystemdDriver, parent); err == nil {
+			if cg, err := svc.cgroups().ReadScope(dir, cgstats.Usage); err == nil {
 				s.cg, s.cgOK = cg, true
 			}
 		}
@@ -369,7 +462,7 @@ func (m *Manager) readPod(sb *sandbox.Sandbox, running []*Container) statscache.
 		pids = append(pids, st.ContainerPid)
 	}
 	for _, c := range running {
-		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
+		if st := c.Status(); st.State == container.StateRunning && st.Pid > 0 {
 			pids = append(pids, st.Pid)
 		}
 	}
@@ -386,45 +479,45 @@ func (m *Manager) readPod(sb *sandbox.Sandbox, running []*Container) statscache.
 	if sb.Status().State != sandbox.StateReady {
 		return statscache.Entry[podSample]{Reading: r}
 	}
-	return m.podStats.Put(sb.ID, r)
+	return svc.podStats.Put(sb.ID, r)
 }
 
 // podStatsNow reads sb and its containers ctrs now.
-func (m *Manager) podStatsNow(sb *sandbox.Sandbox, ctrs []*Container) *runtimeapi.PodSandboxStats {
+func (svc *Service) podStatsNow(sb *sandbox.Sandbox, ctrs []*container.Container) *runtimeapi.PodSandboxStats {
 	entries := make([]statscache.Entry[sample], len(ctrs))
-	var running []*Container
+	var running []*container.Container
 	for i, c := range ctrs {
-		entries[i] = m.readContainer(c)
+		entries[i] = svc.readContainer(c)
 		if entries[i].Value.cgOK {
 			running = append(running, c)
 		}
 	}
-	return m.podStatsOf(sb, ctrs, entries, m.readPod(sb, running))
+	return svc.podStatsOf(sb, ctrs, entries, svc.readPod(sb, running))
 }
 
 // cachedPod is sb's stats, with its containers ctrs, from their latest readings, when
 // there is a collector and they are at most staleAfter old (a container not read yet is
 // read now).
-func (m *Manager) cachedPod(sb *sandbox.Sandbox, ctrs []*Container, now time.Time) (*runtimeapi.PodSandboxStats, bool) {
-	p := m.collector.Period()
+func (svc *Service) cachedPod(sb *sandbox.Sandbox, ctrs []*container.Container, now time.Time) (*runtimeapi.PodSandboxStats, bool) {
+	p := svc.collector.Period()
 	if p == 0 || sb.Status().State != sandbox.StateReady {
 		return nil, false
 	}
-	pe, ok := m.podStats.Fresh(sb.ID, now, staleAfter(p))
+	pe, ok := svc.podStats.Fresh(sb.ID, now, staleAfter(p))
 	if !ok {
 		return nil, false
 	}
 	entries := make([]statscache.Entry[sample], len(ctrs))
 	for i, c := range ctrs {
-		entries[i] = m.latestContainer(c, now)
+		entries[i] = svc.latestContainer(c, now)
 	}
-	return m.podStatsOf(sb, ctrs, entries, pe), true
+	return svc.podStatsOf(sb, ctrs, entries, pe), true
 }
 
 // podStatsOf is the pod's PodSandboxStats from readings of it and of its containers. Its
 // own timestamps are its reading's. Its CPU and memory are its cgroup's, else the sum of
 // its containers' (nano-cores too).
-func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, entries []statscache.Entry[sample], pe statscache.Entry[podSample]) *runtimeapi.PodSandboxStats {
+func (svc *Service) podStatsOf(sb *sandbox.Sandbox, ctrs []*container.Container, entries []statscache.Entry[sample], pe statscache.Entry[podSample]) *runtimeapi.PodSandboxStats {
 	now, ps := pe.At, pe.Value
 	linux := &runtimeapi.LinuxPodSandboxStats{
 		Cpu:     &runtimeapi.CpuUsage{Timestamp: now.UnixNano()},
@@ -436,7 +529,7 @@ func (m *Manager) podStatsOf(sb *sandbox.Sandbox, ctrs []*Container, entries []s
 	// The containers go out as ListContainerStats sends them, encoded once per reading.
 	encs := make([][]byte, len(ctrs))
 	for i, c := range ctrs {
-		encs[i] = m.statsEncoded(c, entries[i])
+		encs[i] = svc.statsEncoded(c, entries[i])
 		if e := entries[i]; e.Value.cgOK {
 			cg := e.Value.cg
 			sum.CPUUsageNanos += cg.CPUUsageNanos
@@ -477,12 +570,12 @@ func netDev(pid int) ([]cgstats.Interface, error) {
 
 // netPid is a process in the pod's network namespace: the sandbox container's process, else a running
 // container's; 0 if none.
-func netPid(sb *sandbox.Sandbox, running []*Container) int {
+func netPid(sb *sandbox.Sandbox, running []*container.Container) int {
 	if st := sb.Status(); st.ContainerPid > 0 && st.State == sandbox.StateReady {
 		return st.ContainerPid
 	}
 	for _, c := range running {
-		if st := c.Status(); st.State == StateRunning && st.Pid > 0 {
+		if st := c.Status(); st.State == container.StateRunning && st.Pid > 0 {
 			return st.Pid
 		}
 	}
@@ -493,9 +586,9 @@ func netPid(sb *sandbox.Sandbox, running []*Container) int {
 // collector's readings (cachedPod), but for a filter that names an id (crictl statsp),
 // read at the call as ListStats does; those read at the call are read as ListStats reads
 // containers, a few at a time: the cgroup files are syscall-bound.
-func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
+func (svc *Service) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
 	var picked []*sandbox.Sandbox
-	for _, sb := range m.opts.Sandboxes.All() {
+	for _, sb := range svc.opts.Pods.All() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(sb.ID, f) {
 			continue
 		}
@@ -508,28 +601,17 @@ func (m *Manager) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runt
 		picked = append(picked, sb)
 	}
 	out := make([]*runtimeapi.PodSandboxStats, len(picked))
-	ctrs := make([][]*Container, len(picked))
+	ctrs := make([][]*container.Container, len(picked))
 	now := time.Now()
 	var miss []int
 	for i, sb := range picked {
-		ctrs[i] = m.ofSandbox(sb.ID)
-		if st, ok := m.cachedPod(sb, ctrs[i], now); ok && filter.GetId() == "" {
+		ctrs[i] = svc.opts.Containers.OfSandbox(sb.ID)
+		if st, ok := svc.cachedPod(sb, ctrs[i], now); ok && filter.GetId() == "" {
 			out[i] = st
 		} else {
 			miss = append(miss, i)
 		}
 	}
-	spread(len(miss), func(j int) { i := miss[j]; out[i] = m.podStatsNow(picked[i], ctrs[i]) })
-	return out
-}
-
-// RunningByHandler counts running containers by handler.
-func (m *Manager) RunningByHandler() map[string]int {
-	out := map[string]int{}
-	for _, c := range m.snapshot() {
-		if c.Status().State == StateRunning {
-			out[c.Handler]++
-		}
-	}
+	spread(len(miss), func(j int) { i := miss[j]; out[i] = svc.podStatsNow(picked[i], ctrs[i]) })
 	return out
 }

@@ -131,7 +131,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	out, err := runShim(ctx, cfg, append(args, "start"))
 	if err != nil {
-		return nil, fmt.Errorf("shim %s: start: %w", cfg.ID, err)
+		return nil, fmt.Errorf("shim %s: start: %w%s", cfg.ID, err, oomScoreHint(err))
 	}
 	address := strings.TrimSpace(string(out))
 	if address == "" {
@@ -143,6 +143,18 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	log.WithFields(logrus.Fields{"address": address, "pid": c.pid}).Debug("shim started")
 	return c, nil
+}
+
+// oomScoreHint says what a shim that failed to lower its own oom_score_adj needs. Shims
+// protect themselves from the OOM killer (gVisor's sets -999 and gives up when it cannot),
+// which takes CAP_SYS_RESOURCE, or a daemon whose oom_score_adj is already that low (the
+// kernel lets a process go down to the lowest value its ancestors were given): systemd
+// gives rtshimd -999 through its unit's OOMScoreAdjust.
+func oomScoreHint(err error) string {
+	if s := err.Error(); strings.Contains(s, "oom_score_adj") && strings.Contains(s, "permission denied") {
+		return " (the shim lowers its own oom_score_adj, which needs CAP_SYS_RESOURCE or a daemon started with a low oom_score_adj: run rtshimd from contrib/systemd/rtshimd.service, whose OOMScoreAdjust=-999 allows it)"
+	}
+	return ""
 }
 
 // prepareLog makes the bundle's "log" a link to a fresh shim.log. The shim writes it from

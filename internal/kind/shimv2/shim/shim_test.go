@@ -894,3 +894,14 @@ func TestCleanupWithoutTask(t *testing.T) {
 		t.Errorf("Cleanup once the bundle is gone: %v", err)
 	}
 }
+
+// A shim that could not lower its oom_score_adj fails with what it needs said.
+func TestOOMScoreHint(t *testing.T) {
+	err := errors.New("containerd-shim-runsc-v1 start: exit status 1: io.containerd.runsc.v1: failed to set OOM Score on shim: write /proc/8569/oom_score_adj: permission denied")
+	if h := oomScoreHint(err); !strings.Contains(h, "OOMScoreAdjust=-999") || !strings.Contains(h, "CAP_SYS_RESOURCE") {
+		t.Errorf("hint %q", h)
+	}
+	if h := oomScoreHint(errors.New("exit status 1: no such file")); h != "" {
+		t.Errorf("hint for another error: %q", h)
+	}
+}

@@ -50,15 +50,17 @@ define apt_install
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 endef
 
-# Besides Debian's packages: a current runsc, pinned in hack/tools.sh, built from the Go
-# module proxy and installed at /usr/local/bin/runsc (the default config's runsc row).
+# Besides Debian's packages: a current runsc and gVisor's shim v2 of the same version,
+# pinned in hack/tools.sh, built from the Go module proxy and installed at
+# /usr/local/bin/runsc and /usr/local/bin/containerd-shim-runsc-v1 (the default config's
+# runsc and runsc-shim rows).
 deps-run:
 	$(call apt_install,$(RUN_PKGS))
-	hack/tools.sh install-runsc >/dev/null
+	hack/tools.sh install-runsc install-runsc-shim >/dev/null
 
 deps-test:
 	$(call apt_install,$(TEST_PKGS))
-	hack/tools.sh install-runsc >/dev/null
+	hack/tools.sh install-runsc install-runsc-shim >/dev/null
 
 run: deps-run build
 	@mkdir -p /etc/rtshimd

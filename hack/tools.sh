@@ -7,6 +7,7 @@
 #   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
 #   crictl, critest           sigs.k8s.io/cri-tools
 #   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
+#   containerd-shim-runsc-v1  gvisor.dev/gvisor/shim, gVisor's own shim v2 at the same version
 #   golangci-lint             github.com/golangci/golangci-lint/v2 (make vet; not in the default set)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
@@ -178,7 +179,27 @@ install_runsc() {
 	fi
 }
 
-[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc
+# The gVisor shim (containerd-shim-runsc-v1) of the same tree: a sandboxing shim v2 runtime,
+# one shim per pod with the pod's containers in one sandbox, as Kata's is (the runsc-shim
+# row). It runs the runsc it finds in PATH, so /usr/local/bin/runsc.
+build_runsc_shim() {
+	have containerd-shim-runsc-v1 "$GVISOR_VERSION" && return
+	log "building containerd-shim-runsc-v1 $GVISOR_VERSION (a minute or two)"
+	GOBIN=$TOOLS/src/runsc-shim-$GVISOR_VERSION go install -trimpath -ldflags "-s -w" "gvisor.dev/gvisor/shim@$GVISOR_VERSION" >&2
+	mv "$TOOLS/src/runsc-shim-$GVISOR_VERSION/shim" "$BIN/containerd-shim-runsc-v1-$GVISOR_VERSION"
+	have containerd-shim-runsc-v1 "$GVISOR_VERSION"
+}
+
+install_runsc_shim() {
+	build_runsc_shim
+	if ! cmp -s "$BIN/containerd-shim-runsc-v1-$GVISOR_VERSION" /usr/local/bin/containerd-shim-runsc-v1; then
+		install -m 0755 "$BIN/containerd-shim-runsc-v1-$GVISOR_VERSION" /usr/local/bin/containerd-shim-runsc-v1.new
+		mv /usr/local/bin/containerd-shim-runsc-v1.new /usr/local/bin/containerd-shim-runsc-v1
+		log "installed containerd-shim-runsc-v1 $GVISOR_VERSION at /usr/local/bin/containerd-shim-runsc-v1"
+	fi
+}
+
+[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim
 for t in "$@"; do
 	case $t in
 	kubelet | kube-apiserver) build_kube "$t" ;;
@@ -191,6 +212,8 @@ for t in "$@"; do
 	golangci-lint) build_golangci_lint ;;
 	runsc) build_runsc ;;
 	install-runsc) install_runsc ;;
+	runsc-shim) build_runsc_shim ;;
+	install-runsc-shim) install_runsc_shim ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac
 done

@@ -79,7 +79,7 @@ runtime_path = "/usr/sbin/runc"
 			t.Fatal(err)
 		}
 		out, err = exec.Command(filepath.Join(binDir, "rtshimd"), "config", "check", "--config", path).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "ok (6 handlers, default \"runc\")") {
+		if err != nil || !strings.Contains(string(out), "ok (7 handlers, default \"runc\")") {
 			t.Errorf("config check of the shipped default: %v\n%s", err, out)
 		}
 	})

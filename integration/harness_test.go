@@ -114,7 +114,8 @@ var suiteHandlers = []string{"runc", "runsc", "runc-shim"}
 
 // handlerTable is the table the tests run with: Debian's runc, the pinned current runsc
 // (hack/tools.sh) and Debian's 2022 runsc, containerd's runc shim v2 (Debian's containerd
-// package; its daemon is not used), plus a handler whose binary is missing.
+// package; its daemon is not used), gVisor's shim v2 at the pinned runsc's version, plus a
+// handler whose binary is missing.
 func handlerTable(run string) string {
 	return fmt.Sprintf(`
 default_handler = "runc"
@@ -139,6 +140,16 @@ runtime_type = "oci-sandbox"
 [handlers.runsc.overhead]
 memory = "64Mi"
 cpu = "100m"
+
+# gVisor's own shim v2 (hack/tools.sh builds it at the runsc's version): a sandboxing
+# shim, one per pod, the pod's containers in one gVisor sandbox, as Kata's shim.
+[handlers.runsc-shim]
+runtime_type = "shim-v2"
+runtime_path = "/usr/local/bin/containerd-shim-runsc-v1"
+[handlers.runsc-shim.features]
+host_network = false
+host_pid = false
+host_ipc = false
 
 [handlers.runsc-debian]
 runtime_path = "/usr/bin/runsc"

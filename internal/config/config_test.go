@@ -87,7 +87,7 @@ func TestDefault(t *testing.T) {
 	if c.DefaultHandler != "runc" {
 		t.Errorf("DefaultHandler = %q, want runc", c.DefaultHandler)
 	}
-	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runc-shim", "runsc", "runsc-debian"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.HandlerNames(), []string{"crun", "kata", "runc", "runc-shim", "runsc", "runsc-debian", "runsc-shim"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("HandlerNames = %v, want %v", got, want)
 	}
 	if c.CgroupDriver != CgroupfsDriver || c.LogLevel != "info" || c.RunRoot != "/run/rtshimd" {

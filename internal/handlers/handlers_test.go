@@ -133,8 +133,8 @@ func TestNew(t *testing.T) {
 			t.Errorf("%s: runtime %+v", h.Name, h.Runtime)
 		}
 	}
-	if got := strings.Join(names, ","); got != "crun,kata,runc,runc-shim,runsc,runsc-debian" {
-		t.Errorf("List = %s, want sorted crun,kata,runc,runc-shim,runsc,runsc-debian", got)
+	if got := strings.Join(names, ","); got != "crun,kata,runc,runc-shim,runsc,runsc-debian,runsc-shim" {
+		t.Errorf("List = %s, want sorted crun,kata,runc,runc-shim,runsc,runsc-debian,runsc-shim", got)
 	}
 	h := tb.byName["runsc"]
 	if h.Type() != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/local/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||

@@ -40,7 +40,7 @@ func BenchmarkPodStart(b *testing.B) {
 	reg.Push(b, "bench/busybox", "1", ImageSpec{Layers: []Layer{layer}}, nil)
 	ref := reg.Ref("bench/busybox", "1")
 	// RTSHIMD_BENCH_DAEMON_LOG=FILE keeps the daemon's log there.
-	d := newBenchDaemon(b, handlerTable, insecureRegistries(reg.Addr))
+	d := newDaemon(b, forBenchmark(), withRegistries(reg.Addr))
 	if path := os.Getenv("RTSHIMD_BENCH_DAEMON_LOG"); path != "" {
 		// Registered after the daemon's cleanup, so it runs first, while the log is there.
 		b.Cleanup(func() { _ = os.WriteFile(path, []byte(d.Log()), 0o644) })

@@ -23,6 +23,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // BenchmarkScale runs RTSHIMD_BENCH_PODS pods (default 1000; development runs use 100),
@@ -63,19 +65,23 @@ func BenchmarkScale(b *testing.B) {
 	layer := busyboxLayer(b)
 	reg.Push(b, "bench/busybox", "1", ImageSpec{Layers: []Layer{layer}}, nil)
 	ref := reg.Ref("bench/busybox", "1")
-	extra := insecureRegistries(reg.Addr)
+	opts := []daemonOption{forBenchmark(), withRegistries(reg.Addr)}
 	pprofSock := ""
 	if profileDir != "" {
 		pprofSock = filepath.Join(b.TempDir(), "pprof.sock")
-		extra += fmt.Sprintf("\n[debug]\npprof_socket = %q\n", pprofSock)
+		opts = append(opts, withConfig(func(_ *Daemon, c *config.Config) { c.Debug.PprofSocket = pprofSock }))
 	}
 	statsPeriod := "0 (the default: read at each call)"
 	if v := os.Getenv("RTSHIMD_BENCH_STATS_PERIOD"); v != "" {
+		p, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("RTSHIMD_BENCH_STATS_PERIOD %q: %v", v, err)
+		}
 		statsPeriod = v
-		extra += fmt.Sprintf("\n[stats]\ncollection_period = %q\n", v)
+		opts = append(opts, withConfig(func(_ *Daemon, c *config.Config) { c.Stats.CollectionPeriod.Duration = p }))
 	}
 	b.Logf("stats.collection_period = %s", statsPeriod)
-	d := newBenchDaemon(b, handlerTable, extra)
+	d := newDaemon(b, opts...)
 	if profileDir != "" {
 		// Registered after the daemon's cleanup, so it runs first, while the log is there.
 		b.Cleanup(func() { _ = os.WriteFile(filepath.Join(profileDir, "daemon.log"), []byte(d.Log()), 0o644) })

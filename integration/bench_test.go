@@ -32,7 +32,7 @@ func BenchmarkImagePull(b *testing.B) {
 	}
 	reg.Push(b, "bench/multilayer", "1", ImageSpec{Layers: layers}, nil)
 	ref := reg.Ref("bench/multilayer", "1")
-	d := newDaemonWith(b, insecureRegistries(reg.Addr))
+	d := newDaemon(b, withRegistries(reg.Addr))
 	ctx := b.Context()
 
 	var ours, floor, unpacked []time.Duration

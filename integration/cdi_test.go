@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // cdiSpec defines rtshimd.test/device=one: the host's /dev/null as /dev/rtshimd-cdi, an
@@ -47,7 +49,7 @@ func TestCDIDevices(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(specDir, "rtshimd.yaml"), []byte(cdiSpec(hostFile)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := newContainerEnvTable(t, handlerTable, fmt.Sprintf("\n[cdi]\nspec_dirs = [%q]\n", specDir))
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) { c.CDI.SpecDirs = []string{specDir} }))
 	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
 			e.t = t

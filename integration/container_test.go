@@ -43,13 +43,9 @@ type containerEnv struct {
 	nri   *nriLedger // where set, nodeState lists what this NRI plugin holds
 }
 
-func newContainerEnv(t *testing.T) *containerEnv {
-	return newContainerEnvTable(t, handlerTable, "")
-}
-
-// newContainerEnvTable is newContainerEnv on a handler table of the test's own, with
-// extra TOML appended to the config.
-func newContainerEnvTable(t *testing.T, table func(run string) string, extra string) *containerEnv {
+// newContainerEnv starts a daemon (newDaemon, with opts) that may pull from a registry of
+// its own, and pulls the test images into it.
+func newContainerEnv(t *testing.T, opts ...daemonOption) *containerEnv {
 	// Registered first, so it runs last: after the daemon's cleanup removed every pod.
 	t.Cleanup(func() { removeTestCgroups(t) })
 	reg := startRegistry(t, nil)
@@ -61,7 +57,7 @@ func newContainerEnvTable(t *testing.T, table func(run string) string, extra str
 		Layers: []Layer{busyboxLayer(t), toolsLayer()},
 		Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}, User: "app"},
 	}, nil)
-	d := newDaemonTable(t, table, insecureRegistries(reg.Addr)+extra)
+	d := newDaemon(t, append([]daemonOption{withRegistries(reg.Addr)}, opts...)...)
 	ctx := ctxT(t)
 	for _, tag := range []string{"1", "user"} {
 		if _, err := d.IS.PullImage(ctx, imgSpec(reg.Ref("test/busybox", tag)), nil, nil); err != nil {
@@ -720,7 +716,7 @@ func TestSpecialFilesInImage(t *testing.T) {
 			Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}},
 		}, nil)
 	}
-	e := newContainerEnvTable(t, handlerTable, fmt.Sprintf("[[image.registries]]\nlocation = %q\ninsecure = true\n", reg.Addr))
+	e := newContainerEnv(t, withRegistries(reg.Addr))
 	for _, tag := range []string{"fifo", "device"} {
 		t.Run(tag, func(t *testing.T) {
 			e.t = t

@@ -19,6 +19,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // crashPoints are the steps of the lifecycle RPCs at which the suite kills the daemon
@@ -72,8 +74,9 @@ func everyStep(t *testing.T, fail bool) {
 		t.Run(handler, func(t *testing.T) {
 			nriSocket := filepath.Join(t.TempDir(), "nri.sock")
 			plugins := t.TempDir()
-			e := newContainerEnvTable(t, handlerTable, fmt.Sprintf("\n[nri]\nsocket_path = %q\nplugin_path = %q\nplugin_config_path = %q\n",
-				nriSocket, plugins, filepath.Join(plugins, "conf.d")))
+			e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+				c.NRI.SocketPath, c.NRI.PluginPath, c.NRI.PluginConfigPath = nriSocket, plugins, filepath.Join(plugins, "conf.d")
+			}))
 			n := writeNetwork(t, e)
 			points := filepath.Join(e.d.Dir, "failpoints")
 			e.d.Env = append(e.d.Env, "RTSHIMD_FAILPOINTS_FILE="+points)
@@ -147,10 +150,14 @@ func (c *crashCase) run() {
 	image := e.reg.Ref("test/busybox", "crash")
 	config := readConfigFile(t, d)
 	c.image, c.config = image, config
-	blocked := strings.Replace(config, "insecure = true\n", "insecure = true\nblocked = true\n", 1)
-	if blocked == config {
-		t.Fatalf("the config has no registry entry to block:\n%s", config)
+	// The same config with the test registry blocked.
+	if len(d.Cfg.Image.Registries) == 0 || d.Cfg.Image.Registries[0].Location != e.reg.Addr {
+		t.Fatalf("the config's first registry is not the test's: %+v", d.Cfg.Image.Registries)
 	}
+	blockedCfg := *d.Cfg
+	blockedCfg.Image.Registries = slices.Clone(d.Cfg.Image.Registries)
+	blockedCfg.Image.Registries[0].Blocked = true
+	blocked := configTOML(t, &blockedCfg)
 	if rpc != "run-sandbox" && !slices.Contains(nodePoints, c.point) {
 		podID, _ = e.podWith(podCfg, c.handler)
 	}

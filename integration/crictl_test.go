@@ -87,7 +87,7 @@ func crictlRunner(t *testing.T, d *Daemon) func(args ...string) string {
 func TestCrictlImages(t *testing.T) {
 	reg := startRegistry(t, nil)
 	_, cdig := reg.Push(t, "demo/busybox", "1.36", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	d := newDaemon(t, withRegistries(reg.Addr))
 	run := crictlRunner(t, d)
 	ref := reg.Ref("demo/busybox", "1.36")
 	if out := run("pull", ref); !strings.Contains(out, cdig) {

@@ -11,6 +11,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // readBundleSpec reads the config.json rtshimd wrote in a bundle.
@@ -33,12 +35,10 @@ func readBundleSpec(t *testing.T, dir string) *specs.Spec {
 // with none of the host's devices, which runs. The pod's record keeps the row's settings:
 // a container created after the row changed and the daemon restarted gets the same.
 func TestHandlerRowSettings(t *testing.T) {
-	const settings = "pod_annotations = [\"io.katacontainers.*\", \"rtshimd.test/pass-*\", \"io.kubernetes.cri.sandbox-*\"]\n" +
-		"privileged_without_host_devices = true\n"
-	table := func(run string) string {
-		return strings.Replace(handlerTable(run), "[handlers.runc]\n", "[handlers.runc]\n"+settings, 1)
-	}
-	e := newContainerEnvTable(t, table, "")
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Handlers["runc"].PodAnnotations = []string{"io.katacontainers.*", "rtshimd.test/pass-*", "io.kubernetes.cri.sandbox-*"}
+		c.Handlers["runc"].PrivilegedWithoutHostDevices = true
+	}))
 	ctx := ctxT(t)
 	// A shared PID namespace: runc's pod gets a sandbox container, and so a bundle.
 	pod := podConfig("row-settings", runtimeapi.NamespaceMode_POD)
@@ -108,13 +108,8 @@ func TestHandlerRowSettings(t *testing.T) {
 	ctr("before")
 
 	// The row loses its settings; the pod keeps those it started with.
-	cfg, err := os.ReadFile(e.d.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.d.Config, []byte(strings.Replace(string(cfg), settings, "", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	e.d.Cfg.Handlers["runc"].PodAnnotations, e.d.Cfg.Handlers["runc"].PrivilegedWithoutHostDevices = nil, false
+	e.d.WriteConfig()
 	e.d.Restart(false)
 	ctr("after-restart")
 

@@ -6,6 +6,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -19,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // cgroupRoot is the parent under every cgroup hierarchy of the pods this test binary
@@ -92,10 +96,12 @@ func TestMain(m *testing.M) {
 // Daemon is one rtshimd process with its own config, state and run roots.
 type Daemon struct {
 	// Env is added to the daemon's environment at its next Start (failpoints).
-	Env     []string
-	t       testing.TB
-	Dir     string // holds config.toml, state/, run/, daemon.log
-	Config  string
+	Env    []string
+	t      testing.TB
+	Dir    string // holds config.toml, state/, run/, daemon.log
+	Config string
+	// Cfg is the config the file was written from (WriteConfig writes it again).
+	Cfg     *config.Config
 	Socket  string
 	RunRoot string
 	State   string
@@ -112,89 +118,72 @@ type Daemon struct {
 // kind: runc (oci), runsc (oci-sandbox) and containerd's runc shim (shim-v2).
 var suiteHandlers = []string{"runc", "runsc", "runc-shim"}
 
-// handlerTable is the table the tests run with: Debian's runc, the pinned current runsc
+// suiteTable is the table the tests run with: Debian's runc, the pinned current runsc
 // (hack/tools.sh) and Debian's 2022 runsc, containerd's runc shim v2 (Debian's containerd
 // package; its daemon is not used), gVisor's shim v2 at the pinned runsc's version, plus a
-// handler whose binary is missing.
-func handlerTable(run string) string {
-	return fmt.Sprintf(`
-default_handler = "runc"
-
-[handlers.runc]
-runtime_path = "/usr/sbin/runc"
-runtime_root = "%[1]s/runc"
-
-[handlers.runc-shim]
-runtime_type = "shim-v2"
-runtime_path = "/usr/bin/containerd-shim-runc-v2"
-[handlers.runc-shim.features]
-host_pid = true
-host_ipc = true
-recursive_read_only_mounts = true
-
-[handlers.runsc]
-runtime_path = "/usr/local/bin/runsc"
-runtime_root = "%[1]s/runsc"
-runtime_args = ["--oci-seccomp"]
-runtime_type = "oci-sandbox"
-[handlers.runsc.overhead]
-memory = "64Mi"
-cpu = "100m"
-
-# gVisor's own shim v2 (hack/tools.sh builds it at the runsc's version): a sandboxing
-# shim, one per pod, the pod's containers in one gVisor sandbox, as Kata's shim.
-[handlers.runsc-shim]
-runtime_type = "shim-v2"
-runtime_path = "/usr/local/bin/containerd-shim-runsc-v1"
-[handlers.runsc-shim.features]
-host_network = false
-host_pid = false
-host_ipc = false
-
-[handlers.runsc-debian]
-runtime_path = "/usr/bin/runsc"
-runtime_root = "%[1]s/runsc-debian"
-runtime_type = "oci-sandbox"
-
-[handlers.ghost]
-runtime_path = "/opt/rtshimd-test/no-such-runtime"
-`, run)
+// handler whose binary is missing. run is the daemon's run root.
+func suiteTable(run string) map[string]*config.Handler {
+	yes, no := true, false
+	return map[string]*config.Handler{
+		"runc": {RuntimePath: "/usr/sbin/runc", RuntimeRoot: run + "/runc"},
+		"runc-shim": {RuntimeType: "shim-v2", RuntimePath: "/usr/bin/containerd-shim-runc-v2",
+			Features: config.Declared{HostPID: &yes, HostIPC: &yes, RecursiveReadOnlyMounts: &yes}},
+		"runsc": {RuntimeType: "oci-sandbox", RuntimePath: "/usr/local/bin/runsc", RuntimeRoot: run + "/runsc",
+			RuntimeArgs: []string{"--oci-seccomp"}, Overhead: config.Overhead{Memory: "64Mi", CPU: "100m"}},
+		// gVisor's own shim: a sandboxing shim, one per pod, the pod's containers in one
+		// gVisor sandbox, as Kata's shim.
+		"runsc-shim": {RuntimeType: "shim-v2", RuntimePath: "/usr/local/bin/containerd-shim-runsc-v1",
+			Features: config.Declared{HostNetwork: &no, HostPID: &no, HostIPC: &no}},
+		"runsc-debian": {RuntimeType: "oci-sandbox", RuntimePath: "/usr/bin/runsc", RuntimeRoot: run + "/runsc-debian"},
+		"ghost":        {RuntimePath: "/opt/rtshimd-test/no-such-runtime"},
+	}
 }
 
-// newDaemon writes a config (daemon settings + table) and starts rtshimd on it.
-func newDaemon(t testing.TB) *Daemon {
-	t.Helper()
-	return newDaemonWith(t, "")
+// daemonSetup is what a test daemon starts with: its config as Go values (internal/config's
+// own types, so that no test can write a key the daemon does not know) and how it runs.
+type daemonSetup struct {
+	d        *Daemon
+	cfg      *config.Config
+	tmpfsRun bool
 }
 
-// newDaemonWith is newDaemon with extra TOML appended to the config.
-func newDaemonWith(t testing.TB, extra string) *Daemon {
-	t.Helper()
-	return newDaemonTable(t, handlerTable, extra)
+// daemonOption changes a test daemon's setup.
+type daemonOption func(*daemonSetup)
+
+// withConfig changes the daemon's config; d has its directories set.
+func withConfig(f func(d *Daemon, c *config.Config)) daemonOption {
+	return func(s *daemonSetup) { f(s.d, s.cfg) }
 }
 
-// newDaemonTable is newDaemonWith with a handler table of the test's own.
-func newDaemonTable(t testing.TB, table func(run string) string, extra string) *Daemon {
-	t.Helper()
-	return newDaemonLevel(t, table, extra, "debug", false)
+// withRegistries serves addrs as insecure (plain HTTP) registries.
+func withRegistries(addrs ...string) daemonOption {
+	return withConfig(func(_ *Daemon, c *config.Config) {
+		for _, a := range addrs {
+			c.Image.Registries = append(c.Image.Registries, config.Registry{Location: a, Insecure: true})
+		}
+	})
 }
 
-// newBenchDaemon is the daemon benchmarks time: at log level "info", as a node runs it, so
+// forBenchmark is the daemon benchmarks time: at log level "info", as a node runs it, so
 // that no debug line is written per call (RTSHIMD_BENCH_LOG_LEVEL=debug has it log each
 // start's steps, "... timing"); and with its run root on a tmpfs, as a node's /run is (the
 // default run_root is /run/rtshimd), so that the bundles, monitor files and runc's state
 // cost what they cost there, not an ext4 journal's syncs. The state root stays on disk, as
 // /var/lib is.
-func newBenchDaemon(b *testing.B, table func(run string) string, extra string) *Daemon {
-	b.Helper()
-	level := "info"
-	if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
-		level = v
+func forBenchmark() daemonOption {
+	return func(s *daemonSetup) {
+		s.cfg.LogLevel = "info"
+		if v := os.Getenv("RTSHIMD_BENCH_LOG_LEVEL"); v != "" {
+			s.cfg.LogLevel = v
+		}
+		s.tmpfsRun = true
 	}
-	return newDaemonLevel(b, table, extra, level, true)
 }
 
-func newDaemonLevel(t testing.TB, table func(run string) string, extra, logLevel string, tmpfsRun bool) *Daemon {
+// newDaemon starts rtshimd for the test, the one way the suite does: on the daemon's
+// defaults (config.Default) with roots, CNI dirs and an NRI socket of its own, log level
+// debug and the suite's table (suiteTable), as the options change them.
+func newDaemon(t testing.TB, opts ...daemonOption) *Daemon {
 	t.Helper()
 	dir := t.TempDir()
 	// Searchable, as the daemon's roots are: a user-namespaced pod's root reaches its
@@ -208,31 +197,49 @@ func newDaemonLevel(t testing.TB, table func(run string) string, extra, logLevel
 		t: t, Dir: dir, Config: filepath.Join(dir, "config.toml"),
 		RunRoot: filepath.Join(dir, "run"), State: filepath.Join(dir, "state"),
 	}
-	if tmpfsRun {
+	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
+	cfg := config.Default()
+	cfg.Socket, cfg.StateRoot, cfg.RunRoot, cfg.LogLevel = d.Socket, d.State, d.RunRoot, "debug"
+	cfg.MonitorPath, cfg.PausePath = monitorBin, filepath.Join(binDir, "rtshim-pause")
+	cfg.DefaultHandler, cfg.Handlers = "runc", suiteTable(d.RunRoot)
+	// CNI dirs of its own, empty until a test writes a network config; NRI on, with a
+	// socket of its own and no node plugins.
+	cfg.Network.ConfDir, cfg.Network.CacheDir = filepath.Join(dir, "cni"), filepath.Join(dir, "cni-cache")
+	cfg.NRI.SocketPath, cfg.NRI.PluginPath, cfg.NRI.PluginConfigPath = filepath.Join(dir, "nri.sock"), filepath.Join(dir, "nri-plugins"), filepath.Join(dir, "nri-conf.d")
+	s := &daemonSetup{d: d, cfg: cfg}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := os.MkdirAll(cfg.Network.ConfDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if s.tmpfsRun {
 		mountTmpfs(t, d.RunRoot)
 		d.tmpfsRun = true
 	}
-	d.Socket = filepath.Join(d.RunRoot, "rtshimd.sock")
-	cfg := fmt.Sprintf("socket = %q\nstate_root = %q\nrun_root = %q\nlog_level = %q\nmonitor_path = %q\npause_path = %q\n",
-		d.Socket, d.State, d.RunRoot, logLevel, monitorBin, filepath.Join(binDir, "rtshim-pause"))
-	// Each daemon has CNI dirs of its own, empty until a test writes a network config.
-	netCfg := fmt.Sprintf("\n[network]\ncni_conf_dir = %q\ncni_cache_dir = %q\n", filepath.Join(dir, "cni"), filepath.Join(dir, "cni-cache"))
-	if err := os.MkdirAll(filepath.Join(dir, "cni"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// NRI is on by default: each daemon gets a socket of its own and no node plugins,
-	// unless the test configures [nri] itself.
-	// It goes before [network], which stays last: tests append keys of [network] as extra.
-	if !strings.Contains(extra, "[nri]") {
-		netCfg = fmt.Sprintf("\n[nri]\nsocket_path = %q\nplugin_path = %q\nplugin_config_path = %q\n",
-			filepath.Join(dir, "nri.sock"), filepath.Join(dir, "nri-plugins"), filepath.Join(dir, "nri-conf.d")) + netCfg
-	}
-	if err := os.WriteFile(d.Config, []byte(cfg+table(d.RunRoot)+netCfg+extra), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	d.Cfg = cfg
+	d.WriteConfig()
 	d.Start()
 	t.Cleanup(d.cleanup)
 	return d
+}
+
+// configTOML is c as a config file.
+func configTOML(t testing.TB, c *config.Config) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := toml.NewEncoder(&b).Encode(c); err != nil {
+		t.Fatalf("encode the config: %v", err)
+	}
+	return b.String()
+}
+
+// WriteConfig writes d.Cfg to the daemon's config file (read at its next start or reload).
+func (d *Daemon) WriteConfig() {
+	d.t.Helper()
+	if err := os.WriteFile(d.Config, []byte(configTOML(d.t, d.Cfg)), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
 }
 
 // mountTmpfs mounts a tmpfs on dir until the test's cleanups, registered after it, have run.

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // Log paths are CRI input opened by root: a log_path that leaves the pod's log
@@ -182,7 +183,9 @@ func TestCNIHungPlugin(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "rtshimd-hang"), []byte(hangPlugin), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := newDaemonWith(t, fmt.Sprintf("cni_timeout = \"3s\"\ncni_bin_dirs = [%q, \"/usr/lib/cni\"]\n", bin))
+	d := newDaemon(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Network.Timeout, c.Network.BinDirs = "3s", []string{bin, "/usr/lib/cni"}
+	}))
 	conf := `{"cniVersion": "1.0.0", "name": "rtshimd-hung", "plugins": [{"type": "rtshimd-hang"}]}`
 	if err := os.WriteFile(filepath.Join(d.Dir, "cni", "10-hung.conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

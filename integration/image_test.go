@@ -19,17 +19,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-)
 
-// insecureRegistries is daemon config that lets it pull from test registries over HTTP.
-func insecureRegistries(addrs ...string) string {
-	var b strings.Builder
-	b.WriteString("\n[image]\n")
-	for _, a := range addrs {
-		fmt.Fprintf(&b, "[[image.registries]]\nlocation = %q\ninsecure = true\n", a)
-	}
-	return b.String()
-}
+	"github.com/rtshimd/rtshimd/internal/config"
+)
 
 func imgSpec(ref string) *runtimeapi.ImageSpec { return &runtimeapi.ImageSpec{Image: ref} }
 
@@ -52,7 +44,7 @@ func storedLayers(t *testing.T, d *Daemon) int {
 
 func TestPullByTagAndDigest(t *testing.T) {
 	reg := startRegistry(t, nil)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	d := newDaemon(t, withRegistries(reg.Addr))
 	ctx := ctxT(t)
 	base := ImageSpec{Layers: []Layer{busyboxLayer(t)}, Config: ocispec.ImageConfig{Cmd: []string{"sh"}, User: "1000:1000"}}
 	mdig, cdig := reg.Push(t, "tools/busybox", "1.0", base, nil)
@@ -178,7 +170,7 @@ func TestPullByTagAndDigest(t *testing.T) {
 
 func TestPullManifestList(t *testing.T) {
 	reg := startRegistry(t, nil)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	d := newDaemon(t, withRegistries(reg.Addr))
 	ctx := ctxT(t)
 	foreign := "arm64"
 	if runtime.GOARCH == "arm64" {
@@ -207,7 +199,7 @@ func TestPullManifestList(t *testing.T) {
 func TestPullWithCredentials(t *testing.T) {
 	creds := &Credentials{Username: "kubelet", Password: "s3cret-pass"}
 	reg := startRegistry(t, creds)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	d := newDaemon(t, withRegistries(reg.Addr))
 	ctx := ctxT(t)
 	reg.Push(t, "private/app", "v1", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, creds)
 	ref := reg.Ref("private/app", "v1")
@@ -251,13 +243,10 @@ func TestPullWithCredentials(t *testing.T) {
 func TestPullThroughMirror(t *testing.T) {
 	mirror := startRegistry(t, nil)
 	mirror.Push(t, "library/tool", "2", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
-	d := newDaemonWith(t, fmt.Sprintf(`
-[image]
-[[image.registries]]
-prefix = "registry.rtshimd.invalid"
-location = "registry.rtshimd.invalid"
-mirrors = [{ location = %q, insecure = true }]
-`, mirror.Addr))
+	d := newDaemon(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Image.Registries = []config.Registry{{Prefix: "registry.rtshimd.invalid", Location: "registry.rtshimd.invalid",
+			Mirrors: []config.Mirror{{Location: mirror.Addr, Insecure: true}}}}
+	}))
 	ctx := ctxT(t)
 	ref := "registry.rtshimd.invalid/library/tool:2"
 	id, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil)
@@ -277,7 +266,7 @@ func TestPullFailures(t *testing.T) {
 	big := Layer{Files: []File{{Path: "/data", Dir: true}, {Path: "/data/blob", Content: strings.Repeat("rtshimd-", 512<<10)}}}
 	reg.Push(t, "broken/big", "1", ImageSpec{Layers: []Layer{busyboxLayer(t), big}}, nil)
 	proxy := startDroppingProxy(t, reg.Addr, 64<<10)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr, proxy))
+	d := newDaemon(t, withRegistries(reg.Addr, proxy))
 	ctx := ctxT(t)
 	cases := []struct {
 		name, ref string
@@ -320,7 +309,7 @@ func TestConcurrentPullsShareWork(t *testing.T) {
 	reg := startRegistry(t, nil)
 	big := Layer{Files: []File{{Path: "/data", Dir: true}, {Path: "/data/blob", Content: strings.Repeat("0123456789abcdef", 1<<20)}}}
 	_, cdig := reg.Push(t, "shared/pull", "1", ImageSpec{Layers: []Layer{busyboxLayer(t), big}}, nil)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr))
+	d := newDaemon(t, withRegistries(reg.Addr))
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	ids := make([]string, 6)

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // TestSecurityModulesNeverSilent: an AppArmor or SELinux request is applied or refused
@@ -119,7 +121,7 @@ func TestStrictSELinux(t *testing.T) {
 	if _, err := os.Stat("/sys/fs/selinux/enforce"); err == nil {
 		t.Skip("SELinux is enabled here: labels are applied, strict_selinux changes nothing")
 	}
-	e := newContainerEnvTable(t, func(run string) string { return "strict_selinux = true\n" + handlerTable(run) }, "")
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) { c.StrictSELinux = true }))
 	ctx := ctxT(t)
 	label := &runtimeapi.SELinuxOption{Type: "spc_t"}
 	const want = `config.linux.security_context.selinux_options "type:spc_t": SELinux is not enabled on this node`

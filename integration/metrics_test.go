@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // The Prometheus endpoint, scraped and parsed as Prometheus would.
@@ -20,7 +22,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	reg := startRegistry(t, nil)
 	reg.Push(t, "test/busybox", "1", ImageSpec{Layers: []Layer{busyboxLayer(t), toolsLayer()}, Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}}}, nil)
 	addr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
-	d := newDaemonWith(t, insecureRegistries(reg.Addr)+fmt.Sprintf("\n[metrics]\naddr = %q\n", addr))
+	d := newDaemon(t, withRegistries(reg.Addr), withConfig(func(_ *Daemon, c *config.Config) { c.Metrics.Addr = addr }))
 	e := &containerEnv{t: t, d: d, image: reg.Ref("test/busybox", "1"), logs: t.TempDir()}
 	ctx := ctxT(t)
 	if _, err := d.IS.PullImage(ctx, imgSpec(e.image), nil, nil); err != nil {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -96,20 +95,11 @@ func TestEarlierMonitorsRecovered(t *testing.T) {
 // with the monitor to, and checks that the old containers are recovered and new ones run
 // under to; the daemon is left configured with the suite's monitor again.
 func monitorsSwitch(t *testing.T, e *containerEnv, handler, name, from, to string) {
-	cfg, err := os.ReadFile(e.d.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// use restarts the daemon with monitor_path bin (the suite's config with bin in it).
+	// use restarts the daemon with monitor_path bin.
 	use := func(bin string) {
 		e.d.Kill()
-		next := strings.Replace(string(cfg), "monitor_path = \""+monitorBin+"\"", "monitor_path = \""+bin+"\"", 1)
-		if bin != monitorBin && next == string(cfg) {
-			t.Fatalf("monitor_path %s not in the config", monitorBin)
-		}
-		if err := os.WriteFile(e.d.Config, []byte(next), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		e.d.Cfg.MonitorPath = bin
+		e.d.WriteConfig()
 		time.Sleep(100 * time.Millisecond)
 		e.d.Start()
 	}

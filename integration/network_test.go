@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // testNet is a CNI bridge network of one test: its own bridge, subnet and IPAM dir.
@@ -299,11 +301,9 @@ func TestCNIFailures(t *testing.T) {
 // A handler can name its own CNI network: its pods get addresses from that network, the
 // others from the default one.
 func TestHandlerOwnNetwork(t *testing.T) {
-	d := newDaemonWith(t, `
-[handlers.runc-isolated]
-runtime_path = "/usr/sbin/runc"
-cni_network = "rtshimd-isolated"
-`)
+	d := newDaemon(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Handlers["runc-isolated"] = &config.Handler{RuntimePath: "/usr/sbin/runc", CNINetwork: "rtshimd-isolated"}
+	}))
 	ipam := filepath.Join(d.Dir, "ipam")
 	write := func(file, name, bridge, subnet string) {
 		conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "plugins": [

@@ -20,6 +20,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // nriPlugin is an NRI plugin run in the test process (NRI's stub, as real plugins use it).
@@ -181,8 +183,10 @@ func TestNRIPlugin(t *testing.T) {
 	socket := filepath.Join(sockDir, "nri.sock")
 	plugins := t.TempDir() // empty: no plugin is started by the daemon
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
-	e := newContainerEnvTable(t, handlerTable, fmt.Sprintf("\n[nri]\nsocket_path = %q\nplugin_path = %q\nplugin_config_path = %q\n\n[metrics]\naddr = %q\n",
-		socket, plugins, filepath.Join(plugins, "conf.d"), metricsAddr))
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.NRI.SocketPath, c.NRI.PluginPath, c.NRI.PluginConfigPath = socket, plugins, filepath.Join(plugins, "conf.d")
+		c.Metrics.Addr = metricsAddr
+	}))
 	ctx := ctxT(t)
 	hostDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(hostDir, "greeting"), []byte("hello from the host"), 0o644); err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 func readCgroupInt(t *testing.T, controller, cgroup, file string) int64 {
@@ -31,16 +33,10 @@ func readCgroupInt(t *testing.T, controller, cgroup, file string) int64 {
 // rtshimd made goes with the pod.
 func TestPodOverheadOnEveryHandler(t *testing.T) {
 	overheads := map[string]struct{ mem, milli int64 }{"runc": {32 << 20, 250}, "runsc": {64 << 20, 100}, "runc-shim": {16 << 20, 50}}
-	e := newContainerEnvTable(t, func(run string) string {
-		return handlerTable(run) + `
-[handlers.runc.overhead]
-memory = "32Mi"
-cpu = "250m"
-[handlers.runc-shim.overhead]
-memory = "16Mi"
-cpu = "50m"
-`
-	}, "")
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Handlers["runc"].Overhead = config.Overhead{Memory: "32Mi", CPU: "250m"}
+		c.Handlers["runc-shim"].Overhead = config.Overhead{Memory: "16Mi", CPU: "50m"}
+	}))
 	d := e.d
 	ctx := ctxT(t)
 	const mem, quota, period, shares = 128 << 20, 50000, 100000, 512

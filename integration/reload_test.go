@@ -18,13 +18,11 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
-// Rows of the reload tests' tables.
-func runcRow(run string) string {
-	return fmt.Sprintf("\n[handlers.runc]\nruntime_path = \"/usr/sbin/runc\"\nruntime_root = \"%s/runc\"\n", run)
-}
-
+// runscRow is a row the reload tests add to the file.
 func runscRow(run, path string) string {
 	return fmt.Sprintf("\n[handlers.runsc]\nruntime_type = \"oci-sandbox\"\nruntime_path = %q\nruntime_root = \"%s/runsc\"\n", path, run)
 }
@@ -110,9 +108,10 @@ func rtshimdReload(t *testing.T, d *Daemon) (string, error) {
 // throughout, and the metrics count the reloads and show the served file's hash.
 func TestReloadHandlerTable(t *testing.T) {
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
-	e := newContainerEnvTable(t, func(run string) string {
-		return "default_handler = \"runc\"\n" + runcRow(run)
-	}, fmt.Sprintf("\n[metrics]\naddr = %q\n", metricsAddr))
+	e := newContainerEnv(t, withConfig(func(d *Daemon, c *config.Config) {
+		c.Handlers = map[string]*config.Handler{"runc": {RuntimePath: "/usr/sbin/runc", RuntimeRoot: d.RunRoot + "/runc"}}
+		c.Metrics.Addr = metricsAddr
+	}))
 	d := e.d
 	ctx := ctxT(t)
 	base := readConfigFile(t, d)
@@ -194,7 +193,7 @@ func TestReloadHandlerTable(t *testing.T) {
 	}
 
 	// 4. A broken file: refused with its line, the old table keeps serving, runc pods work.
-	broken := withDefault + "\n[handlers.runc.features]\nhost_netwrk = true\n"
+	broken := withDefault + "\n[handlers.late.features]\nhost_netwrk = true\n"
 	brokenLine := strings.Count(strings.TrimSuffix(broken, "\n"), "\n") + 1
 	writeConfigFile(t, d, broken)
 	wantErr := fmt.Sprintf("%s:%d: unknown key", d.Config, brokenLine)
@@ -281,14 +280,14 @@ func hashValue(sum []byte) float64 {
 func TestReloadRegistries(t *testing.T) {
 	reg := startRegistry(t, nil)
 	reg.Push(t, "test/busybox", "1", ImageSpec{Layers: []Layer{busyboxLayer(t)}}, nil)
-	d := newDaemonWith(t, "")
+	d := newDaemon(t)
 	ctx := ctxT(t)
 	ref := reg.Ref("test/busybox", "1")
 	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err == nil {
 		t.Fatal("pulled over plain HTTP from a registry not marked insecure")
 	}
-	base := readConfigFile(t, d)
-	writeConfigFile(t, d, base+insecureRegistries(reg.Addr))
+	d.Cfg.Image.Registries = append(d.Cfg.Image.Registries, config.Registry{Location: reg.Addr, Insecure: true})
+	writeConfigFile(t, d, configTOML(t, d.Cfg))
 	if out, err := rtshimdReload(t, d); err != nil {
 		t.Fatalf("rtshimd reload: %v\n%s", err, out)
 	}
@@ -296,7 +295,8 @@ func TestReloadRegistries(t *testing.T) {
 		t.Fatalf("pull after the registry was made insecure by a reload: %v", err)
 	}
 	// A registries.conf that does not exist: refused, and the registries in force stay.
-	writeConfigFile(t, d, strings.Replace(base+insecureRegistries(reg.Addr), "\n[image]\n", "\n[image]\nregistries_conf = \"/nonexistent/registries.conf\"\n", 1))
+	d.Cfg.Image.RegistriesConf = "/nonexistent/registries.conf"
+	writeConfigFile(t, d, configTOML(t, d.Cfg))
 	out, err := rtshimdReload(t, d)
 	if err == nil || !strings.Contains(out, "registries") {
 		t.Errorf("rtshimd reload with a missing registries_conf: %v\n%s", err, out)

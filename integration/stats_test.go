@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // A container that burns CPU and holds memory shows it in its stats and its pod's, read
@@ -194,7 +196,7 @@ func TestDiskUsageFromCollector(t *testing.T) {
 // starts is in the list at once (read at the call) and one removed is gone at once.
 func TestStatsFromCollector(t *testing.T) {
 	const period = time.Second
-	e := newContainerEnvTable(t, handlerTable, "\n[stats]\ncollection_period = \"1s\"\n")
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) { c.Stats.CollectionPeriod.Duration = time.Second }))
 	ctx := ctxT(t)
 	podID, pod := e.pod("collector", "runc")
 	inPod := &runtimeapi.ContainerStatsFilter{PodSandboxId: podID}
@@ -300,7 +302,8 @@ func TestStatsFromCollector(t *testing.T) {
 	}
 
 	// A reload to "0" applies at once, with no restart: every list reads at the call.
-	writeConfigFile(t, e.d, strings.Replace(readConfigFile(t, e.d), `collection_period = "1s"`, `collection_period = "0"`, 1))
+	e.d.Cfg.Stats.CollectionPeriod.Duration = 0
+	writeConfigFile(t, e.d, configTOML(t, e.d.Cfg))
 	if out, err := rtshimdReload(t, e.d); err != nil || strings.Contains(out, "restart") {
 		t.Fatalf("rtshimd reload: %v\n%s", err, out)
 	}

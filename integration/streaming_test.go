@@ -24,6 +24,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // spdyConnect upgrades a streaming URL to SPDY with protocol, as kubectl does.
@@ -283,7 +285,9 @@ func TestStreamingTLS(t *testing.T) {
 
 	reg := startRegistry(t, nil)
 	reg.Push(t, "test/busybox", "1", ImageSpec{Layers: []Layer{busyboxLayer(t), toolsLayer()}}, nil)
-	d := newDaemonWith(t, insecureRegistries(reg.Addr)+fmt.Sprintf("\n[streaming]\naddr = \"127.0.0.1:0\"\ntls_cert_file = %q\ntls_key_file = %q\n", certFile, keyFile))
+	d := newDaemon(t, withRegistries(reg.Addr), withConfig(func(_ *Daemon, c *config.Config) {
+		c.Streaming = config.Streaming{Addr: "127.0.0.1:0", TLSCertFile: certFile, TLSKeyFile: keyFile}
+	}))
 	e := &containerEnv{t: t, d: d, image: reg.Ref("test/busybox", "1"), logs: t.TempDir()}
 	if _, err := d.IS.PullImage(ctxT(t), imgSpec(e.image), nil, nil); err != nil {
 		t.Fatal(err)

@@ -13,12 +13,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
-// usernsTable is the suite's table with the runc shim declaring user namespaces (a shim
-// reports no features; its runc can).
-func usernsTable(run string) string {
-	return strings.Replace(handlerTable(run), "[handlers.runc-shim.features]\n", "[handlers.runc-shim.features]\nuser_namespaces = true\n", 1)
+// withUsernsShim has the runc shim declare user namespaces (a shim reports no features;
+// its runc can).
+func withUsernsShim() daemonOption {
+	return withConfig(func(_ *Daemon, c *config.Config) {
+		yes := true
+		c.Handlers["runc-shim"].Features.UserNamespaces = &yes
+	})
 }
 
 func usernsOptions(host uint32) *runtimeapi.UserNamespace {
@@ -31,7 +36,7 @@ func usernsOptions(host uint32) *runtimeapi.UserNamespace {
 // owned by its own root, its network, IPC and UTS namespaces belong to its user
 // namespace, and the handlers that cannot are refused by name.
 func TestUserNamespaces(t *testing.T) {
-	e := newContainerEnvTable(t, usernsTable, "")
+	e := newContainerEnv(t, withUsernsShim())
 	ctx := ctxT(t)
 
 	st, err := e.d.RS.Status(ctx, false)

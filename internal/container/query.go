@@ -141,21 +141,10 @@ func (c *Container) imageRef() string {
 	return c.ImageRef
 }
 
-// Snapshot is every container, in no order.
-func (m *Manager) Snapshot() []*Container {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*Container, 0, len(m.containers))
-	for _, c := range m.containers {
-		out = append(out, c)
-	}
-	return out
-}
-
 // RunningByHandler counts running containers by handler.
 func (m *Manager) RunningByHandler() map[string]int {
 	out := map[string]int{}
-	for _, c := range m.Snapshot() {
+	for _, c := range m.All() {
 		if c.Status().State == StateRunning {
 			out[c.Handler]++
 		}

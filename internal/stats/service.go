@@ -141,7 +141,7 @@ func staleAfter(period time.Duration) time.Duration { return period + period/10 
 func (svc *Service) collectUnits() []string {
 	running := map[string]bool{}
 	pods := map[string]bool{}
-	for _, c := range svc.opts.Containers.Snapshot() {
+	for _, c := range svc.opts.Containers.All() {
 		if c.Status().State == container.StateRunning {
 			running[c.ID] = true
 			pods[c.SandboxID] = true
@@ -373,7 +373,7 @@ func (svc *Service) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) []
 // listReadings picks the containers of a stats list and their readings.
 func (svc *Service) listReadings(filter *runtimeapi.ContainerStatsFilter) ([]*container.Container, []statscache.Entry[sample]) {
 	var picked []*container.Container
-	for _, c := range svc.opts.Containers.Snapshot() {
+	for _, c := range svc.opts.Containers.All() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(c.ID, f) {
 			continue
 		}

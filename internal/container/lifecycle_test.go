@@ -14,6 +14,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/kind/kindtest"
 	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/sandbox/sandboxtest"
 )
 
 // The lifecycle tests drive the container manager, with a real sandbox manager, through a
@@ -21,15 +22,10 @@ import (
 // (containertest): create, start, stop, remove, exits, failures at each step and
 // recovery, without root.
 
-var plans = map[string]kind.PodPlan{
-	"namespaces": {PinIPCUTS: true, HostNamespaces: true},
-	"sandboxed":  {SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true},
-}
-
 // Create, start, stop and remove a container, and one that exits on its own, in a pod of
 // each shape; removing the pod leaves nothing.
 func TestContainerLifecycle(t *testing.T) {
-	for name, plan := range plans {
+	for name, plan := range sandboxtest.Plans {
 		t.Run(name, func(t *testing.T) {
 			e := containertest.NewEnv(t, plan)
 			sbs, m := e.Managers()
@@ -81,7 +77,7 @@ func TestContainerLifecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.RT.Exit(other, 3)
-			containertest.Await(t, "the job's exit", func() bool {
+			sandboxtest.Await(t, "the job's exit", func() bool {
 				return containertest.CtrState(t, m, other).State == runtimeapi.ContainerState_CONTAINER_EXITED
 			})
 			if st := containertest.CtrState(t, m, other); st.ExitCode != 3 || st.FinishedAt < st.StartedAt {
@@ -122,7 +118,7 @@ func TestContainerCreateFailsAtEachStep(t *testing.T) {
 		{"runtime create", "busybox", kindtest.ErrInjected, func(e *containertest.Env) { e.RT.FailNext("create", 1) }},
 	} {
 		t.Run(c.step, func(t *testing.T) {
-			e := containertest.NewEnv(t, plans["namespaces"])
+			e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
 			sbs, m := e.Managers()
 			ctx := context.Background()
 			podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
@@ -150,7 +146,7 @@ func TestContainerCreateFailsAtEachStep(t *testing.T) {
 // A start the runtime refuses leaves the container created; a removal whose rootfs
 // cannot be removed keeps the container and its record for a retry.
 func TestContainerStartAndRemoveFail(t *testing.T) {
-	e := containertest.NewEnv(t, plans["sandboxed"])
+	e := containertest.NewEnv(t, sandboxtest.Plans["sandboxed"])
 	sbs, m := e.Managers()
 	ctx := context.Background()
 	podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
@@ -175,8 +171,8 @@ func TestContainerStartAndRemoveFail(t *testing.T) {
 	if _, err := m.Get(id); err != nil {
 		t.Errorf("container gone after a failed removal: %v", err)
 	}
-	if recs, _ := e.CtrStore.Load(); len(recs) != 1 {
-		t.Errorf("records after a failed removal: %d", len(recs))
+	if ids := sandboxtest.Records(t, e.CtrStore); len(ids) != 1 {
+		t.Errorf("records after a failed removal: %v", ids)
 	}
 	if err := m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
@@ -190,7 +186,7 @@ func TestContainerStartAndRemoveFail(t *testing.T) {
 // After a kill -9 the next daemon finds every container as recorded, with the exit of
 // one that ended while it was down, and follows the running ones again.
 func TestContainerRecovery(t *testing.T) {
-	for name, plan := range plans {
+	for name, plan := range sandboxtest.Plans {
 		t.Run(name, func(t *testing.T) {
 			e := containertest.NewEnv(t, plan)
 			sbs, m := e.Managers()
@@ -217,7 +213,7 @@ func TestContainerRecovery(t *testing.T) {
 			sbs2, m2 := e.Managers()
 			// The exit that came while the daemon was down is recorded by the watcher
 			// recovery starts, as soon as it asks the runtime.
-			containertest.Await(t, "the exit that came while the daemon was down", func() bool {
+			sandboxtest.Await(t, "the exit that came while the daemon was down", func() bool {
 				st := containertest.CtrState(t, m2, ids["ends-while-down"])
 				return st.State == runtimeapi.ContainerState_CONTAINER_EXITED && st.ExitCode == 7
 			})
@@ -230,7 +226,7 @@ func TestContainerRecovery(t *testing.T) {
 				}
 			}
 			e.RT.Exit(ids["ends-after"], 4)
-			containertest.Await(t, "the exit after the restart", func() bool {
+			sandboxtest.Await(t, "the exit after the restart", func() bool {
 				st := containertest.CtrState(t, m2, ids["ends-after"])
 				return st.State == runtimeapi.ContainerState_CONTAINER_EXITED && st.ExitCode == 4
 			})

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -23,14 +22,6 @@ import (
 // The lifecycle tests drive the manager through a fake runtime (kindtest) and a fake node
 // (sandboxtest) with a real store on disk: every step of run, stop, remove and recovery,
 // failures at each, and what is left afterwards, without root.
-
-// plans are the two shapes of pod a kind asks for: the runc family's (the daemon pins
-// the namespaces, no sandbox container) and a sandboxing runtime's (runsc, a shim: a
-// sandbox container holds the pod).
-var plans = map[string]kind.PodPlan{
-	"namespaces": {PinIPCUTS: true, HostNamespaces: true},
-	"sandboxed":  {SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true},
-}
 
 // env is one node: its store, run dir, runtime and node fakes. A manager built from it
 // is a daemon; another built from the same env after the first is dropped is the
@@ -71,18 +62,6 @@ func (e *env) manager() *Manager {
 	return m
 }
 
-// podConfig is a pod as kubelet sends it: a PID namespace per container.
-func podConfig(name string) *runtimeapi.PodSandboxConfig {
-	return &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: name + "-uid"},
-		Hostname: name,
-		Labels:   map[string]string{"app": name},
-		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
-		}},
-	}
-}
-
 // clean fails unless nothing of any pod is left: no task in the runtime, nothing pinned
 // or mounted, no pod directory, no record.
 func (e *env) clean(t *testing.T) {
@@ -96,23 +75,9 @@ func (e *env) clean(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) > 0 {
 		t.Errorf("run dir still has %v", ents)
 	}
-	if ids := e.records(); len(ids) > 0 {
+	if ids := sandboxtest.Records(e.t, e.store); len(ids) > 0 {
 		t.Errorf("store still has %v", ids)
 	}
-}
-
-// records is the IDs of the records in the store.
-func (e *env) records() []string {
-	e.t.Helper()
-	recs, err := e.store.Load()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var ids []string
-	for _, r := range recs {
-		ids = append(ids, r.ID)
-	}
-	return ids
 }
 
 func state(t *testing.T, m *Manager, id string) string {
@@ -124,16 +89,6 @@ func state(t *testing.T, m *Manager, id string) string {
 	return sb.Status().State
 }
 
-// await waits for cond, which the manager's watchers make true in their own time.
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
-		}
-	}
-}
-
 // Run, stop and remove a pod of each shape: what each step makes, and nothing left after.
 // A pod whose containers share a PID namespace has a sandbox container on every kind.
 func TestPodLifecycle(t *testing.T) {
@@ -141,13 +96,13 @@ func TestPodLifecycle(t *testing.T) {
 		name      string
 		plan      kind.PodPlan
 		sharedPID bool
-	}{{"namespaces", plans["namespaces"], false}, {"namespaces-shared-pid", plans["namespaces"], true}, {"sandboxed", plans["sandboxed"], false}} {
+	}{{"namespaces", sandboxtest.Plans["namespaces"], false}, {"namespaces-shared-pid", sandboxtest.Plans["namespaces"], true}, {"sandboxed", sandboxtest.Plans["sandboxed"], false}} {
 		t.Run(c.name, func(t *testing.T) {
 			plan := c.plan
 			e := newEnv(t, plan)
 			m := e.manager()
 			ctx := context.Background()
-			cfg := podConfig("web")
+			cfg := sandboxtest.PodConfig("web")
 			if c.sharedPID {
 				cfg.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_POD
 			}
@@ -175,7 +130,7 @@ func TestPodLifecycle(t *testing.T) {
 			if got := e.rt.State(id); infra != (got == kind.TaskRunning) {
 				t.Errorf("sandbox container: %q", got)
 			}
-			if _, _, err := m.Run(ctx, podConfig("web"), ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
+			if _, _, err := m.Run(ctx, sandboxtest.PodConfig("web"), ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
 				t.Errorf("second pod of the name: %v", err)
 			}
 
@@ -205,7 +160,7 @@ func TestPodLifecycle(t *testing.T) {
 			}
 			e.clean(t)
 			// The name is free again.
-			if _, _, err := m.Run(ctx, podConfig("web"), ""); err != nil {
+			if _, _, err := m.Run(ctx, sandboxtest.PodConfig("web"), ""); err != nil {
 				t.Errorf("run after remove: %v", err)
 			}
 		})
@@ -227,14 +182,14 @@ func TestPodRunFailsAtEachStep(t *testing.T) {
 	} {
 		for _, name := range s.plans {
 			t.Run(s.op+"/"+name, func(t *testing.T) {
-				e := newEnv(t, plans[name])
+				e := newEnv(t, sandboxtest.Plans[name])
 				m := e.manager()
 				if s.fake == "node" {
 					e.node.FailNext(s.op, 1)
 				} else {
 					e.rt.FailNext(s.op, 1)
 				}
-				_, _, err := m.Run(context.Background(), podConfig("web"), "")
+				_, _, err := m.Run(context.Background(), sandboxtest.PodConfig("web"), "")
 				if !errors.Is(err, sandboxtest.ErrInjected) && !errors.Is(err, kindtest.ErrInjected) {
 					t.Fatalf("run: %v, want the injected failure", err)
 				}
@@ -242,7 +197,7 @@ func TestPodRunFailsAtEachStep(t *testing.T) {
 					t.Errorf("failed pod listed: %v", pods)
 				}
 				e.clean(t)
-				if _, _, err := m.Run(context.Background(), podConfig("web"), ""); err != nil {
+				if _, _, err := m.Run(context.Background(), sandboxtest.PodConfig("web"), ""); err != nil {
 					t.Errorf("run again: %v", err)
 				}
 			})
@@ -254,11 +209,11 @@ func TestPodRunFailsAtEachStep(t *testing.T) {
 // still holds what was not undone) until a removal succeeds; a daemon started meanwhile
 // finds it the same way.
 func TestPodCleanupFailureKept(t *testing.T) {
-	e := newEnv(t, plans["namespaces"])
+	e := newEnv(t, sandboxtest.Plans["namespaces"])
 	m := e.manager()
 	e.node.FailNext("files", 1)
 	e.node.FailNext("unpin", 1)
-	_, _, err := m.Run(context.Background(), podConfig("web"), "")
+	_, _, err := m.Run(context.Background(), sandboxtest.PodConfig("web"), "")
 	if !errors.Is(err, sandboxtest.ErrInjected) {
 		t.Fatalf("run: %v", err)
 	}
@@ -285,14 +240,14 @@ func TestPodCleanupFailureKept(t *testing.T) {
 // containers again (an exit while it was down or after is seen), and marks NOTREADY a pod
 // whose namespaces were lost.
 func TestPodRecovery(t *testing.T) {
-	for name, plan := range plans {
+	for name, plan := range sandboxtest.Plans {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, plan)
 			m := e.manager()
 			ctx := context.Background()
 			var ids []string
 			for _, n := range []string{"a", "b", "c"} {
-				id, _, err := m.Run(ctx, podConfig(n), "")
+				id, _, err := m.Run(ctx, sandboxtest.PodConfig(n), "")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -316,13 +271,13 @@ func TestPodRecovery(t *testing.T) {
 					t.Errorf("pod %s after restart: %q, want %q", id[:8], got[id], w)
 				}
 			}
-			if _, _, err := m2.Run(ctx, podConfig("a"), ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
+			if _, _, err := m2.Run(ctx, sandboxtest.PodConfig("a"), ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
 				t.Errorf("the recovered pod's name is free: %v", err)
 			}
 			if plan.SandboxContainer {
 				// The sandbox container of pod a ends: the new daemon sees it.
 				e.rt.Exit(ids[0], 0)
-				await(t, "pod a not ready after its sandbox container exited", func() bool { return state(t, m2, ids[0]) == StateNotReady })
+				sandboxtest.Await(t, "pod a not ready after its sandbox container exited", func() bool { return state(t, m2, ids[0]) == StateNotReady })
 			}
 			for _, id := range ids {
 				if err := m2.Remove(ctx, id); err != nil {
@@ -337,10 +292,10 @@ func TestPodRecovery(t *testing.T) {
 // Removing a pod whose teardown fails half-way keeps it (and its record) for a retry; the
 // retry finishes the job.
 func TestPodRemoveRetried(t *testing.T) {
-	e := newEnv(t, plans["sandboxed"])
+	e := newEnv(t, sandboxtest.Plans["sandboxed"])
 	m := e.manager()
 	ctx := context.Background()
-	id, _, err := m.Run(ctx, podConfig("web"), "")
+	id, _, err := m.Run(ctx, sandboxtest.PodConfig("web"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +307,7 @@ func TestPodRemoveRetried(t *testing.T) {
 		if _, err := m.Get(id); err != nil {
 			t.Fatalf("pod gone after a failed removal: %v", err)
 		}
-		if ids := e.records(); !slices.Contains(ids, id) {
+		if ids := sandboxtest.Records(e.t, e.store); !slices.Contains(ids, id) {
 			t.Fatalf("record gone after a failed removal: %v", ids)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/container/containertest"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/protocache"
+	"github.com/rtshimd/rtshimd/internal/sandbox/sandboxtest"
 )
 
 // halfCore is a runtime whose containers have each used half a core since it began, and
@@ -143,7 +144,7 @@ func TestListStatsFromCollector(t *testing.T) {
 	}
 
 	e.RT.Exit(a, 0)
-	containertest.Await(t, "the exit recorded", func() bool {
+	sandboxtest.Await(t, "the exit recorded", func() bool {
 		return containertest.CtrState(t, e.ctrs, a).State == runtimeapi.ContainerState_CONTAINER_EXITED
 	})
 	if st := statsByID(m.ListStats(nil))[a]; st != nil {

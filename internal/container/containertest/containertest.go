@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -195,16 +194,14 @@ func (e *Env) Managers() (*sandbox.Manager, *container.Manager) {
 	return sbs, m
 }
 
+// PodConfig is sandboxtest.PodConfig with a log directory of its own on the env.
 func (e *Env) PodConfig(name string) *runtimeapi.PodSandboxConfig {
-	return &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: name + "-uid"},
-		LogDirectory: filepath.Join(e.Dir, "logs", name),
-		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
-		}},
-	}
+	cfg := sandboxtest.PodConfig(name)
+	cfg.LogDirectory = filepath.Join(e.Dir, "logs", name)
+	return cfg
 }
 
+// CtrConfig is a container of image img running `sleep 1000`, as kubelet sends it.
 func CtrConfig(name, img string) *runtimeapi.ContainerConfig {
 	return &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: name},
@@ -217,7 +214,7 @@ func CtrConfig(name, img string) *runtimeapi.ContainerConfig {
 	}
 }
 
-// clean fails unless nothing of any container or pod is left.
+// Clean fails unless nothing of any container or pod is left.
 func (e *Env) Clean(t *testing.T) {
 	t.Helper()
 	if tasks := e.RT.Tasks(); len(tasks) > 0 {
@@ -235,12 +232,13 @@ func (e *Env) Clean(t *testing.T) {
 		}
 	}
 	for _, st := range []*store.Store{e.PodStore, e.CtrStore} {
-		if recs, err := st.Load(); err != nil || len(recs) > 0 {
-			t.Errorf("records left: %d (%v)", len(recs), err)
+		if ids := sandboxtest.Records(t, st); len(ids) > 0 {
+			t.Errorf("records left: %v", ids)
 		}
 	}
 }
 
+// CtrState is container id's status.
 func CtrState(t *testing.T, m *container.Manager, id string) *runtimeapi.ContainerStatus {
 	t.Helper()
 	st, _, err := m.CRIStatus(id, false)
@@ -248,13 +246,4 @@ func CtrState(t *testing.T, m *container.Manager, id string) *runtimeapi.Contain
 		t.Fatal(err)
 	}
 	return st
-}
-
-func Await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
-		}
-	}
 }

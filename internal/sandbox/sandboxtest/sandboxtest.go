@@ -12,6 +12,10 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
@@ -19,6 +23,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/store"
 )
 
 // ErrInjected is what a failure set with FailNext wraps.
@@ -155,3 +160,47 @@ func (f Handlers) Lookup(name string) (*handlers.Handler, error) {
 }
 
 func (f Handlers) StopUnrecorded(context.Context, kind.Task) ([]string, error) { return nil, nil }
+
+// Plans are the two shapes of pod a kind asks for: the runc family's (the daemon pins
+// the namespaces, no sandbox container) and a sandboxing runtime's (runsc, a shim: a
+// sandbox container holds the pod).
+var Plans = map[string]kind.PodPlan{
+	"namespaces": {PinIPCUTS: true, HostNamespaces: true},
+	"sandboxed":  {SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true},
+}
+
+// PodConfig is a pod as kubelet sends it: a PID namespace per container.
+func PodConfig(name string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: name + "-uid"},
+		Hostname: name,
+		Labels:   map[string]string{"app": name},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+		}},
+	}
+}
+
+// Await waits for cond, which the managers' watchers make true in their own time.
+func Await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+	}
+}
+
+// Records is the IDs of the records in st.
+func Records(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	recs, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}

@@ -92,14 +92,13 @@ func shimV2Pods(t *testing.T, e *containerEnv, handler, binary, state string) {
 	d := e.d
 	ctx := ctxT(t)
 	socketsBefore := shimSockets()
-	shimsOf := func(d *Daemon) []string { return shimsOf(d, binary) }
 
 	podA, cfgA := e.pod("shim-a-"+handler, handler)
 	podB, cfgB := e.pod("shim-b-"+handler, handler)
 	a1 := e.run(podA, cfgA, e.ctrConfig("a1", "sh", "-c", "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.2; done"))
 	a2 := e.run(podA, cfgA, e.ctrConfig("a2", "sleep", "1000"))
 	b1 := e.run(podB, cfgB, e.ctrConfig("b1", "sleep", "1000"))
-	if shims := shimsOf(d); len(shims) != 2 {
+	if shims := shimsOf(d, binary); len(shims) != 2 {
 		t.Fatalf("want one shim per pod (2), got %d: %v", len(shims), shims)
 	}
 	if handler == "runsc-shim" {
@@ -143,20 +142,20 @@ func shimV2Pods(t *testing.T, e *containerEnv, handler, binary, state string) {
 	if out, _ := e.exec(a2, "echo", "still here"); out != "still here" {
 		t.Errorf("exec after restart: %q", out)
 	}
-	if shims := shimsOf(d); len(shims) != 2 {
+	if shims := shimsOf(d, binary); len(shims) != 2 {
 		t.Errorf("after restart: %d shims, want the same 2: %v", len(shims), shims)
 	}
 
 	// Pod B's shim dies: its container is reported exited, saying why, and the pod goes
 	// NOTREADY; pod A is untouched.
 	var shimB int
-	for _, p := range shimsOf(d) {
+	for _, p := range shimsOf(d, binary) {
 		if strings.Contains(p, podB) {
 			shimB, _ = strconv.Atoi(strings.Fields(p)[0])
 		}
 	}
 	if shimB == 0 {
-		t.Fatalf("no shim for pod %s among %v", podB, shimsOf(d))
+		t.Fatalf("no shim for pod %s among %v", podB, shimsOf(d, binary))
 	}
 	if err := syscall.Kill(shimB, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -180,7 +179,7 @@ func shimV2Pods(t *testing.T, e *containerEnv, handler, binary, state string) {
 		}
 	}
 	waitFor(t, 15*time.Second, "shims to exit", func() (bool, string) {
-		s := shimsOf(d)
+		s := shimsOf(d, binary)
 		return len(s) == 0, strings.Join(s, "; ")
 	})
 	for name := range shimSockets() {

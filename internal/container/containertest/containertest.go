@@ -31,11 +31,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
-// maker gives every row the env's runtime (kind.Maker).
-type maker struct{ k kind.Runtime }
-
-func (m maker) For(string, *kind.Row) (kind.Runtime, error) { return m.k, nil }
-
 // ErrImagesInjected is what a failure of Images wraps.
 var ErrImagesInjected = errors.New("fake images: injected failure")
 
@@ -164,7 +159,7 @@ func NewEnv(t *testing.T, plan kind.PodPlan) *Env {
 func (e *Env) Managers() (*sandbox.Manager, *container.Manager) {
 	e.T.Helper()
 	sbs, err := sandbox.NewManager(sandbox.Options{
-		Handlers: sandboxtest.NewHandlers(e.Kind, filepath.Join(e.Dir, "runtime")), Runtimes: maker{e.Kind},
+		Handlers: sandboxtest.NewHandlers(e.Kind, filepath.Join(e.Dir, "runtime")), Runtimes: kindtest.Maker{Runtime: e.Kind},
 		Store: e.PodStore, RunDir: filepath.Join(e.Dir, "run", "sandboxes"), PauseRootfs: filepath.Join(e.Dir, "pause"),
 		CgroupDriver: config.CgroupfsDriver, Node: e.Node,
 	})
@@ -172,7 +167,7 @@ func (e *Env) Managers() (*sandbox.Manager, *container.Manager) {
 		e.T.Fatal(err)
 	}
 	opts := container.Options{
-		Store: e.CtrStore, RunDir: filepath.Join(e.Dir, "run", "containers"), Runtimes: maker{e.Kind},
+		Store: e.CtrStore, RunDir: filepath.Join(e.Dir, "run", "containers"), Runtimes: kindtest.Maker{Runtime: e.Kind},
 		Images: e.Images, Sandboxes: sbs, CgroupDriver: config.CgroupfsDriver, Capabilities: oci.GrantableCapabilities(),
 	}
 	if e.Options != nil {

@@ -287,11 +287,12 @@ func (r *Runtime) Probe(_ context.Context, _, dir string) (kind.ProbeResult, err
 	return kind.ProbeResult{}, nil
 }
 
-// Maker makes every row's runtime the one fake (kind.Maker), as recovery asks for it.
-type Maker struct{ Runtime *Runtime }
+// Maker makes every row's runtime the one given (kind.Maker), as recovery asks for it:
+// the fake, or a test's wrapper of it.
+type Maker struct{ Runtime kind.Runtime }
 
 func (m Maker) For(typ string, _ *kind.Row) (kind.Runtime, error) {
-	if typ != m.Runtime.typ {
+	if typ != m.Runtime.Type() {
 		return nil, fmt.Errorf("kindtest: no runtime of type %q", typ)
 	}
 	return m.Runtime, nil

@@ -172,10 +172,16 @@ build_runsc() {
 # sandboxes keep the binary they started with either way.
 install_runsc() {
 	build_runsc
-	if ! cmp -s "$BIN/runsc-$GVISOR_VERSION" /usr/local/bin/runsc; then
-		install -m 0755 "$BIN/runsc-$GVISOR_VERSION" /usr/local/bin/runsc.new
-		mv /usr/local/bin/runsc.new /usr/local/bin/runsc
-		log "installed runsc $GVISOR_VERSION at /usr/local/bin/runsc"
+	install_local runsc
+}
+
+# install_local NAME: the cached NAME-$GVISOR_VERSION at /usr/local/bin/NAME, replaced only
+# when it differs, through a rename (a running sandbox or shim keeps its binary).
+install_local() {
+	if ! cmp -s "$BIN/$1-$GVISOR_VERSION" "/usr/local/bin/$1"; then
+		install -m 0755 "$BIN/$1-$GVISOR_VERSION" "/usr/local/bin/$1.new"
+		mv "/usr/local/bin/$1.new" "/usr/local/bin/$1"
+		log "installed $1 $GVISOR_VERSION at /usr/local/bin/$1"
 	fi
 }
 
@@ -192,11 +198,7 @@ build_runsc_shim() {
 
 install_runsc_shim() {
 	build_runsc_shim
-	if ! cmp -s "$BIN/containerd-shim-runsc-v1-$GVISOR_VERSION" /usr/local/bin/containerd-shim-runsc-v1; then
-		install -m 0755 "$BIN/containerd-shim-runsc-v1-$GVISOR_VERSION" /usr/local/bin/containerd-shim-runsc-v1.new
-		mv /usr/local/bin/containerd-shim-runsc-v1.new /usr/local/bin/containerd-shim-runsc-v1
-		log "installed containerd-shim-runsc-v1 $GVISOR_VERSION at /usr/local/bin/containerd-shim-runsc-v1"
-	fi
+	install_local containerd-shim-runsc-v1
 }
 
 [ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim

@@ -41,7 +41,9 @@ func earlierMonitors(t *testing.T) map[string]string {
 			t.Fatalf("%s %v: %v\n%s", name, args, err, b)
 		}
 	}
-	run(root, nil, "sh", "-c", "git archive "+earlierRelease+" | tar -x -C "+src)
+	tarball := filepath.Join(t.TempDir(), "earlier.tar")
+	run(root, nil, "git", "archive", "-o", tarball, earlierRelease)
+	run(src, nil, "tar", "-xf", tarball)
 	run(src, []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}, "go", "build", "-o", bins["go"], "./cmd/rtshim-monitor")
 	run(src, nil, "make", "--no-print-directory", "monitor-c", "BIN="+out)
 	return bins

@@ -20,7 +20,11 @@ import (
 // default).
 func For(systemdDriver bool, parent, id string) string {
 	if systemdDriver {
-		if parent == "" {
+		// kubelet sends the slice's expanded path ("/kubepods.slice/kubepods-burstable.slice/
+		// kubepods-burstable-pod<uid>.slice"); runc wants the slice's name, its last element
+		// (containerd and CRI-O take the base too).
+		parent = path.Base(parent)
+		if parent == "" || parent == "." || parent == "/" {
 			parent = "system.slice"
 		}
 		return parent + ":rtshimd:" + id

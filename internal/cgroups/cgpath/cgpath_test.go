@@ -57,6 +57,10 @@ func TestForThenDir(t *testing.T) {
 		{true, "kubepods-besteffort-pod1.slice", "kubepods-besteffort-pod1.slice:rtshimd:abc",
 			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/rtshimd-abc.scope"},
 		{true, "", "system.slice:rtshimd:abc", "/system.slice/rtshimd-abc.scope"},
+		// What kubelet sends with cgroupDriver: systemd: the slice's expanded path.
+		{true, "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice", "kubepods-besteffort-pod1.slice:rtshimd:abc",
+			"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/rtshimd-abc.scope"},
+		{true, "/kubepods.slice/kubepods-pod2.slice/", "kubepods-pod2.slice:rtshimd:abc", "/kubepods.slice/kubepods-pod2.slice/rtshimd-abc.scope"},
 	}
 	for _, tt := range tests {
 		got := For(tt.systemd, tt.parent, "abc")

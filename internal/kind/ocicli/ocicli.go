@@ -185,7 +185,17 @@ func (r *Runtime) Start(ctx context.Context, t kind.Task) error {
 // Kill runs the runtime's kill. runsc's kill --all signals the whole sandbox's processes,
 // so a sandbox runtime signals the container's init only (its children go with it).
 func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) error {
-	err := r.rt.Kill(ctx, t.ID, sig, all && !r.sandboxed)
+	// The init first, then --all. runc's --all finds the processes through one cgroup
+	// (devices, on v1), and with its systemd driver on cgroup v1 systemd never moves them
+	// there (it places a scope only in the controllers it manages): --all alone signalled
+	// nothing and every stop waited out its timeout. Killing the init ends a container that
+	// owns its PID namespace; --all then reaches the processes of one that shares the pod's.
+	err := r.rt.Kill(ctx, t.ID, sig, false)
+	if all && !r.sandboxed {
+		if aerr := r.rt.Kill(ctx, t.ID, sig, true); err != nil {
+			err = aerr // the init had gone already: what --all says counts
+		}
+	}
 	if err == nil || ocicmd.IsNotExist(err) {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -91,5 +92,55 @@ func TestPathMountsForGVisor(t *testing.T) {
 	}
 	if m := got["/data"]; m.Type != "tmpfs" || !slices.Contains(m.Options, "ro") {
 		t.Errorf("masked dir: %+v", m)
+	}
+}
+
+// fakeRuntime is a runtime binary that records its arguments, one call per line.
+func fakeRuntime(t *testing.T) (path, calls string) {
+	dir := t.TempDir()
+	path, calls = filepath.Join(dir, "runtime"), filepath.Join(dir, "calls")
+	script := "#!/bin/sh\necho \"$*\" >> " + calls + "\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, calls
+}
+
+// A kill of every process signals the init itself, then --all: runc's --all alone finds
+// nothing under its systemd driver on cgroup v1. A sandbox runtime's kill is one call.
+func TestKillAllSignalsTheInitFirst(t *testing.T) {
+	for _, tt := range []struct {
+		sandboxed bool
+		all       bool
+		want      []string
+	}{
+		{false, true, []string{"kill c1 SIGKILL", "kill --all c1 SIGKILL"}},
+		{false, false, []string{"kill c1 SIGTERM"}},
+		{true, true, []string{"kill c1 SIGKILL"}},
+	} {
+		path, calls := fakeRuntime(t)
+		row := &kind.Row{Handler: "h", Path: path}
+		r := NewOCI(row, Options{})
+		if tt.sandboxed {
+			r = NewSandbox(row, Options{})
+		}
+		sig := "SIGKILL"
+		if !tt.all {
+			sig = "SIGTERM"
+		}
+		if err := r.Kill(t.Context(), kind.Task{ID: "c1"}, sig, tt.all); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(calls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			got = append(got, line[strings.Index(line, "kill"):]) // after the global arguments
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("sandboxed=%v all=%v: runtime called with %q, want %q", tt.sandboxed, tt.all, got, tt.want)
+		}
 	}
 }

@@ -13,7 +13,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
 # gcc and libc6-dev build the monitor (cmd/rtshim-monitor, in C).
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
-TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo
+TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo mmdebstrap
 
 .PHONY: all build monitor monitor-sanitized run test unit integration deps-run deps-test install clean vet bench tools fuzz fuzz-short soak
 
@@ -126,6 +126,15 @@ SOAK_WORKERS ?= 4
 soak: deps-test build tools
 	RTSHIMD_SOAK_CYCLES=$(SOAK_CYCLES) RTSHIMD_SOAK_KILLS=$(SOAK_KILLS) RTSHIMD_SOAK_WORKERS=$(SOAK_WORKERS) \
 		$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 90m -run '^TestSoak$$' -v ./integration/ 2>&1 | tee /tmp/rtshimd-soak.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'; exit $${PIPESTATUS[0]}
+
+# The node kubeadm users run: systemd as PID 1 in a node container (Debian 12's systemd,
+# run by runc), rtshimd installed in it by `make install` and run by its unit with the
+# systemd cgroup driver, kubelet with cgroupDriver: systemd (integration/systemd_node_test.go;
+# also part of `make integration`).
+.PHONY: systemd-node
+systemd-node: deps-test build
+	hack/tools.sh kubelet crictl systemd-node-rootfs >/dev/null
+	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 20m -run '^TestSystemdNode$$' -v ./integration/
 
 install: build
 	install -m 0755 $(BIN)/rtshimd $(BIN)/rtshim-monitor $(BIN)/rtshim-pause /usr/local/bin/

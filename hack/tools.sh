@@ -9,6 +9,8 @@
 #   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
 #   containerd-shim-runsc-v1  gvisor.dev/gvisor/shim, gVisor's own shim v2 at the same version
 #   golangci-lint             github.com/golangci/golangci-lint/v2 (make vet; not in the default set)
+#   systemd-node-rootfs.tar   a Debian 12 root with systemd, made by mmdebstrap from Debian's
+#                             packages: the node container of TestSystemdNode (make systemd-node)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -201,7 +203,25 @@ install_runsc_shim() {
 	install_local containerd-shim-runsc-v1
 }
 
-[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim
+# The systemd node's root (TestSystemdNode, make systemd-node): Debian 12 with systemd as
+# init, dbus (runc's and kubelet's systemd cgroup driver talk to systemd over it), runc, the
+# CNI plugins, iptables and make (the node runs `make install`). Made anew when the list
+# changes; kept as a tar, unpacked per run.
+NODE_SUITE=bookworm
+NODE_PKGS=systemd,systemd-sysv,dbus,runc,containernetworking-plugins,iptables,iproute2,make,procps,mount
+build_systemd_node_rootfs() {
+	local key
+	key=$(echo "$NODE_SUITE $NODE_PKGS" | sha256sum | cut -c1-12)
+	if [ ! -f "$BIN/systemd-node-rootfs-$key.tar" ]; then
+		log "making the systemd node's root ($NODE_SUITE: $NODE_PKGS; about a minute)"
+		mmdebstrap --quiet --variant=minbase --include="$NODE_PKGS" "$NODE_SUITE" \
+			"$BIN/systemd-node-rootfs-$key.new.tar" http://deb.debian.org/debian >&2
+		mv "$BIN/systemd-node-rootfs-$key.new.tar" "$BIN/systemd-node-rootfs-$key.tar"
+	fi
+	ln -sfn "systemd-node-rootfs-$key.tar" "$BIN/systemd-node-rootfs.tar"
+}
+
+[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs
 for t in "$@"; do
 	case $t in
 	kubelet | kube-apiserver) build_kube "$t" ;;
@@ -216,6 +236,7 @@ for t in "$@"; do
 	install-runsc) install_runsc ;;
 	runsc-shim) build_runsc_shim ;;
 	install-runsc-shim) install_runsc_shim ;;
+	systemd-node-rootfs) build_systemd_node_rootfs ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac
 done

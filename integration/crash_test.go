@@ -195,7 +195,7 @@ func (c *crashCase) run() {
 		t.Fatal(err)
 	}
 	var err error
-	reloads := reloadStatus(t, d).Last
+	reloads := reloadStatus(t, d.RS).Last
 	switch rpc {
 	case "update-container":
 		err = d.RS.UpdateContainerResources(ctx, ctrID, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 96 << 20}})
@@ -417,7 +417,7 @@ func (c *crashCase) retry(ctx context.Context, name, podID, ctrID string, podCfg
 	case "reload":
 		if c.fail {
 			// The operator's retry: `rtshimd reload`, which now applies the file.
-			last := reloadStatus(t, d).Last
+			last := reloadStatus(t, d.RS).Last
 			if out, err := rtshimdReload(t, d); err != nil {
 				t.Errorf("%s: rtshimd reload: %v\n%s", c.point, err, out)
 			} else if err := c.awaitReload(last, "signal"); err != nil {
@@ -428,7 +428,7 @@ func (c *crashCase) retry(ctx context.Context, name, podID, ctrID string, podCfg
 			}
 		}
 		// The file as it was, for the next cases.
-		last := reloadStatus(t, d).Last
+		last := reloadStatus(t, d.RS).Last
 		writeConfigFile(t, d, c.config)
 		if err := c.awaitReload(last, "file"); err != nil {
 			t.Errorf("%s: the reload of the config as it was: %v", c.point, err)
@@ -748,7 +748,7 @@ func (c *crashCase) afterFailure(ctrID, image string) {
 func (c *crashCase) awaitReload(since *reloadAttempt, trigger string) error {
 	var last *reloadAttempt
 	waitFor(c.t, 30*time.Second, c.point+": a "+trigger+" reload", func() (bool, string) {
-		last = reloadStatus(c.t, c.e.d).Last
+		last = reloadStatus(c.t, c.e.d.RS).Last
 		return last != nil && (since == nil || last.Seq > since.Seq) && last.Trigger == trigger, fmt.Sprintf("%+v", last)
 	})
 	if last.Result != "applied" {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/config"
@@ -42,23 +43,23 @@ type reloadAttempt struct {
 	Change  json.RawMessage `json:"change"`
 }
 
-func reloadStatus(t *testing.T, d *Daemon) reloadState {
+func reloadStatus(t *testing.T, rs internalapi.RuntimeService) reloadState {
 	t.Helper()
-	st, err := d.RS.Status(ctxT(t), true)
+	st, err := rs.Status(ctxT(t), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rs reloadState
-	if err := json.Unmarshal([]byte(st.Info["reload"]), &rs); err != nil {
+	var state reloadState
+	if err := json.Unmarshal([]byte(st.Info["reload"]), &state); err != nil {
 		t.Fatalf("Status info reload %q: %v", st.Info["reload"], err)
 	}
-	return rs
+	return state
 }
 
 // statusHandlers is what Status lists: the handler names, "" (the default) included.
-func statusHandlers(t *testing.T, d *Daemon) []string {
+func statusHandlers(t *testing.T, rs internalapi.RuntimeService) []string {
 	t.Helper()
-	st, err := d.RS.Status(ctxT(t), false)
+	st, err := rs.Status(ctxT(t), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestReloadHandlerTable(t *testing.T) {
 	d := e.d
 	ctx := ctxT(t)
 	base := readConfigFile(t, d)
-	if got := statusHandlers(t, d); !slices.Equal(got, []string{"", "runc"}) {
+	if got := statusHandlers(t, d.RS); !slices.Equal(got, []string{"", "runc"}) {
 		t.Fatalf("Status handlers at start = %q, want exactly runc and the default", got)
 	}
 	if _, err := d.RS.RunPodSandbox(ctx, podConfig("early", runtimeapi.NamespaceMode_CONTAINER), "runsc"); err == nil || !strings.Contains(err.Error(), "not configured") {
@@ -130,7 +131,7 @@ func TestReloadHandlerTable(t *testing.T) {
 		t.Fatalf("rtshimd reload: %v\n%s", err, out)
 	}
 	waitFor(t, 60*time.Second, "runsc to become ready after the reload", func() (bool, string) {
-		got := statusHandlers(t, d)
+		got := statusHandlers(t, d.RS)
 		return slices.Equal(got, []string{"", "runc", "runsc"}), strings.Join(got, ",")
 	})
 	runscPod, runscCfg := e.pod("on-runsc", "runsc")
@@ -148,10 +149,10 @@ func TestReloadHandlerTable(t *testing.T) {
 	withLate := withRunsc + fmt.Sprintf("\n[handlers.late]\nruntime_path = %q\nruntime_root = \"%s/late\"\n", late, d.RunRoot)
 	writeConfigFile(t, d, withLate)
 	waitFor(t, 30*time.Second, "the new row to be probed", func() (bool, string) {
-		rs := reloadStatus(t, d)
+		rs := reloadStatus(t, d.RS)
 		return rs.Last != nil && rs.Last.Trigger == "file" && rs.Last.Result == "applied" && strings.Contains(string(rs.Last.Change), `"late"`), fmt.Sprintf("%+v", rs.Last)
 	})
-	if got := statusHandlers(t, d); slices.Contains(got, "late") {
+	if got := statusHandlers(t, d.RS); slices.Contains(got, "late") {
 		t.Fatalf("a row whose runtime is not installed is listed by Status: %q", got)
 	}
 	if err := os.MkdirAll(filepath.Dir(late), 0o755); err != nil {
@@ -160,13 +161,13 @@ func TestReloadHandlerTable(t *testing.T) {
 	if err := os.Symlink("/usr/sbin/runc", late); err != nil {
 		t.Fatal(err)
 	}
-	seq := reloadStatus(t, d).Last.Seq
+	seq := reloadStatus(t, d.RS).Last.Seq
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "the installed runtime to become ready on SIGHUP", func() (bool, string) {
-		rs := reloadStatus(t, d)
-		got := statusHandlers(t, d)
+		rs := reloadStatus(t, d.RS)
+		got := statusHandlers(t, d.RS)
 		return rs.Last.Seq > seq && rs.Last.Trigger == "signal" && slices.Contains(got, "late"), fmt.Sprintf("%+v %q", rs.Last, got)
 	})
 
@@ -185,7 +186,7 @@ func TestReloadHandlerTable(t *testing.T) {
 		return cfg.DefaultHandler == "runsc", cfg.DefaultHandler
 	})
 	sum := sha256.Sum256([]byte(withDefault))
-	if rs := reloadStatus(t, d); rs.Hash != hex.EncodeToString(sum[:]) {
+	if rs := reloadStatus(t, d.RS); rs.Hash != hex.EncodeToString(sum[:]) {
 		t.Errorf("Status reload hash = %s, want the file's sha256", rs.Hash)
 	}
 	if v, ok := metricOf(scrapeMetrics(t, metricsAddr), "rtshimd_config_hash", nil); !ok || v != hashValue(sum[:]) {
@@ -198,7 +199,7 @@ func TestReloadHandlerTable(t *testing.T) {
 	writeConfigFile(t, d, broken)
 	wantErr := fmt.Sprintf("%s:%d: unknown key", d.Config, brokenLine)
 	waitFor(t, 30*time.Second, "the broken file to be refused", func() (bool, string) {
-		rs := reloadStatus(t, d)
+		rs := reloadStatus(t, d.RS)
 		return rs.Last != nil && rs.Last.Result == "refused" && strings.Contains(rs.Last.Error, wantErr), fmt.Sprintf("%+v", rs.Last)
 	})
 	if !strings.Contains(d.Log(), wantErr) {
@@ -207,7 +208,7 @@ func TestReloadHandlerTable(t *testing.T) {
 	if out, err := rtshimdReload(t, d); err == nil || !strings.Contains(out, wantErr) {
 		t.Errorf("rtshimd reload of a broken file: %v\n%s", err, out)
 	}
-	if got := statusHandlers(t, d); !slices.Equal(got, []string{"", "late", "runc", "runsc"}) {
+	if got := statusHandlers(t, d.RS); !slices.Equal(got, []string{"", "late", "runc", "runsc"}) {
 		t.Errorf("Status handlers after a refused reload = %q", got)
 	}
 	if v, ok := metricOf(scrapeMetrics(t, metricsAddr), "rtshimd_config_reloads_total", map[string]string{"result": "failure"}); !ok || v < 1 {
@@ -226,7 +227,7 @@ func TestReloadHandlerTable(t *testing.T) {
 	// stopped and removed, also after kill -9 of the daemon.
 	writeConfigFile(t, d, base)
 	waitFor(t, 30*time.Second, "runsc to be removed", func() (bool, string) {
-		got := statusHandlers(t, d)
+		got := statusHandlers(t, d.RS)
 		return slices.Equal(got, []string{"", "runc"}), strings.Join(got, ",")
 	})
 	if _, err := d.RS.RunPodSandbox(ctx, podConfig("late-runsc", runtimeapi.NamespaceMode_CONTAINER), "runsc"); err == nil {

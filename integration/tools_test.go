@@ -15,10 +15,7 @@ import (
 // test: these suites are never skipped.
 func toolPath(t testing.TB, name string) string {
 	t.Helper()
-	dir := os.Getenv("RTSHIMD_TOOLS")
-	if dir == "" {
-		dir = "/var/cache/rtshimd-tools"
-	}
+	dir := toolsDir()
 	if p := filepath.Join(dir, "bin", name); isExecutable(p) {
 		return p
 	}
@@ -32,4 +29,22 @@ func toolPath(t testing.TB, name string) string {
 func isExecutable(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// toolsDir is hack/tools.sh's cache: $RTSHIMD_TOOLS, or /var/cache/rtshimd-tools.
+func toolsDir() string {
+	if dir := os.Getenv("RTSHIMD_TOOLS"); dir != "" {
+		return dir
+	}
+	return "/var/cache/rtshimd-tools"
+}
+
+// toolFile is a file hack/tools.sh makes that is not a program (the systemd node's root).
+func toolFile(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(toolsDir(), "bin", name)
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("%s not in %s/bin: run hack/tools.sh (make test does)", name, toolsDir())
+	}
+	return p
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/internal/cgroups/oomevent"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/store"
@@ -115,6 +116,8 @@ type Container struct {
 	mu sync.Mutex
 	// exited is closed once the container's end is known.
 	exited chan struct{}
+	// oom follows the container's memory cgroup for OOM kills while it runs (cgroup v1).
+	oom *oomevent.Watcher
 
 	// listed is the container as List reports it, kept per listKey (the rest never
 	// changes); statsAttrs is its stats' attributes, which never change.

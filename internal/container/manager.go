@@ -17,6 +17,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/cdidevices"
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cgroups/oomevent"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
@@ -166,9 +167,13 @@ func invalid(format string, args ...any) error {
 // container that was created but never started, and whose supervision is gone, can never
 // start: it is recorded exited.
 func (m *Manager) watch(c *Container, recovered bool) {
+	oom := m.watchOOM(c)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		if oom != nil {
+			defer oom.Stop()
+		}
 		e, ok, err := c.rt.Wait(m.ctx, c.Task())
 		if err != nil {
 			return // daemon shutting down
@@ -233,14 +238,40 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 	}
 }
 
-// oomKilled reads the kernel's OOM-kill count of the container's memory cgroup, for
+// oomKilled says whether the kernel OOM-killed in the container's memory cgroup: as it
+// was notified while the container ran (cgroup v1; the cgroup may be gone by now: systemd
+// removes a container's scope once it is empty), or by the cgroup's OOM-kill count, for
 // either cgroup driver and version.
 func (m *Manager) oomKilled(c *Container) bool {
+	c.mu.Lock()
+	w := c.oom
+	c.mu.Unlock()
+	if w != nil && w.OOMKilled() {
+		return true
+	}
 	dir, err := cgpath.Dir(c.CgroupsPath)
 	if err != nil {
 		return false
 	}
 	return m.cgroups().OOMKills(dir) > 0
+}
+
+// watchOOM registers for the OOM notifications of the container's v1 memory cgroup
+// (none on cgroup v2, or where the runtime keeps no cgroup of the container's own).
+func (m *Manager) watchOOM(c *Container) *oomevent.Watcher {
+	dir, err := cgpath.Dir(c.CgroupsPath)
+	if err != nil {
+		return nil
+	}
+	w, err := oomevent.Watch(filepath.Join("/sys/fs/cgroup/memory", dir))
+	if err != nil {
+		logrus.WithError(err).WithField("container", c.ID).Debug("no OOM notifications")
+		return nil
+	}
+	c.mu.Lock()
+	c.oom = w
+	c.mu.Unlock()
+	return w
 }
 
 // cgroups is the node's cgroup reader, made once.

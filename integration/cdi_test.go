@@ -89,10 +89,13 @@ func TestCDIDevices(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, dir := range []string{filepath.Join(e.d.RunRoot, "containers"), filepath.Join(e.d.State, "containers")} {
+			for _, dir := range []string{filepath.Join(e.d.RunRoot, "containers")} {
 				if entries, _ := os.ReadDir(dir); len(entries) != len(all) {
 					t.Errorf("%s holds %d entries for %d containers", dir, len(entries), len(all))
 				}
+			}
+			if recs := stateEntries(filepath.Join(e.d.State, "containers")); len(recs) != len(all) {
+				t.Errorf("%d container records for %d containers: %v", len(recs), len(all), recs)
 			}
 			nope.CDIDevices = nil
 			if _, err := e.d.RS.CreateContainer(ctx, podID, nope, pod); err != nil {

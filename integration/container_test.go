@@ -6,11 +6,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -616,10 +616,9 @@ func TestRestartCleansHalfCreatedContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.d.Kill()
-			statusFile := filepath.Join(e.d.State, "containers", id, "status.json")
-			if err := os.WriteFile(statusFile, []byte(`{"state":"creating"}`), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			editRecord(t, e.d, "containers", id, func(_, _ []byte) ([]byte, []byte) {
+				return nil, []byte(`{"state":"creating"}`)
+			})
 			e.d.Start()
 			if _, err := e.d.RS.ContainerStatus(ctx, id, false); status.Code(err) != codes.NotFound {
 				t.Errorf("half-created container after restart: %v, want NotFound", err)
@@ -832,10 +831,11 @@ func TestFailedCleanupIsRetried(t *testing.T) {
 		ctrs, err := e.d.RS.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: podID})
 		return err == nil && len(ctrs) == 0, fmt.Sprint(len(ctrs), err)
 	})
-	for _, p := range []string{filepath.Join(e.d.RunRoot, "containers", id), filepath.Join(e.d.State, "containers", id)} {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left after the cleanup: %v", p, err)
-		}
+	if p := filepath.Join(e.d.RunRoot, "containers", id); !isGone(p) {
+		t.Errorf("%s left after the cleanup", p)
+	}
+	if slices.Contains(stateEntries(filepath.Join(e.d.State, "containers")), id) {
+		t.Errorf("record of %s left after the cleanup", id[:12])
 	}
 	// The name is free again: a good container of that name runs.
 	cfg.Command = []string{"true"}

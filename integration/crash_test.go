@@ -579,7 +579,10 @@ func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]str
 			s["mounts"] = append(s["mounts"], m)
 		}
 	}
-	for _, dir := range []string{"state/sandboxes", "state/containers", "run/sandboxes", "run/containers"} {
+	for _, dir := range []string{"state/sandboxes", "state/containers"} {
+		s[dir] = append(s[dir], stateEntries(filepath.Join(d.Dir, dir))...)
+	}
+	for _, dir := range []string{"run/sandboxes", "run/containers"} {
 		entries, _ := os.ReadDir(filepath.Join(d.Dir, dir))
 		for _, en := range entries {
 			s[dir] = append(s[dir], en.Name())

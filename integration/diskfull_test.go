@@ -23,8 +23,8 @@ func TestRecordsDiskFull(t *testing.T) {
 	ctx := ctxT(t)
 	recs := filepath.Join(e.d.State, "sandboxes")
 	e.d.Stop()
-	if entries, _ := os.ReadDir(recs); len(entries) != 0 {
-		t.Fatalf("records before the test: %v", entries)
+	if left := stateEntries(recs); len(left) != 0 {
+		t.Fatalf("records before the test: %v", left)
 	}
 	// The pod records on a file system of their own, 1 MiB.
 	if err := syscall.Mount("tmpfs", recs, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=1m,mode=0700"); err != nil {

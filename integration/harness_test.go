@@ -96,7 +96,9 @@ func TestMain(m *testing.M) {
 // Daemon is one rtshimd process with its own config, state and run roots.
 type Daemon struct {
 	// Env is added to the daemon's environment at its next Start (failpoints).
-	Env    []string
+	Env []string
+	// Bin, when set, is the daemon binary the next Start runs (an earlier release's).
+	Bin    string
 	t      testing.TB
 	Dir    string // holds config.toml, state/, run/, daemon.log
 	Config string
@@ -267,7 +269,11 @@ func (d *Daemon) Start() {
 		t.Fatal(err)
 	}
 	d.logf = logf
-	d.cmd = exec.Command(filepath.Join(binDir, "rtshimd"), "--config", d.Config)
+	bin := d.Bin
+	if bin == "" {
+		bin = filepath.Join(binDir, "rtshimd")
+	}
+	d.cmd = exec.Command(bin, "--config", d.Config)
 	d.cmd.Env = append(os.Environ(), d.Env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -418,10 +424,11 @@ func (d *Daemon) assertNothingLeft() {
 			t.Errorf("mounts left under %s: %v", d.Dir, m)
 		}
 	}
-	for _, dir := range []string{filepath.Join(d.RunRoot, "sandboxes"), filepath.Join(d.State, "sandboxes")} {
-		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-			t.Errorf("left in %s: %d entries (%s)", dir, len(entries), entries[0].Name())
-		}
+	if entries, _ := os.ReadDir(filepath.Join(d.RunRoot, "sandboxes")); len(entries) > 0 {
+		t.Errorf("left in %s: %d entries (%s)", filepath.Join(d.RunRoot, "sandboxes"), len(entries), entries[0].Name())
+	}
+	if left := stateEntries(filepath.Join(d.State, "sandboxes")); len(left) > 0 {
+		t.Errorf("sandbox records left: %v", left)
 	}
 	waitFor(t, 15*time.Second, "processes of removed pods to end", func() (bool, string) {
 		daemon := 0

@@ -345,26 +345,19 @@ func volumeSources(t *testing.T, d *Daemon, id string) []string {
 // CreateContainer leaves: state creating, and no image volumes named.
 func rewriteRecord(t *testing.T, d *Daemon, id string) {
 	t.Helper()
-	dir := filepath.Join(d.State, "containers", id)
-	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(b, &meta); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := meta["image_volumes"]; !ok {
-		t.Errorf("record of %s names no image volumes", id[:12])
-	}
-	delete(meta, "image_volumes")
-	if b, err = json.Marshal(meta); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "status.json"), []byte(`{"state":"creating"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	editRecord(t, d, "containers", id, func(b, _ []byte) ([]byte, []byte) {
+		var meta map[string]json.RawMessage
+		if err := json.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := meta["image_volumes"]; !ok {
+			t.Errorf("record of %s names no image volumes", id[:12])
+		}
+		delete(meta, "image_volumes")
+		b, err := json.Marshal(meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, []byte(`{"state":"creating"}`)
+	})
 }

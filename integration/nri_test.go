@@ -289,10 +289,13 @@ func TestNRIPlugin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, dir := range []string{filepath.Join(e.d.RunRoot, "containers"), filepath.Join(e.d.State, "containers")} {
+		for _, dir := range []string{filepath.Join(e.d.RunRoot, "containers")} {
 			if entries, _ := os.ReadDir(dir); len(entries) != len(all) {
 				t.Errorf("%s holds %d entries for %d containers", dir, len(entries), len(all))
 			}
+		}
+		if recs := stateEntries(filepath.Join(e.d.State, "containers")); len(recs) != len(all) {
+			t.Errorf("%d container records for %d containers: %v", len(recs), len(all), recs)
 		}
 		if m := mountsUnder(filepath.Join(e.d.RunRoot, "containers")); len(m) != 0 {
 			t.Errorf("mounts left: %q", m)

@@ -37,25 +37,17 @@ func TestBadRecordsQuarantined(t *testing.T) {
 			inC := e.run(podC, cfgC, e.ctrConfig("in-c", "sleep", "1000"))
 
 			e.d.Kill()
-			state := e.d.State
-			if err := os.WriteFile(filepath.Join(state, "containers", victim, "meta.json"), []byte("{\"id\": \x00garbage"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			bStatus := filepath.Join(state, "sandboxes", podB, "status.json")
-			if err := os.Remove(bStatus); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Mkdir(bStatus, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			cMeta := filepath.Join(state, "sandboxes", podC, "meta.json")
-			b, err := os.ReadFile(cMeta)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(cMeta, b[:len(b)/2], 0o600); err != nil {
-				t.Fatal(err)
-			}
+			// Records a damaged disk could give back: garbage metadata, a status that is
+			// not JSON, metadata cut in half.
+			editRecord(t, e.d, "containers", victim, func(_, _ []byte) ([]byte, []byte) {
+				return []byte("{\"id\": \x00garbage"), nil
+			})
+			editRecord(t, e.d, "sandboxes", podB, func(_, _ []byte) ([]byte, []byte) {
+				return nil, []byte{0xff, 0x00, '{'}
+			})
+			editRecord(t, e.d, "sandboxes", podC, func(meta, _ []byte) ([]byte, []byte) {
+				return meta[:len(meta)/2], nil
+			})
 			e.d.Start() // fails the test if the daemon does not come up
 
 			for _, id := range []string{victim, inB, inC} {

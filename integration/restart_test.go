@@ -140,10 +140,9 @@ func TestRestartCleansHalfCreatedSandbox(t *testing.T) {
 			d.Kill()
 			// What the record says when the daemon dies after making the namespaces and the
 			// infra but before the final status write.
-			status := filepath.Join(d.State, "sandboxes", id, "status.json")
-			if err := os.WriteFile(status, []byte(`{"state":"creating"}`), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			editRecord(t, d, "sandboxes", id, func(_, _ []byte) ([]byte, []byte) {
+				return nil, []byte(`{"state":"creating"}`)
+			})
 			d.Start()
 			items, err := d.RS.ListPodSandbox(ctx, nil)
 			if err != nil || len(items) != 0 {
@@ -175,21 +174,16 @@ func TestCreatedRecordOfAStartedContainer(t *testing.T) {
 			exits := e.run(podID, pod, e.ctrConfig("exits", "sh", "-c", "sleep 2; exit 3"))
 			e.d.Kill()
 			for _, id := range []string{running, exits} {
-				p := filepath.Join(e.d.State, "containers", id, "status.json")
-				b, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var st map[string]any
-				if err := json.Unmarshal(b, &st); err != nil {
-					t.Fatal(err)
-				}
-				st["state"] = "created"
-				delete(st, "started_at")
-				b, _ = json.Marshal(st)
-				if err := os.WriteFile(p, b, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				editRecord(t, e.d, "containers", id, func(_, b []byte) ([]byte, []byte) {
+					var st map[string]any
+					if err := json.Unmarshal(b, &st); err != nil {
+						t.Fatal(err)
+					}
+					st["state"] = "created"
+					delete(st, "started_at")
+					b, _ = json.Marshal(st)
+					return nil, b
+				})
 			}
 			time.Sleep(3 * time.Second) // "exits" ends while the daemon is down
 			e.d.Start()
@@ -236,10 +230,7 @@ func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
 	}
 	e.d.Kill()
 	// End the sandbox as a StopPodSandbox cut short by the kill would have.
-	b, err := os.ReadFile(filepath.Join(e.d.State, "sandboxes", podID, "status.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := record(t, e.d, "sandboxes", podID).Status
 	var sst struct {
 		InfraPid int `json:"infra_pid"`
 	}

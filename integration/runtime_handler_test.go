@@ -22,10 +22,11 @@ func assertNoSandboxes(t *testing.T, d *Daemon) {
 	if err != nil || len(items) != 0 {
 		t.Errorf("ListPodSandbox after refusal: %d items, %v", len(items), err)
 	}
-	for _, dir := range []string{filepath.Join(d.RunRoot, "sandboxes"), filepath.Join(d.State, "sandboxes")} {
-		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
-			t.Errorf("refused sandbox left %s/%s", dir, entries[0].Name())
-		}
+	if entries, _ := os.ReadDir(filepath.Join(d.RunRoot, "sandboxes")); len(entries) > 0 {
+		t.Errorf("refused sandbox left %s/%s", filepath.Join(d.RunRoot, "sandboxes"), entries[0].Name())
+	}
+	if left := stateEntries(filepath.Join(d.State, "sandboxes")); len(left) > 0 {
+		t.Errorf("refused sandbox left records %v", left)
 	}
 	if m := mountsUnder(d.RunRoot); len(m) > 0 {
 		t.Errorf("refused sandbox left mounts %v", m)

@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -485,9 +484,10 @@ func TestFailedSandboxCleanupIsRetried(t *testing.T) {
 	if mounts := mountsUnder(filepath.Join(d.RunRoot, "sandboxes", id)); len(mounts) != 0 {
 		t.Errorf("mounts left after the cleanup: %v", mounts)
 	}
-	for _, p := range []string{filepath.Join(d.RunRoot, "sandboxes", id), filepath.Join(d.State, "sandboxes", id)} {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left after the cleanup: %v", p, err)
-		}
+	if p := filepath.Join(d.RunRoot, "sandboxes", id); !isGone(p) {
+		t.Errorf("%s left after the cleanup", p)
+	}
+	if slices.Contains(stateEntries(filepath.Join(d.State, "sandboxes")), id) {
+		t.Errorf("record of %s left after the cleanup", id[:12])
 	}
 }

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,8 +66,8 @@ func TestUpdateResources(t *testing.T) {
 	if r == nil || r.Applied.Source != "handler" || !r.Applied.SandboxContainer || !strings.Contains(r.Applied.PodCgroupNote, "systemd") || !strings.Contains(string(r.Resources), "268435456") {
 		t.Errorf("recorded resize: %+v", r)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "store", "sb1", "status.json")); !strings.Contains(string(b), `"resize"`) {
-		t.Errorf("status.json has no resize: %s", b)
+	if recs, err := store.Read(filepath.Join(dir, "store")); err != nil || len(recs) != 1 || !strings.Contains(string(recs[0].Status), `"resize"`) {
+		t.Errorf("the record's status has no resize: %q %v", recs, err)
 	}
 
 	// A failure to set the limits is returned and kept; the record still has the values.

@@ -1,7 +1,7 @@
-// Package store keeps records on disk: one directory per object holding its metadata
-// (written at creation and when the object's description changes) and its mutable status
-// (rewritten on every change), each replaced atomically; and, beside them, the records
-// set aside as unreadable. It knows nothing of what the records mean.
+// Package store keeps records on disk: for each object its metadata (written at creation
+// and when the object's description changes) and its mutable status (rewritten on every
+// change), in one journal per store, group-committed (journal.go); and, beside the store,
+// the records set aside as unreadable. It knows nothing of what the records mean.
 package store
 
 import (
@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 )
 
 const (
@@ -19,83 +21,59 @@ const (
 	statusFile = "status.json"
 )
 
-// Store is a directory of records, one subdirectory per ID.
+// Store is a directory holding a journal of records.
 type Store struct {
 	dir string
+
+	mu       sync.Mutex
+	f        *os.File // the journal, open for appending; nil once closed
+	size     int64    // its whole entries' length
+	recs     map[string]*record
+	cond     *sync.Cond // signalled when a batch is done
+	pending  []*pendingEntry
+	flushing bool
+	// legacyBad are directory-layout records that could not be read (importLegacy).
+	legacyBad []Record
+	// syncHook, set by tests, runs before each sync and fails it with its error.
+	syncHook func() error
 }
 
-// New returns the store in dir, creating it.
+// New returns the store in dir, creating it, with the records of an earlier release's
+// directory layout moved into its journal.
 func New(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create store %s: %w", dir, err)
 	}
-	return &Store{dir: dir}, nil
+	s := &Store{dir: dir}
+	s.cond = sync.NewCond(&s.mu)
+	if err := s.openJournal(); err != nil {
+		return nil, err
+	}
+	if err := s.importLegacy(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // WriteMeta stores the metadata of id.
 func (s *Store) WriteMeta(id string, data []byte) error {
-	return s.writeRecord(id, []recordFile{{metaFile, data}})
+	return s.commit(entry{op: opPut, id: id, meta: nonNil(data)})
 }
 
-// WriteStatus replaces the status of id.
+// WriteStatus replaces the status of id, whose metadata must have been written.
 func (s *Store) WriteStatus(id string, data []byte) error {
-	return s.writeRecord(id, []recordFile{{statusFile, data}})
+	if _, ok := s.snapshotRecord(id); !ok {
+		return fmt.Errorf("store %s: status without a record", id)
+	}
+	return s.commit(entry{op: opPut, id: id, status: nonNil(data)})
 }
 
-type recordFile struct {
-	name string
-	data []byte
-}
-
-// writeRecord replaces files of the record of id, each atomically. A status alone is one
-// file sync and one sync of the record's directory. With the metadata, the directory is
-// synced after the metadata's rename too, so no power loss shows a new status beside old
-// metadata; and the store's directory is synced when the metadata is first written.
-func (s *Store) writeRecord(id string, files []recordFile) error {
-	dir := filepath.Join(s.dir, id)
-	firstMeta := false
-	if files[0].name == metaFile {
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("store %s: %w", id, err)
-		}
-		old, err := os.ReadFile(filepath.Join(dir, metaFile))
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			firstMeta = true
-		case err == nil && bytes.Equal(old, files[0].data) && len(files) > 1:
-			// Metadata as stored (and synced) already: only the status is written, one
-			// file and one directory sync fewer (a pod's final record, most often).
-			files = files[1:]
-		}
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
 	}
-	var tmps []string
-	defer func() {
-		for _, t := range tmps {
-			os.Remove(t)
-		}
-	}()
-	for _, f := range files {
-		tmp, err := writeTemp(filepath.Join(dir, f.name), f.data, 0o600)
-		if err != nil {
-			return fmt.Errorf("store %s %s: %w", id, f.name, err)
-		}
-		tmps = append(tmps, tmp)
-	}
-	for i, f := range files {
-		if err := os.Rename(tmps[i], filepath.Join(dir, f.name)); err != nil {
-			return fmt.Errorf("store %s %s: %w", id, f.name, err)
-		}
-		tmps[i] = ""
-		if err := syncDir(dir); err != nil {
-			return fmt.Errorf("store %s: %w", id, err)
-		}
-	}
-	if firstMeta {
-		if err := syncDir(s.dir); err != nil {
-			return fmt.Errorf("store %s: %w", id, err)
-		}
-	}
-	return nil
+	return b
 }
 
 // Record is one stored object as read back.
@@ -107,31 +85,23 @@ type Record struct {
 	Err error
 }
 
-// Load reads every record. A directory without metadata (a crash between mkdir and the
-// first write) is returned with nil Meta so the caller can clean up after it. A record
-// whose files cannot be read is returned with Err: one bad record must not keep the
-// daemon, and every other pod, from starting.
+// Load returns every record, by ID. A record without metadata (an earlier release's
+// crash between mkdir and the first write) is returned with nil Meta so the caller can
+// clean up after it. A record of an earlier release whose files cannot be read is returned
+// with Err: one bad record must not keep the daemon, and every other pod, from starting.
 func (s *Store) Load() ([]Record, error) {
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return nil, fmt.Errorf("load store %s: %w", s.dir, err)
+	s.mu.Lock()
+	recs := make([]Record, 0, len(s.recs)+len(s.legacyBad))
+	for id, r := range s.recs {
+		rec := Record{ID: id, Meta: bytes.Clone(r.meta), Status: bytes.Clone(r.status)}
+		if len(rec.Meta) == 0 {
+			rec.Meta = nil
+		}
+		recs = append(recs, rec)
 	}
-	var recs []Record
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		r := Record{ID: e.Name()}
-		var errs []error
-		if r.Meta, err = readOptional(filepath.Join(s.dir, r.ID, metaFile)); err != nil {
-			errs = append(errs, err)
-		}
-		if r.Status, err = readOptional(filepath.Join(s.dir, r.ID, statusFile)); err != nil {
-			errs = append(errs, err)
-		}
-		r.Err = errors.Join(errs...)
-		recs = append(recs, r)
-	}
+	recs = append(recs, s.legacyBad...)
+	s.mu.Unlock()
+	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
 	return recs, nil
 }
 
@@ -146,6 +116,18 @@ const reasonFile = "reason"
 // put it back while the daemon is stopped. A path with an error means the record was set
 // aside but a later step (a sync, the reason file) failed: it is no longer in the store.
 func (s *Store) Quarantine(id, why string) (string, error) {
+	s.mu.Lock()
+	legacy := -1
+	for i, r := range s.legacyBad {
+		if r.ID == id {
+			legacy = i
+		}
+	}
+	s.mu.Unlock()
+	rec, inJournal := s.snapshotRecord(id)
+	if legacy < 0 && !inJournal {
+		return "", fmt.Errorf("quarantine record %s: no such record", id)
+	}
 	q := s.quarantineDir()
 	if err := os.MkdirAll(q, 0o700); err != nil {
 		return "", fmt.Errorf("quarantine record %s: %w", id, err)
@@ -157,11 +139,36 @@ func (s *Store) Quarantine(id, why string) (string, error) {
 		}
 		dst = filepath.Join(q, fmt.Sprintf("%s.%d", id, n))
 	}
-	if err := os.Rename(filepath.Join(s.dir, id), dst); err != nil {
-		return "", fmt.Errorf("quarantine record %s: %w", id, err)
-	}
-	if err := syncDir(s.dir); err != nil {
-		return dst, fmt.Errorf("quarantine record %s: %w", id, err)
+	if legacy >= 0 {
+		// An earlier release's directory, moved as it is.
+		if err := os.Rename(filepath.Join(s.dir, id), dst); err != nil {
+			return "", fmt.Errorf("quarantine record %s: %w", id, err)
+		}
+		s.mu.Lock()
+		s.legacyBad = append(s.legacyBad[:legacy:legacy], s.legacyBad[legacy+1:]...)
+		s.mu.Unlock()
+		if err := syncDir(s.dir); err != nil {
+			return dst, fmt.Errorf("quarantine record %s: %w", id, err)
+		}
+	} else {
+		// The record's files, written and synced before it leaves the journal.
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return "", fmt.Errorf("quarantine record %s: %w", id, err)
+		}
+		for _, f := range []recordFile{{metaFile, rec.meta}, {statusFile, rec.status}} {
+			if f.data == nil {
+				continue
+			}
+			if err := WriteFileAtomic(filepath.Join(dst, f.name), f.data, 0o600); err != nil {
+				return "", fmt.Errorf("quarantine record %s: %w", id, err)
+			}
+		}
+		if err := syncDir(q); err != nil {
+			return "", fmt.Errorf("quarantine record %s: %w", id, err)
+		}
+		if err := s.commit(entry{op: opDelete, id: id}); err != nil {
+			return "", fmt.Errorf("quarantine record %s: %w", id, err)
+		}
 	}
 	if err := syncDir(q); err != nil {
 		return dst, fmt.Errorf("quarantine record %s: %w", id, err)
@@ -170,6 +177,11 @@ func (s *Store) Quarantine(id, why string) (string, error) {
 		return dst, fmt.Errorf("quarantine record %s: reason: %w", id, err)
 	}
 	return dst, nil
+}
+
+type recordFile struct {
+	name string
+	data []byte
 }
 
 // Quarantined is a record Quarantine set aside.
@@ -211,10 +223,32 @@ func readOptional(path string) ([]byte, error) {
 
 // Delete removes the record of id; deleting a missing record is not an error.
 func (s *Store) Delete(id string) error {
-	if err := os.RemoveAll(filepath.Join(s.dir, id)); err != nil {
-		return fmt.Errorf("delete record %s: %w", id, err)
+	if _, ok := s.snapshotRecord(id); ok {
+		if err := s.commit(entry{op: opDelete, id: id}); err != nil {
+			return fmt.Errorf("delete record %s: %w", id, err)
+		}
 	}
-	return syncDir(s.dir)
+	legacy := filepath.Join(s.dir, id)
+	if _, err := os.Lstat(legacy); err == nil {
+		if err := os.RemoveAll(legacy); err != nil {
+			return fmt.Errorf("delete record %s: %w", id, err)
+		}
+		s.mu.Lock()
+		s.legacyBad = slicesDeleteID(s.legacyBad, id)
+		s.mu.Unlock()
+		return syncDir(s.dir)
+	}
+	return nil
+}
+
+func slicesDeleteID(recs []Record, id string) []Record {
+	out := recs[:0:0]
+	for _, r := range recs {
+		if r.ID != id {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames it
@@ -266,21 +300,28 @@ func syncDir(dir string) error {
 }
 
 // Save writes the record of id: its metadata too when meta is not nil (the first write,
-// or a final one), and always its status, each as JSON.
+// or a final one) and differs from what is stored, and always its status, each as JSON,
+// in one journal entry.
 func (s *Store) Save(id string, meta, status any) error {
-	var files []recordFile
+	e := entry{op: opPut, id: id}
+	cur, exists := s.snapshotRecord(id)
 	if meta != nil {
 		b, err := json.Marshal(meta)
 		if err != nil {
 			return fmt.Errorf("encode record %s: %w", id, err)
 		}
-		files = append(files, recordFile{metaFile, b})
+		if !exists || !bytes.Equal(cur.meta, b) {
+			e.meta = b
+		}
+	} else if !exists {
+		return fmt.Errorf("store %s: status without a record", id)
 	}
 	b, err := json.Marshal(status)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", id, err)
 	}
-	return s.writeRecord(id, append(files, recordFile{statusFile, b}))
+	e.status = b
+	return s.commit(e)
 }
 
 // CheckOwnDir checks that dir, the directory a record names as its object's own (removed

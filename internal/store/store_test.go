@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -42,20 +43,17 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Neither a stray file nor a directory without meta.json is a complete record.
-	if err := os.WriteFile(filepath.Join(dir, "stray"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(dir, "c"), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	want := []Record{
 		{ID: "a", Meta: []byte(`{"id":"a"}`), Status: []byte(`{"state":"ready"}`)},
 		{ID: "b", Meta: []byte(`{"id":"b"}`)},
-		{ID: "c"},
 	}
 	if got := load(t, s); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load = %q, want %q", got, want)
+	}
+	// What the journal holds is what a later daemon reads.
+	s = reopen(t, s, dir)
+	if got := load(t, s); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load after reopening = %q, want %q", got, want)
 	}
 
 	if err := s.Delete("a"); err != nil {
@@ -69,6 +67,68 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if got := load(t, s); !reflect.DeepEqual(got, want[1:]) {
 		t.Errorf("Load after Delete = %q, want %q", got, want[1:])
+	}
+	if got := load(t, reopen(t, s, dir)); !reflect.DeepEqual(got, want[1:]) {
+		t.Errorf("Load after Delete and reopening = %q, want %q", got, want[1:])
+	}
+}
+
+// reopen closes s and opens its directory again, as a restarted daemon does.
+func reopen(t *testing.T, s *Store, dir string) *Store {
+	t.Helper()
+	s.Close()
+	n, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// An earlier release's records, one directory each, are moved into the journal; a stray
+// file is left alone, a directory without files dropped.
+func TestImportDirectoryLayout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	for id, files := range map[string]map[string]string{
+		"a": {metaFile: `{"id":"a"}`, statusFile: `{"state":"ready"}`},
+		"b": {metaFile: `{"id":"b"}`},
+		"c": {},
+		"d": {statusFile: `{"state":"creating"}`},
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(dir, id, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stray"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{
+		{ID: "a", Meta: []byte(`{"id":"a"}`), Status: []byte(`{"state":"ready"}`)},
+		{ID: "b", Meta: []byte(`{"id":"b"}`)},
+		{ID: "d", Status: []byte(`{"state":"creating"}`)},
+	}
+	if got := load(t, s); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load = %q, want %q", got, want)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !reflect.DeepEqual(names, []string{journalFile, "stray"}) {
+		t.Errorf("store holds %q after the import, want the journal and the stray file", names)
+	}
+	if got := load(t, reopen(t, s, dir)); !reflect.DeepEqual(got, want) {
+		t.Errorf("Load after reopening = %q, want %q", got, want)
 	}
 }
 
@@ -136,35 +196,32 @@ func TestWriteFileAtomicFailureLeavesNothing(t *testing.T) {
 	}
 }
 
-// A save whose metadata is as stored leaves the metadata file alone (no rewrite, no sync)
-// and writes the status; changed metadata is written.
+// A save whose metadata is as stored writes the status alone; changed metadata is written.
 func TestSaveSkipsUnchangedMeta(t *testing.T) {
 	s, dir := newStore(t)
-	ino := func() uint64 {
-		fi, err := os.Stat(filepath.Join(dir, "x", metaFile))
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(dir, journalFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fi.Sys().(*syscall.Stat_t).Ino
+		return fi.Size()
 	}
 	type meta struct{ A string }
-	if err := s.Save("x", meta{"a"}, "creating"); err != nil {
+	long := strings.Repeat("m", 1000)
+	if err := s.Save("x", meta{long}, "creating"); err != nil {
 		t.Fatal(err)
 	}
-	first := ino()
-	if err := s.Save("x", meta{"a"}, "ready"); err != nil {
+	before := size()
+	if err := s.Save("x", meta{long}, "ready"); err != nil {
 		t.Fatal(err)
 	}
-	if ino() != first {
-		t.Error("unchanged metadata was written again")
+	if grew := size() - before; grew > 100 {
+		t.Errorf("unchanged metadata was written again: the journal grew %d bytes", grew)
 	}
 	if err := s.Save("x", meta{"b"}, "stopped"); err != nil {
 		t.Fatal(err)
 	}
-	if ino() == first {
-		t.Error("changed metadata was not written")
-	}
-	recs := load(t, s)
+	recs := load(t, reopen(t, s, dir))
 	if len(recs) != 1 || string(recs[0].Meta) != `{"A":"b"}` || string(recs[0].Status) != `"stopped"` {
 		t.Errorf("records %+v", recs)
 	}
@@ -173,14 +230,21 @@ func TestSaveSkipsUnchangedMeta(t *testing.T) {
 // One record whose file cannot be read is returned with its error, beside the others:
 // it must not stop the daemon from loading every other record.
 func TestLoadUnreadableRecord(t *testing.T) {
-	s, dir := newStore(t)
-	for _, id := range []string{"good", "bad"} {
-		if err := s.WriteMeta(id, []byte(`{"id":"`+id+`"}`)); err != nil {
-			t.Fatal(err)
-		}
+	dir := filepath.Join(t.TempDir(), "records")
+	// An earlier release's record whose status is a directory: read(2) fails with EISDIR
+	// (root reads any mode).
+	if err := os.MkdirAll(filepath.Join(dir, "bad", statusFile), 0o700); err != nil {
+		t.Fatal(err)
 	}
-	// A status that is a directory: read(2) fails with EISDIR (root reads any mode).
-	if err := os.Mkdir(filepath.Join(dir, "bad", statusFile), 0o700); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "bad", metaFile), []byte(`{"id":"bad"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteMeta("good", []byte(`{"id":"good"}`)); err != nil {
 		t.Fatal(err)
 	}
 	recs := load(t, s)
@@ -198,6 +262,17 @@ func TestLoadUnreadableRecord(t *testing.T) {
 				t.Errorf("bad: err %v meta %q, want EISDIR and its metadata", r.Err, r.Meta)
 			}
 		}
+	}
+	// Quarantined as it lies.
+	p, err := s.Quarantine("bad", "unreadable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(p, statusFile)); err != nil || !fi.IsDir() {
+		t.Errorf("quarantined directory record: %v %v", fi, err)
+	}
+	if recs := load(t, s); len(recs) != 1 || recs[0].ID != "good" {
+		t.Errorf("records after the quarantine: %+v", recs)
 	}
 }
 

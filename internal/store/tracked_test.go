@@ -2,8 +2,6 @@ package store
 
 import (
 	"encoding/json"
-	"errors"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -14,15 +12,19 @@ type testStatus struct {
 	N     int    `json:"n"`
 }
 
+// readStatus is the status of id as a later daemon would read it: replayed from the
+// journal on disk, not from the store's memory.
 func readStatus(t *testing.T, s *Store, id string) (testStatus, bool) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(s.dir, id, statusFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return testStatus{}, false
-	}
+	recs, _, err := replay(filepath.Join(s.dir, journalFile))
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := recs[id]
+	if r == nil || r.status == nil {
+		return testStatus{}, false
+	}
+	b := r.status
 	var st testStatus
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ func TestTrackedWritesBeforeVisible(t *testing.T) {
 	if err := tr.Forget(s, "a"); err != nil {
 		t.Fatal(err)
 	}
-	// With metadata a write would make the record's directory again: only Forget stops it.
+	// With metadata a write would make the record again: only Forget stops it.
 	_ = tr.Update(s, "a", map[string]string{"id": "a"}, func(st *testStatus) { st.State = "exited" })
 	if _, ok := readStatus(t, s, "a"); ok {
 		t.Error("a forgotten record was written again")
@@ -100,7 +102,7 @@ func TestTrackedFailedWriteStillVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := NewTracked(testStatus{State: "running"})
-	// No record directory: the write fails.
+	// No record: the write fails.
 	err = tr.Update(s, "missing", nil, func(st *testStatus) { st.State = "exited" })
 	if err == nil {
 		t.Fatal("write into a missing record succeeded")
@@ -109,7 +111,7 @@ func TestTrackedFailedWriteStillVisible(t *testing.T) {
 		t.Errorf("an exit that could not be written was dropped: %+v", tr.Get())
 	}
 	// The next update writes it, even one that writes nothing itself.
-	if err := os.Mkdir(filepath.Join(dir, "missing"), 0o700); err != nil {
+	if err := s.WriteMeta("missing", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.UpdateIf(s, "missing", nil, func(*testStatus) bool { return false }); err != nil {

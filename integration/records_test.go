@@ -1,0 +1,76 @@
+//go:build integration
+
+package integration
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rtshimd/rtshimd/internal/store"
+)
+
+// record is the record of id in a stopped daemon's store ("sandboxes" or "containers"),
+// as the next daemon will read it.
+func record(t *testing.T, d *Daemon, kind, id string) store.Record {
+	t.Helper()
+	recs, err := store.Read(filepath.Join(d.State, kind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("no %s record %s", kind, id)
+	return store.Record{}
+}
+
+// editRecord changes the record of id in a stopped daemon's store, as a daemon that died
+// at some step (or a damaged disk) would have left it: edit gets the metadata and status
+// and returns what to write (nil: unchanged).
+func editRecord(t *testing.T, d *Daemon, kind, id string, edit func(meta, status []byte) ([]byte, []byte)) {
+	t.Helper()
+	r := record(t, d, kind, id)
+	s, err := store.New(filepath.Join(d.State, kind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	meta, status := edit(r.Meta, r.Status)
+	if meta != nil {
+		if err := s.WriteMeta(id, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status != nil {
+		if err := s.WriteStatus(id, status); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stateEntries lists what a store directory holds besides its journal, and the IDs of the
+// records in the journal: empty when no record of any kind is left.
+func stateEntries(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if e.Name() != "journal" {
+			out = append(out, e.Name())
+		}
+	}
+	recs, _ := store.Read(dir)
+	for _, r := range recs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// isGone: nothing is at p.
+func isGone(p string) bool {
+	_, err := os.Lstat(p)
+	return errors.Is(err, os.ErrNotExist)
+}

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Writes that wait while a batch is synced are synced together: 40 concurrent writers
+// with a slow disk take far fewer syncs than writes, and every write is in the journal.
+func TestGroupCommit(t *testing.T) {
+	s, dir := newStore(t)
+	var syncs atomic.Int32
+	s.syncHook = func() error { syncs.Add(1); time.Sleep(5 * time.Millisecond); return nil }
+	var wg sync.WaitGroup
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Save(fmt.Sprintf("r%02d", i), map[string]int{"i": i}, "ready"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := syncs.Load(); n >= 20 {
+		t.Errorf("40 concurrent writes took %d syncs, want them batched", n)
+	}
+	if recs := load(t, reopen(t, s, dir)); len(recs) != 40 {
+		t.Errorf("%d records after reopening, want 40", len(recs))
+	}
+}
+
+// A batch whose sync fails is answered with the error and cut from the journal: a later
+// daemon never sees what its callers were told failed. The next write succeeds.
+func TestFailedSyncLeavesNothing(t *testing.T) {
+	s, dir := newStore(t)
+	if err := s.Save("a", "meta", "one"); err != nil {
+		t.Fatal(err)
+	}
+	s.syncHook = func() error { return errors.New("EIO") }
+	if err := s.Save("a", nil, "two"); err == nil {
+		t.Fatal("a write whose sync failed succeeded")
+	}
+	if err := s.Save("b", "meta", "x"); err == nil {
+		t.Fatal("a write whose sync failed succeeded")
+	}
+	s.syncHook = nil
+	if err := s.Save("c", "meta", "three"); err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{
+		{ID: "a", Meta: []byte(`"meta"`), Status: []byte(`"one"`)},
+		{ID: "c", Meta: []byte(`"meta"`), Status: []byte(`"three"`)},
+	}
+	if got := load(t, reopen(t, s, dir)); !reflect.DeepEqual(got, want) {
+		t.Errorf("after failed syncs: %q, want %q", got, want)
+	}
+}
+
+// Power loss: what reaches the disk is the synced journal and, of the batch being written,
+// any prefix, perhaps followed by garbage. Every answered write must survive, and what is
+// read is the answered state or it plus some whole entries of the unanswered batch. Checked
+// at every point of a random history of puts, status updates and deletes.
+func TestPowerLossKeepsAnsweredWrites(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	s, dir := newStore(t)
+	journal := filepath.Join(dir, journalFile)
+	state := map[string]*record{} // what the answered writes made
+	for step := 0; step < 200; step++ {
+		durable, err := os.ReadFile(journal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The next write: a new record, a status update or a delete.
+		id := fmt.Sprintf("r%d", rng.Intn(8))
+		e := entry{op: opPut, id: id, status: []byte(fmt.Sprintf(`{"step":%d}`, step))}
+		switch {
+		case state[id] == nil:
+			e.meta = []byte(fmt.Sprintf(`{"id":%q,"pad":%q}`, id, bytes.Repeat([]byte("m"), rng.Intn(300))))
+		case rng.Intn(4) == 0:
+			e = entry{op: opDelete, id: id}
+		}
+		// Power lost while it was written: a prefix of its entry reached the disk, and
+		// perhaps garbage after it.
+		full := e.encode(nil)
+		torn := append(append([]byte{}, durable...), full[:rng.Intn(len(full)+1)]...)
+		if rng.Intn(2) == 0 {
+			junk := make([]byte, rng.Intn(64))
+			rng.Read(junk)
+			torn = append(torn, junk...)
+		}
+		crashed := filepath.Join(t.TempDir(), "records")
+		if err := os.MkdirAll(crashed, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(crashed, journalFile), torn, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		after := copyState(state)
+		apply(after, e)
+		got := openLoad(t, crashed)
+		if !reflect.DeepEqual(got, asRecords(state)) && !reflect.DeepEqual(got, asRecords(after)) {
+			t.Fatalf("step %d: after power loss read %q, want %q (or with the unanswered write)", step, got, asRecords(state))
+		}
+		// The crashed store takes writes after its torn end was cut.
+		if err := openWrite(crashed); err != nil {
+			t.Fatalf("step %d: write after power loss: %v", step, err)
+		}
+		// Now the write itself, answered.
+		switch {
+		case e.op == opDelete:
+			err = s.Delete(id)
+		case e.meta != nil:
+			if err = s.WriteMeta(id, e.meta); err == nil {
+				err = s.WriteStatus(id, e.status)
+			}
+		default:
+			err = s.WriteStatus(id, e.status)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(state, e)
+	}
+}
+
+func copyState(m map[string]*record) map[string]*record {
+	out := map[string]*record{}
+	for k, v := range m {
+		c := *v
+		out[k] = &c
+	}
+	return out
+}
+
+func asRecords(m map[string]*record) []Record {
+	var out []Record
+	for id, r := range m {
+		out = append(out, Record{ID: id, Meta: r.meta, Status: r.status})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func openLoad(t *testing.T, dir string) []Record {
+	t.Helper()
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := load(t, s)
+	if len(recs) == 0 {
+		return nil
+	}
+	return recs
+}
+
+func openWrite(dir string) error {
+	s, err := New(dir)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.WriteMeta("after-crash", []byte(`{}`)); err != nil {
+		return err
+	}
+	s.Close()
+	s2, err := New(dir)
+	if err != nil {
+		return err
+	}
+	defer s2.Close()
+	recs, _ := s2.Load()
+	for _, r := range recs {
+		if r.ID == "after-crash" {
+			return nil
+		}
+	}
+	return errors.New("the write after the crash was not read back")
+}
+
+// A journal grown past compactMin and four times its records is rewritten with one entry
+// per record; what it reads back is unchanged.
+func TestCompaction(t *testing.T) {
+	s, dir := newStore(t)
+	pad := bytes.Repeat([]byte("s"), 4096)
+	for i := 0; i < 400; i++ {
+		id := fmt.Sprintf("r%d", i%3)
+		if err := s.Save(id, "meta", fmt.Sprintf("%s-%d", pad, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dir, journalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > compactMin {
+		t.Errorf("journal is %d bytes after 400 writes to 3 records: not compacted", fi.Size())
+	}
+	recs := load(t, reopen(t, s, dir))
+	if len(recs) != 3 || !bytes.HasSuffix(recs[0].Status, []byte(`-399"`)) {
+		t.Errorf("after compaction: %d records, r0 %q", len(recs), recs[0].Status[len(recs[0].Status)-8:])
+	}
+}

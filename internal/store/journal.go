@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -125,6 +126,9 @@ func apply(recs map[string]*record, e entry) {
 		return
 	}
 	r := recs[e.id]
+	if r == nil && e.meta == nil {
+		return // a status for a record no longer there (deleted meanwhile): not a record
+	}
 	if r == nil {
 		r = &record{}
 		recs[e.id] = r
@@ -137,27 +141,44 @@ func apply(recs map[string]*record, e entry) {
 	}
 }
 
-// replay reads the journal at path: its records, and the length of its whole entries
-// (what follows is a torn end).
-func replay(path string) (map[string]*record, int64, error) {
-	recs := map[string]*record{}
+// replay reads the journal at path: its records, and the end of its last whole entry.
+// A bad entry followed by good ones is damage, not a torn end (a power loss tears only the
+// unsynced end): the good entries after it are replayed too, and damaged says so.
+func replay(path string) (recs map[string]*record, end int64, damaged bool, err error) {
+	recs = map[string]*record{}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return recs, 0, nil
+		return recs, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	off := 0
 	for off < len(b) {
 		e, n, err := decodeEntry(b[off:])
 		if err != nil {
-			break
+			next := nextEntry(b, off+1)
+			if next < 0 {
+				break // the torn end
+			}
+			damaged, off = true, next
+			continue
 		}
 		apply(recs, e)
 		off += n
+		end = int64(off)
 	}
-	return recs, int64(off), nil
+	return recs, end, damaged, nil
+}
+
+// nextEntry is the offset of the first whole entry at or after from, or -1.
+func nextEntry(b []byte, from int) int {
+	for i := from; i+4+entryHeaderLen+4 <= len(b); i++ {
+		if _, _, err := decodeEntry(b[i:]); err == nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // openJournal replays the store's journal, cuts a torn end and opens it for appending.
@@ -167,9 +188,23 @@ func (s *Store) openJournal() error {
 	if err := os.Remove(path + ".compact"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s.compact: %w", path, err)
 	}
-	recs, good, err := replay(path)
+	recs, good, damaged, err := replay(path)
 	if err != nil {
 		return fmt.Errorf("read journal %s: %w", path, err)
+	}
+	if damaged {
+		// Not what a power loss does: a disk error. Every good entry was read; the file
+		// is kept as it is for an operator, and the journal rewritten from what was read.
+		keep := fmt.Sprintf("%s.damaged-%d", path, time.Now().UnixNano())
+		if err := copyFile(path, keep); err != nil {
+			return fmt.Errorf("journal %s is damaged and could not be kept aside: %w", path, err)
+		}
+		logrus.WithFields(logrus.Fields{"journal": path, "kept": keep}).Error("the record journal has a damaged entry between good ones; read every good entry and rewrote it (the damaged file is kept)")
+		s.recs = recs
+		if err := s.compactLocked(); err != nil {
+			return fmt.Errorf("rewrite damaged journal %s: %w", path, err)
+		}
+		return nil
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -207,6 +242,12 @@ func (s *Store) commit(e entry) error {
 	defer s.mu.Unlock()
 	if s.f == nil {
 		return fmt.Errorf("store %s is closed", s.dir)
+	}
+	if s.broken != nil {
+		return s.broken
+	}
+	if len(e.id) > 0xffff || 4+entryHeaderLen+len(e.id)+len(e.meta)+len(e.status)+4 > maxEntry {
+		return fmt.Errorf("store %s: record %.64s too large for the journal", s.dir, e.id)
 	}
 	s.pending = append(s.pending, p)
 	for !p.done {
@@ -250,13 +291,30 @@ func (s *Store) writeBatch(batch []*pendingEntry) error {
 	for _, p := range batch {
 		buf = p.e.encode(buf)
 	}
+	if s.needDirSync {
+		// A compaction's rename not yet durable: nothing written after it is answered
+		// until it is.
+		if err := syncDir(s.dir); err != nil {
+			return fmt.Errorf("write record journal %s: %w", s.dir, err)
+		}
+		s.needDirSync = false
+	}
 	_, err := s.f.Write(buf)
 	if err == nil {
 		err = s.syncFile(s.f)
 	}
 	if err != nil {
-		if terr := s.f.Truncate(s.size); terr == nil {
-			_, _ = s.f.Seek(s.size, io.SeekStart)
+		// Cut the batch back out, durably; if that fails the file cannot be trusted to
+		// end with whole entries, and no later write is answered.
+		cerr := s.f.Truncate(s.size)
+		if cerr == nil {
+			_, cerr = s.f.Seek(s.size, io.SeekStart)
+		}
+		if cerr == nil {
+			cerr = unix.Fdatasync(int(s.f.Fd()))
+		}
+		if cerr != nil {
+			s.broken = fmt.Errorf("record journal %s: a failed write could not be cut back out (%v) after: %w", s.dir, cerr, err)
 		}
 		return fmt.Errorf("write record journal %s: %w", s.dir, err)
 	}
@@ -307,10 +365,12 @@ func (s *Store) compactLocked() error {
 		os.Remove(tmp)
 		return err
 	}
-	old := s.f
+	if s.f != nil {
+		s.f.Close()
+	}
 	s.f, s.size = f, int64(len(buf))
-	old.Close()
 	if err := syncDir(s.dir); err != nil {
+		s.needDirSync = true // the next batch syncs it before it is answered
 		return err
 	}
 	return nil
@@ -320,6 +380,9 @@ func (s *Store) compactLocked() error {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.flushing {
+		s.cond.Wait()
+	}
 	if s.f == nil {
 		return nil
 	}
@@ -343,6 +406,11 @@ func (s *Store) importLegacy() error {
 			continue
 		}
 		id := de.Name()
+		if _, ok := s.recs[id]; ok {
+			// Imported already; a crash cut its directory's removal short.
+			moved = append(moved, id)
+			continue
+		}
 		meta, merr := readOptional(filepath.Join(s.dir, id, metaFile))
 		status, serr := readOptional(filepath.Join(s.dir, id, statusFile))
 		if merr != nil || serr != nil {
@@ -387,7 +455,7 @@ func (s *Store) snapshotRecord(id string) (record, bool) {
 // them, without opening it for writing (tools and tests; an earlier release's record
 // directories are not read).
 func Read(dir string) ([]Record, error) {
-	recs, _, err := replay(filepath.Join(dir, journalFile))
+	recs, _, _, err := replay(filepath.Join(dir, journalFile))
 	if err != nil {
 		return nil, err
 	}
@@ -397,4 +465,12 @@ func Read(dir string) ([]Record, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(dst, b, 0o600)
 }

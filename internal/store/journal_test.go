@@ -213,3 +213,76 @@ func TestCompaction(t *testing.T) {
 		t.Errorf("after compaction: %d records, r0 %q", len(recs), recs[0].Status[len(recs[0].Status)-8:])
 	}
 }
+
+// A bad entry between good ones is a disk error, not a torn end: every good entry is
+// read, the damaged file kept aside, the journal rewritten and writable.
+func TestDamagedEntryBetweenGoodOnes(t *testing.T) {
+	s, dir := newStore(t)
+	for _, id := range []string{"a", "b", "c"} {
+		if err := s.Save(id, "meta-"+id, "ready"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	path := filepath.Join(dir, journalFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip a byte inside b's entry (the second of three equal-sized ones).
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range load(t, s) {
+		ids = append(ids, r.ID)
+	}
+	if !reflect.DeepEqual(ids, []string{"a", "c"}) {
+		t.Errorf("records after the damage: %v, want a and c", ids)
+	}
+	kept, _ := filepath.Glob(path + ".damaged-*")
+	if len(kept) != 1 {
+		t.Errorf("damaged journal kept as %v", kept)
+	} else if k, _ := os.ReadFile(kept[0]); !bytes.Equal(k, b) {
+		t.Errorf("the kept file is not the damaged journal")
+	}
+	if err := s.Save("d", "meta-d", "ready"); err != nil {
+		t.Fatal(err)
+	}
+	if recs := load(t, reopen(t, s, dir)); len(recs) != 3 {
+		t.Errorf("after the rewrite and a write: %q", recs)
+	}
+}
+
+// A directory left by an import a crash cut short (its meta.json removed, its
+// status.json not yet) does not overwrite the imported record.
+func TestImportCutShort(t *testing.T) {
+	s, dir := newStore(t)
+	if err := s.Save("x", "meta-x", "running"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.MkdirAll(filepath.Join(dir, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x", statusFile), []byte(`"old"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := load(t, s)
+	if len(recs) != 1 || string(recs[0].Meta) != `"meta-x"` || string(recs[0].Status) != `"running"` {
+		t.Errorf("records %q, want x as the journal has it", recs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+		t.Errorf("the leftover directory is still there: %v", err)
+	}
+}

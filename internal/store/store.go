@@ -32,6 +32,10 @@ type Store struct {
 	cond     *sync.Cond // signalled when a batch is done
 	pending  []*pendingEntry
 	flushing bool
+	// broken: a failed write could not be cut back out; nothing more is answered.
+	broken error
+	// needDirSync: a compaction's rename is not yet durable (its directory sync failed).
+	needDirSync bool
 	// legacyBad are directory-layout records that could not be read (importLegacy).
 	legacyBad []Record
 	// syncHook, set by tests, runs before each sync and fails it with its error.

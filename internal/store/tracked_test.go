@@ -16,7 +16,7 @@ type testStatus struct {
 // journal on disk, not from the store's memory.
 func readStatus(t *testing.T, s *Store, id string) (testStatus, bool) {
 	t.Helper()
-	recs, _, err := replay(filepath.Join(s.dir, journalFile))
+	recs, _, _, err := replay(filepath.Join(s.dir, journalFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// removalWait bounds the wait for a removal's notification after an ambiguous one.
-const removalWait = 2 * time.Second
+// removalWait bounds the wait for a removal's notification after an ambiguous one: the
+// kernel takes a removed cgroup offline within milliseconds of the rmdir.
+const removalWait = 200 * time.Millisecond
 
 // Watcher follows one memory cgroup.
 type Watcher struct {
@@ -83,13 +84,35 @@ func (w *Watcher) run(dir string) {
 	}
 }
 
-// OOMKilled says whether an OOM was notified; while a notification is still being told
-// apart from the cgroup's removal it waits for the answer (at most removalWait).
+// OOMKilled says whether an OOM was notified. A notification the watch has not read yet,
+// or is still telling apart from the cgroup's removal, is waited for (at most
+// removalWait and a little): an exit can be handled before the watch's goroutine ran.
 func (w *Watcher) OOMKilled() bool {
+	if !w.oom.Load() && !w.pending.Load() && w.unread() {
+		select {
+		case <-w.done:
+		case <-time.After(2 * removalWait):
+		}
+	}
 	if w.pending.Load() {
 		<-w.done
 	}
 	return w.oom.Load()
+}
+
+// unread: the eventfd holds a notification no one has read.
+func (w *Watcher) unread() bool {
+	rc, err := w.ev.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ready := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		ready = err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
+	})
+	return ready
 }
 
 // Stop ends the watch.

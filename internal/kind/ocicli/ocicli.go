@@ -192,8 +192,12 @@ func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, all bool) e
 	// owns its PID namespace; --all then reaches the processes of one that shares the pod's.
 	err := r.rt.Kill(ctx, t.ID, sig, false)
 	if all && !r.sandboxed {
-		if aerr := r.rt.Kill(ctx, t.ID, sig, true); err != nil {
+		aerr := r.rt.Kill(ctx, t.ID, sig, true)
+		switch {
+		case err != nil:
 			err = aerr // the init had gone already: what --all says counts
+		case aerr != nil && !ocicmd.IsNotExist(aerr):
+			logrus.WithError(aerr).WithField("container", t.ID).Warn("kill --all after the init")
 		}
 	}
 	if err == nil || ocicmd.IsNotExist(err) {

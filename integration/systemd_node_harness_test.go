@@ -74,6 +74,7 @@ func startSystemdNode(t *testing.T, repo string) *systemdNode {
 	defer console.Close()
 	cmd := exec.Command("runc", "--root", n.runcRoot, "run", "--detach", "--pid-file", filepath.Join(dir, "pid"), id)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, console, console
+	t.Cleanup(func() { removeCgroupTree(n.Cgroup) }) // after stop; also if runc failed half-way
 	if err := cmd.Run(); err != nil {
 		out, _ := os.ReadFile(console.Name())
 		t.Fatalf("runc run the node: %v\n%s", err, out)

@@ -90,10 +90,17 @@ func TestSystemdNode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	rs, _, err := connect(ctx, "unix://"+socket)
+	rs, is, err := connect(ctx, "unix://"+socket)
 	if err != nil {
 		t.Fatalf("connect to the node's rtshimd: %v", err)
 	}
+	t.Cleanup(func() {
+		for _, c := range []any{rs, is} {
+			if c, ok := c.(interface{ Close(context.Context) error }); ok {
+				_ = c.Close(context.Background())
+			}
+		}
+	})
 	t.Run("systemd driver", func(t *testing.T) {
 		rc, err := rs.RuntimeConfig(ctx)
 		if err != nil || rc.GetLinux().GetCgroupDriver() != runtimeapi.CgroupDriver_SYSTEMD {
@@ -380,6 +387,8 @@ func startNodeKubelet(t *testing.T, n *systemdNode) *Kubelet {
 		t: t, Dir: n.Path("/var/lib/kubelet"), Manifests: n.Path("/etc/kubernetes/manifests"),
 		Root: "/var/lib/kubelet", NodeName: "rtshimd-systemd-node", Port: 10250, client: n.HTTPClient(),
 	}
+	// Idle keep-alive connections would hold the node's network namespace.
+	t.Cleanup(k.client.CloseIdleConnections)
 	n.WriteFile("/etc/kubernetes/kubelet.yaml", `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: /etc/kubernetes/manifests

@@ -440,6 +440,15 @@ func (s *Store) importLegacy() error {
 	return nil
 }
 
+// lookup says whether a record of id is in the journal and whether its metadata is meta,
+// without copying it (Save asks on every write).
+func (s *Store) lookup(id string, meta []byte) (exists, sameMeta bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	return ok, ok && bytes.Equal(r.meta, meta)
+}
+
 // snapshotRecord returns a copy of the record of id, if any.
 func (s *Store) snapshotRecord(id string) (record, bool) {
 	s.mu.Lock()

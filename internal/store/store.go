@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ func (s *Store) WriteMeta(id string, data []byte) error {
 
 // WriteStatus replaces the status of id, whose metadata must have been written.
 func (s *Store) WriteStatus(id string, data []byte) error {
-	if _, ok := s.snapshotRecord(id); !ok {
+	if exists, _ := s.lookup(id, nil); !exists {
 		return fmt.Errorf("store %s: status without a record", id)
 	}
 	return s.commit(entry{op: opPut, id: id, status: nonNil(data)})
@@ -120,16 +121,9 @@ const reasonFile = "reason"
 // put it back while the daemon is stopped. A path with an error means the record was set
 // aside but a later step (a sync, the reason file) failed: it is no longer in the store.
 func (s *Store) Quarantine(id, why string) (string, error) {
-	s.mu.Lock()
-	legacy := -1
-	for i, r := range s.legacyBad {
-		if r.ID == id {
-			legacy = i
-		}
-	}
-	s.mu.Unlock()
+	legacy := s.isLegacyBad(id)
 	rec, inJournal := s.snapshotRecord(id)
-	if legacy < 0 && !inJournal {
+	if !legacy && !inJournal {
 		return "", fmt.Errorf("quarantine record %s: no such record", id)
 	}
 	q := s.quarantineDir()
@@ -143,14 +137,12 @@ func (s *Store) Quarantine(id, why string) (string, error) {
 		}
 		dst = filepath.Join(q, fmt.Sprintf("%s.%d", id, n))
 	}
-	if legacy >= 0 {
+	if legacy {
 		// An earlier release's directory, moved as it is.
 		if err := os.Rename(filepath.Join(s.dir, id), dst); err != nil {
 			return "", fmt.Errorf("quarantine record %s: %w", id, err)
 		}
-		s.mu.Lock()
-		s.legacyBad = append(s.legacyBad[:legacy:legacy], s.legacyBad[legacy+1:]...)
-		s.mu.Unlock()
+		s.dropLegacyBad(id)
 		if err := syncDir(s.dir); err != nil {
 			return dst, fmt.Errorf("quarantine record %s: %w", id, err)
 		}
@@ -227,32 +219,32 @@ func readOptional(path string) ([]byte, error) {
 
 // Delete removes the record of id; deleting a missing record is not an error.
 func (s *Store) Delete(id string) error {
-	if _, ok := s.snapshotRecord(id); ok {
+	if exists, _ := s.lookup(id, nil); exists {
 		if err := s.commit(entry{op: opDelete, id: id}); err != nil {
 			return fmt.Errorf("delete record %s: %w", id, err)
 		}
 	}
-	legacy := filepath.Join(s.dir, id)
-	if _, err := os.Lstat(legacy); err == nil {
-		if err := os.RemoveAll(legacy); err != nil {
+	// Only an unreadable record of an earlier release still has a directory.
+	if s.isLegacyBad(id) {
+		if err := os.RemoveAll(filepath.Join(s.dir, id)); err != nil {
 			return fmt.Errorf("delete record %s: %w", id, err)
 		}
-		s.mu.Lock()
-		s.legacyBad = slicesDeleteID(s.legacyBad, id)
-		s.mu.Unlock()
+		s.dropLegacyBad(id)
 		return syncDir(s.dir)
 	}
 	return nil
 }
 
-func slicesDeleteID(recs []Record, id string) []Record {
-	out := recs[:0:0]
-	for _, r := range recs {
-		if r.ID != id {
-			out = append(out, r)
-		}
-	}
-	return out
+func (s *Store) isLegacyBad(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.legacyBad, func(r Record) bool { return r.ID == id })
+}
+
+func (s *Store) dropLegacyBad(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.legacyBad = slices.DeleteFunc(s.legacyBad, func(r Record) bool { return r.ID == id })
 }
 
 // WriteFileAtomic writes data to a temporary file beside path, syncs it and renames it
@@ -308,16 +300,15 @@ func syncDir(dir string) error {
 // in one journal entry.
 func (s *Store) Save(id string, meta, status any) error {
 	e := entry{op: opPut, id: id}
-	cur, exists := s.snapshotRecord(id)
 	if meta != nil {
 		b, err := json.Marshal(meta)
 		if err != nil {
 			return fmt.Errorf("encode record %s: %w", id, err)
 		}
-		if !exists || !bytes.Equal(cur.meta, b) {
+		if exists, same := s.lookup(id, b); !exists || !same {
 			e.meta = b
 		}
-	} else if !exists {
+	} else if exists, _ := s.lookup(id, nil); !exists {
 		return fmt.Errorf("store %s: status without a record", id)
 	}
 	b, err := json.Marshal(status)

@@ -22,31 +22,41 @@ const earlierRelease = "2a4d9f3d97b24890cbd49e8cfdd51cb5955e625b"
 // earlierMonitors builds the monitors of earlierRelease from the repository's history
 // into binDir ("go" and "c" by kind); it skips in a checkout without that history.
 func earlierMonitors(t *testing.T) map[string]string {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(file))
 	out := filepath.Join(binDir, "earlier")
 	bins := map[string]string{"go": filepath.Join(out, "rtshim-monitor"), "c": filepath.Join(out, "rtshim-monitor-c")}
 	if _, err := os.Stat(bins["c"]); err == nil {
 		return bins
 	}
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", earlierRelease+"^{commit}").Run(); err != nil {
-		t.Skipf("the checkout lacks the history holding %s: %v", earlierRelease, err)
+	src := earlierTree(t, earlierRelease)
+	runIn(t, src, []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}, "go", "build", "-o", bins["go"], "./cmd/rtshim-monitor")
+	runIn(t, src, nil, "make", "--no-print-directory", "monitor-c", "BIN="+out)
+	return bins
+}
+
+// earlierTree is the repository's tree at rev, unpacked in a temporary directory; it skips
+// in a checkout without that history.
+func earlierTree(t *testing.T, rev string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", rev+"^{commit}").Run(); err != nil {
+		t.Skipf("the checkout lacks the history holding %s: %v", rev, err)
 	}
 	src := t.TempDir()
-	run := func(dir string, env []string, name string, args ...string) {
-		t.Helper()
-		cmd := exec.Command(name, args...)
-		cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, b)
-		}
-	}
 	tarball := filepath.Join(t.TempDir(), "earlier.tar")
-	run(root, nil, "git", "archive", "-o", tarball, earlierRelease)
-	run(src, nil, "tar", "-xf", tarball)
-	run(src, []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}, "go", "build", "-o", bins["go"], "./cmd/rtshim-monitor")
-	run(src, nil, "make", "--no-print-directory", "monitor-c", "BIN="+out)
-	return bins
+	runIn(t, root, nil, "git", "archive", "-o", tarball, rev)
+	runIn(t, src, nil, "tar", "-xf", tarball)
+	return src
+}
+
+// runIn runs a command in dir with env added, failing the test with its output.
+func runIn(t *testing.T, dir string, env []string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, b)
+	}
 }
 
 // monitorExe is the binary of the process the daemon names as container id's monitor

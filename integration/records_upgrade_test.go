@@ -4,9 +4,7 @@ package integration
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -20,29 +18,13 @@ const recordDirsRelease = "ee47d55499c98ff2dcc4b33a2563205e04b4ee92"
 // earlierDaemon builds rtshimd of rev from the repository's history into binDir; it skips
 // in a checkout without that history.
 func earlierDaemon(t *testing.T, rev string) string {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(file))
 	bin := filepath.Join(binDir, "rtshimd-"+rev[:12])
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", rev+"^{commit}").Run(); err != nil {
-		t.Skipf("the checkout lacks the history holding %s: %v", rev, err)
-	}
-	src := t.TempDir()
-	run := func(dir string, name string, args ...string) {
-		t.Helper()
-		cmd := exec.Command(name, args...)
-		cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOFLAGS=-buildvcs=false")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, b)
-		}
-	}
-	tarball := filepath.Join(t.TempDir(), "earlier.tar")
-	run(root, "git", "archive", "-o", tarball, rev)
-	run(src, "tar", "-xf", tarball)
 	// -trimpath: the build cache serves every package the two trees share.
-	run(src, "go", "build", "-trimpath", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs", "-o", bin, "./cmd/rtshimd")
+	runIn(t, earlierTree(t, rev), []string{"GOFLAGS=-buildvcs=false"}, "go", "build", "-trimpath",
+		"-tags", "containers_image_openpgp,exclude_graphdriver_btrfs", "-o", bin, "./cmd/rtshimd")
 	return bin
 }
 

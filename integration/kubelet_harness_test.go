@@ -300,6 +300,27 @@ func (k *Kubelet) WaitPod(name string, limit time.Duration, what string, cond fu
 	return got
 }
 
+// runningReady: kubelet reports the pod Running and Ready.
+func runningReady(p *kubePod) bool {
+	return p.Status.Phase == "Running" && p.condition("Ready") == "True"
+}
+
+// onePod is the manifest of a static pod in namespace default with one container, main,
+// running cmd; restart is its restartPolicy ("" for kubelet's default) and resources its
+// container's resources as a YAML flow mapping ("" for none).
+func onePod(name, image, restart, resources string, cmd ...string) string {
+	command, _ := json.Marshal(cmd)
+	m := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: default}\nspec:\n", name)
+	if restart != "" {
+		m += "  restartPolicy: " + restart + "\n"
+	}
+	m += fmt.Sprintf("  terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: %s\n    command: %s\n", image, command)
+	if resources != "" {
+		m += "    resources: " + resources + "\n"
+	}
+	return m
+}
+
 // AddStaticPod writes a manifest into staticPodPath.
 func (k *Kubelet) AddStaticPod(file, manifest string) {
 	k.t.Helper()

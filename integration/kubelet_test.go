@@ -80,18 +80,7 @@ spec:
       - {path: name, fieldRef: {fieldPath: metadata.name}}
       - {path: mem-limit, resourceFieldRef: {containerName: web, resource: limits.memory, divisor: 1Mi}}
 `, e.image, hostDir))
-	k.AddStaticPod("guaranteed.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: guaranteed, namespace: default}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: %s
-    command: ["sleep", "3600"]
-    resources:
-      limits: {cpu: 100m, memory: 32Mi}
-`, e.image))
+	k.AddStaticPod("guaranteed.yaml", onePod("guaranteed", e.image, "", "{limits: {cpu: 100m, memory: 32Mi}}", "sleep", "3600"))
 	k.AddStaticPod("crasher.yaml", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: crasher, namespace: default}
@@ -115,7 +104,7 @@ spec:
 `, e.image))
 
 	node := "-" + k.NodeName
-	running := func(p *kubePod) bool { return p.Status.Phase == "Running" && p.condition("Ready") == "True" }
+	running := runningReady
 	wl := k.WaitPod("workload"+node, 3*time.Minute, "Running and Ready", running)
 	gu := k.WaitPod("guaranteed"+node, time.Minute, "Running and Ready", running)
 	cr := k.WaitPod("crasher"+node, 2*time.Minute, "restarted after a crash", func(p *kubePod) bool {

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,13 +76,9 @@ func TestMissingRuntimeBinary(t *testing.T) {
 		t.Errorf("runtime_handlers = %q, want \",runc,runc-shim,runsc,runsc-debian[,runsc-shim]\"", names)
 	}
 	// The verbose info has the whole table, the not-ready handler with its reason.
-	var table []struct {
-		Name   string `json:"name"`
-		Ready  bool   `json:"ready"`
-		Reason string `json:"reason"`
-	}
-	if err := json.Unmarshal([]byte(st.Info["handlers"]), &table); err != nil {
-		t.Fatalf("verbose handlers info: %v", err)
+	table, err := handlerRows(st)
+	if err != nil {
+		t.Fatal(err)
 	}
 	found := false
 	for _, h := range table {
@@ -265,4 +262,20 @@ func TestRtshimdHandlersCommand(t *testing.T) {
 		!(strings.HasSuffix(r, " ready") || strings.Contains(r, "not ready: ") && strings.Contains(r, "OOMScoreAdjust=-999")) {
 		t.Errorf("runsc-shim row: %q", r)
 	}
+}
+
+// handlerRow is a row of Status verbose info's "handlers".
+type handlerRow struct {
+	Name   string `json:"name"`
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason"`
+}
+
+// handlerRows decodes Status verbose info's handler table.
+func handlerRows(st *runtimeapi.StatusResponse) ([]handlerRow, error) {
+	var rows []handlerRow
+	if err := json.Unmarshal([]byte(st.GetInfo()["handlers"]), &rows); err != nil {
+		return nil, fmt.Errorf("verbose handlers info %q: %w", st.GetInfo()["handlers"], err)
+	}
+	return rows, nil
 }

@@ -112,7 +112,7 @@ func TestSystemdNode(t *testing.T) {
 		// The runc row's probe container ran under the systemd driver.
 		waitFor(t, time.Minute, "the runc row ready", func() (bool, string) {
 			st, err := rs.Status(ctx, true)
-			return err == nil && st.GetInfo()["handlers"] != "" && strings.Contains(statusReady(st), "runc=ready"), fmt.Sprint(statusReady(st), err)
+			return err == nil && strings.Contains(statusReady(st), "runc=ready"), fmt.Sprint(statusReady(st), err)
 		})
 	})
 	if t.Failed() {
@@ -146,55 +146,14 @@ func TestSystemdNode(t *testing.T) {
 
 	k := startNodeKubelet(t, n)
 	node := "-" + k.NodeName
-	k.AddStaticPod("guaranteed.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: guaranteed, namespace: default}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: %s
-    command: ["sleep", "3600"]
-    resources:
-      limits: {cpu: 100m, memory: 32Mi}
-`, image))
-	k.AddStaticPod("burstable.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: burstable, namespace: default}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: %s
-    command: ["sh", "-c", "while true; do echo tick; sleep 1; done"]
-    resources:
-      requests: {cpu: 50m, memory: 16Mi}
-      limits: {memory: 64Mi}
-`, image))
-	k.AddStaticPod("besteffort.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: besteffort, namespace: default}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: %s
-    command: ["sleep", "3600"]
-`, image))
-	k.AddStaticPod("hog.yaml", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: hog, namespace: default}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: %s
-    command: ["sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c"]
-    resources:
-      limits: {memory: 24Mi}
-`, image))
+	k.AddStaticPod("guaranteed.yaml", onePod("guaranteed", image, "", "{limits: {cpu: 100m, memory: 32Mi}}", "sleep", "3600"))
+	k.AddStaticPod("burstable.yaml", onePod("burstable", image, "", "{requests: {cpu: 50m, memory: 16Mi}, limits: {memory: 64Mi}}",
+		"sh", "-c", "while true; do echo tick; sleep 1; done"))
+	k.AddStaticPod("besteffort.yaml", onePod("besteffort", image, "", "", "sleep", "3600"))
+	k.AddStaticPod("hog.yaml", onePod("hog", image, "Never", "{limits: {memory: 24Mi}}",
+		"sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c"))
 
-	running := func(p *kubePod) bool { return p.Status.Phase == "Running" && p.condition("Ready") == "True" }
+	running := runningReady
 	gu := k.WaitPod("guaranteed"+node, 3*time.Minute, "Running and Ready", running)
 	if t.Failed() {
 		t.FailNow() // the others would fail the same way, each after its wait
@@ -347,12 +306,10 @@ spec:
 
 // statusReady is "name=ready" or "name=reason" for each handler row in Status verbose info.
 func statusReady(st *runtimeapi.StatusResponse) string {
-	var rows []struct {
-		Name   string `json:"name"`
-		Ready  bool   `json:"ready"`
-		Reason string `json:"reason"`
+	rows, err := handlerRows(st)
+	if err != nil {
+		return err.Error()
 	}
-	_ = json.Unmarshal([]byte(st.GetInfo()["handlers"]), &rows)
 	var out []string
 	for _, r := range rows {
 		if r.Ready {

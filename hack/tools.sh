@@ -214,8 +214,11 @@ build_systemd_node_rootfs() {
 	key=$(echo "$NODE_SUITE $NODE_PKGS" | sha256sum | cut -c1-12)
 	if [ ! -f "$BIN/systemd-node-rootfs-$key.tar" ]; then
 		log "making the systemd node's root ($NODE_SUITE: $NODE_PKGS; about a minute)"
+		# A failed run's partial tar is not kept (nor taken for the root next time).
+		rm -f "$BIN/systemd-node-rootfs-$key.new.tar"
 		mmdebstrap --quiet --variant=minbase --include="$NODE_PKGS" "$NODE_SUITE" \
-			"$BIN/systemd-node-rootfs-$key.new.tar" http://deb.debian.org/debian >&2
+			"$BIN/systemd-node-rootfs-$key.new.tar" http://deb.debian.org/debian >&2 ||
+			{ rm -f "$BIN/systemd-node-rootfs-$key.new.tar"; exit 1; }
 		mv "$BIN/systemd-node-rootfs-$key.new.tar" "$BIN/systemd-node-rootfs-$key.tar"
 	fi
 	ln -sfn "systemd-node-rootfs-$key.tar" "$BIN/systemd-node-rootfs.tar"

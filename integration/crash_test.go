@@ -629,33 +629,21 @@ func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]str
 	}
 	s["veths"] = []string{fmt.Sprint(n.veths())}
 	s["ipam leases"] = n.allocations()
-	if b, err := os.ReadFile(filepath.Join(d.State, "storage", "overlay-containers", "containers.json")); err == nil {
-		var ctrs []struct {
-			ID string `json:"id"`
-		}
-		_ = json.Unmarshal(b, &ctrs)
-		for _, c := range ctrs {
-			s["storage containers"] = append(s["storage containers"], c.ID)
+	records := func(kind, key string) {
+		for _, raw := range storageRecords(d.t, d.State, d.RunRoot, kind) {
+			var r struct {
+				ID    string   `json:"id"`
+				Names []string `json:"names"`
+			}
+			_ = json.Unmarshal(raw, &r)
+			s[key] = append(s[key], strings.TrimSpace(r.ID+" "+strings.Join(r.Names, ",")))
 		}
 	}
+	records("containers", "storage containers")
 	// The image store: layers and images by ID (with their names), what pulls left in
 	// the temporary dir, and the registries drop-ins a reload renders (one is served).
-	storageRecords := func(file, key string) {
-		b, err := os.ReadFile(filepath.Join(d.State, "storage", file))
-		if err != nil {
-			return
-		}
-		var recs []struct {
-			ID    string   `json:"id"`
-			Names []string `json:"names"`
-		}
-		_ = json.Unmarshal(b, &recs)
-		for _, r := range recs {
-			s[key] = append(s[key], r.ID+" "+strings.Join(r.Names, ","))
-		}
-	}
-	storageRecords("overlay-layers/layers.json", "storage layers")
-	storageRecords("overlay-images/images.json", "storage images")
+	records("layers", "storage layers")
+	records("images", "storage images")
 	tmp, _ := os.ReadDir(filepath.Join(d.State, "tmp"))
 	for _, en := range tmp {
 		s["pull temporaries"] = append(s["pull temporaries"], en.Name())

@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -28,18 +26,7 @@ func imgSpec(ref string) *runtimeapi.ImageSpec { return &runtimeapi.ImageSpec{Im
 // storedLayers counts the layers in the daemon's image store.
 func storedLayers(t *testing.T, d *Daemon) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(d.State, "storage", "overlay-layers", "layers.json"))
-	if os.IsNotExist(err) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layers []json.RawMessage
-	if err := json.Unmarshal(b, &layers); err != nil {
-		t.Fatalf("layers.json: %v", err)
-	}
-	return len(layers)
+	return len(storageRecords(t, d.State, d.RunRoot, "layers"))
 }
 
 func TestPullByTagAndDigest(t *testing.T) {

@@ -257,15 +257,12 @@ func storedContainers(t *testing.T, d *Daemon) []struct {
 		Image    string `json:"image"`
 		Metadata string `json:"metadata"`
 	}
-	b, err := os.ReadFile(filepath.Join(d.State, "storage", "overlay-containers", "containers.json"))
-	if os.IsNotExist(err) {
-		return nil
-	}
+	b, err := json.Marshal(storageRecords(t, d.State, d.RunRoot, "containers"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("containers.json: %v", err)
+		t.Fatalf("storage containers: %v", err)
 	}
 	return out
 }

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -73,4 +74,30 @@ func stateEntries(dir string) []string {
 func isGone(p string) bool {
 	_, err := os.Lstat(p)
 	return errors.Is(err, os.ErrNotExist)
+}
+
+// storageRecords is what containers/storage records of kind ("containers", "layers" or
+// "images") in a daemon's image store: the durable file under the state root and the
+// transient one under the run root, where containers and their layers are kept.
+func storageRecords(t testing.TB, stateRoot, runRoot, kind string) []json.RawMessage {
+	t.Helper()
+	var out []json.RawMessage
+	for _, p := range []string{
+		filepath.Join(stateRoot, "storage", "overlay-"+kind, kind+".json"),
+		filepath.Join(runRoot, "storage", "overlay-"+kind, "volatile-"+kind+".json"),
+	} {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []json.RawMessage
+		if err := json.Unmarshal(b, &recs); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		out = append(out, recs...)
+	}
+	return out
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -119,8 +118,8 @@ func TestRootfsFromImage(t *testing.T) {
 		t.Errorf("second RemoveRootfs: %v", err)
 	}
 	closeSvc()
-	if b, err := os.ReadFile(filepath.Join(dir, "state", "storage", "overlay-layers", "layers.json")); err == nil && strings.Contains(string(b), `"id"`) {
-		t.Errorf("layers left after the last container of a removed image: %s", b)
+	if left := storageRecords(t, filepath.Join(dir, "state"), filepath.Join(dir, "run"), "layers"); len(left) > 0 {
+		t.Errorf("layers left after the last container of a removed image: %s", left)
 	}
 	if m := mountsUnder(dir); len(m) > 0 {
 		t.Errorf("mounts left after Close: %v", m)

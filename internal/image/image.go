@@ -62,10 +62,23 @@ func New(opts Options) (*Service, error) {
 		RunRoot:         filepath.Join(opts.RunRoot, "storage"),
 		GraphRoot:       filepath.Join(opts.StateRoot, "storage"),
 		GraphDriverName: opts.Config.StorageDriver,
+		// Containers' records and writable layers are transient (podman's and CRI-O's
+		// transient_store): their records live in the run root and are written without
+		// fsync, their overlays are mounted volatile. A container does not outlive a
+		// reboot in the CRI (kubelet makes new ones), so what a sync would keep is never
+		// read again, and the syncs were most of a CreateContainer's layer step (11.7 →
+		// 4.8 ms here). Images stay durable.
+		TransientStore: true,
 	}
 	store, err := storage.GetStore(storeOpts)
 	if err != nil {
 		return nil, fmt.Errorf("open image store %s (driver %s): %w", storeOpts.GraphRoot, storeOpts.GraphDriverName, err)
+	}
+	// After a reboot the transient records are gone and their layers' directories are
+	// left in the graph root: remove what no record names (nothing else uses the store
+	// yet).
+	if err := store.GarbageCollect(); err != nil {
+		logrus.WithError(err).WithField("root", storeOpts.GraphRoot).Warn("image store: remove the layers no record names")
 	}
 	// The store and its driver's home are made 0700; a container in a pod user namespace
 	// is mounted by runc as the pod's root, another user, who must pass through them to

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -259,4 +260,112 @@ func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
 	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// After a reboot the state root is all that is left: no process of the node, no mount,
+// no cgroup, an empty run root (a tmpfs). The next daemon reports the pod NOTREADY and its
+// containers EXITED (the one that had exited keeps its code), kubelet can stop and remove
+// them, and the containers' writable layers, whose records lived in the run root, are
+// gone from the image store with nothing left of them.
+func TestRestartAfterReboot(t *testing.T) {
+	e := newContainerEnv(t)
+	d := e.d
+	ctx := ctxT(t)
+	podID, pod := e.pod("reboot", "runc")
+	running := e.run(podID, pod, e.ctrConfig("running", "sleep", "100000"))
+	exited := e.run(podID, pod, e.ctrConfig("exited", "sh", "-c", "exit 3"))
+	e.waitExit(exited)
+	if out, code := e.exec(running, "sh", "-c", "echo x > /written"); code != 0 {
+		t.Fatalf("write in the rootfs: %d %s", code, out)
+	}
+	imageLayers := storedLayers(t, d)
+
+	d.Kill()
+	reboot(t, d)
+	if n := storedLayers(t, d); n != imageLayers-2 {
+		t.Fatalf("the store records %d layers after the reboot, want the images' %d", n, imageLayers-2)
+	}
+	d.Start()
+
+	resp, err := d.RS.PodSandboxStatus(ctx, podID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		t.Errorf("pod after a reboot: %v, want NOTREADY", resp.Status.State)
+	}
+	// The running one is found without its supervisor as the daemon starts watching it
+	// (its record says running until then).
+	if st := e.waitExit(running); st.ExitCode == 0 {
+		t.Errorf("the container that ran before the reboot: exit 0, want a failure")
+	}
+	if st, err := d.RS.ContainerStatus(ctx, exited, false); err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Status.ExitCode != 3 {
+		t.Errorf("the container that had exited before the reboot: %v %v", st.GetStatus(), err)
+	}
+	// Only the images' layers are left in the graph driver's directory: the containers'
+	// were removed at start, their records having gone with the run root.
+	if dirs := layerDirs(t, d); len(dirs) != imageLayers-2 {
+		t.Errorf("layer directories after the reboot: %d (%v), want the images' %d", len(dirs), dirs, imageLayers-2)
+	}
+	if err := d.RS.StopPodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RS.RemovePodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	if left := storageRecords(t, d.State, d.RunRoot, "containers"); len(left) > 0 {
+		t.Errorf("storage containers left: %s", left)
+	}
+}
+
+// reboot does to a killed daemon's node what a reboot does: every process of its pods
+// ends, their cgroups go, every mount under the daemon's roots goes and the run root is
+// emptied.
+func reboot(t *testing.T, d *Daemon) {
+	t.Helper()
+	bin, root := runtimeOf(d, "runc")
+	out, err := exec.Command(bin, "--root", root, "list", "-q").Output()
+	if err != nil {
+		t.Fatalf("runc list: %v", err)
+	}
+	for _, id := range strings.Fields(string(out)) {
+		if out, err := exec.Command(bin, "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+			t.Fatalf("runc delete --force %s: %v %s", id, err, out)
+		}
+	}
+	for _, p := range processesMentioning(d.Dir, 0) {
+		var pid int
+		if _, err := fmt.Sscan(p, &pid); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	waitFor(t, 20*time.Second, "the node's processes to end", func() (bool, string) {
+		left := processesMentioning(d.Dir, 0)
+		return len(left) == 0, fmt.Sprint(left)
+	})
+	mounts := mountsUnder(d.Dir)
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil {
+			t.Fatalf("unmount %s: %v", mounts[i], err)
+		}
+	}
+	if err := os.RemoveAll(d.RunRoot); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// layerDirs lists the layer directories of the image store's overlay driver.
+func layerDirs(t *testing.T, d *Daemon) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(d.State, "storage", "overlay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, en := range entries {
+		if en.IsDir() && en.Name() != "l" {
+			out = append(out, en.Name())
+		}
+	}
+	return out
 }

@@ -640,6 +640,7 @@ func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]str
 		}
 	}
 	records("containers", "storage containers")
+	s["writable layers"] = writableLayers(d.State)
 	// The image store: layers and images by ID (with their names), what pulls left in
 	// the temporary dir, and the registries drop-ins a reload renders (one is served).
 	records("layers", "storage layers")

@@ -430,6 +430,9 @@ func (d *Daemon) assertNothingLeft() {
 	if left := stateEntries(filepath.Join(d.State, "sandboxes")); len(left) > 0 {
 		t.Errorf("sandbox records left: %v", left)
 	}
+	if left := writableLayers(d.State); len(left) > 0 {
+		t.Errorf("containers' writable layers left: %v", left)
+	}
 	waitFor(t, 15*time.Second, "processes of removed pods to end", func() (bool, string) {
 		daemon := 0
 		if d.cmd != nil {

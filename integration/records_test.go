@@ -101,3 +101,14 @@ func storageRecords(t testing.TB, stateRoot, runRoot, kind string) []json.RawMes
 	}
 	return out
 }
+
+// writableLayers lists the containers' writable layers rtshimd keeps beside
+// containers/storage (internal/image/writable.go), by container ID.
+func writableLayers(stateRoot string) []string {
+	entries, _ := os.ReadDir(filepath.Join(stateRoot, "storage", "rtshimd-rootfs"))
+	var out []string
+	for _, en := range entries {
+		out = append(out, en.Name())
+	}
+	return out
+}

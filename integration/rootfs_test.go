@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/containers/storage/pkg/reexec"
@@ -48,17 +49,21 @@ func TestRootfsFromImage(t *testing.T) {
 	reg.Push(t, "layers/whiteouts", "1", ImageSpec{Layers: []Layer{lower, upper}, Config: ocispec.ImageConfig{Cmd: []string{"sh"}}}, nil)
 
 	dir := t.TempDir()
-	svc, err := image.New(image.Options{
-		StateRoot: filepath.Join(dir, "state"),
-		RunRoot:   filepath.Join(dir, "run"),
-		Config: config.Image{StorageDriver: "overlay", MaxParallelDownloads: 4,
-			Registries: []config.Registry{{Location: reg.Addr, Insecure: true}}},
-	})
-	if err != nil {
-		t.Fatal(err)
+	open := func() *image.Service {
+		svc, err := image.New(image.Options{
+			StateRoot: filepath.Join(dir, "state"),
+			RunRoot:   filepath.Join(dir, "run"),
+			Config: config.Image{StorageDriver: "overlay", MaxParallelDownloads: 4,
+				Registries: []config.Registry{{Location: reg.Addr, Insecure: true}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
 	}
+	svc := open()
 	var closeOnce sync.Once
-	closeSvc := func() { closeOnce.Do(svc.Close) }
+	closeSvc := func() { closeOnce.Do(func() { svc.Close() }) }
 	t.Cleanup(closeSvc)
 	ref := reg.Ref("layers/whiteouts", "1")
 	id, err := svc.Pull(context.Background(), ref, image.Auth{})
@@ -96,6 +101,44 @@ func TestRootfsFromImage(t *testing.T) {
 	// The rootfs is writable and private to the container.
 	if err := os.WriteFile(filepath.Join(rootfs, "tmp/scratch"), []byte("x"), 0o644); err != nil {
 		t.Errorf("rootfs not writable: %v", err)
+	}
+
+	// The writable layer is rtshimd's own overlay of the image's layers; its root has the
+	// image root's mode and owner, as containers/storage gives it.
+	if want := filepath.Join(dir, "state", "storage", "rtshimd-rootfs", "ctr-1", "merged"); rootfs != want {
+		t.Errorf("rootfs at %s, want %s", rootfs, want)
+	}
+	tops, _ := filepath.Glob(filepath.Join(dir, "state", "storage", "overlay", "*", "lower"))
+	if len(tops) != 1 {
+		t.Fatalf("image layers with a lower layer: %v, want the top one", tops)
+	}
+	var imgRoot, ctrRoot syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(filepath.Dir(tops[0]), "diff"), &imgRoot); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(rootfs, &ctrRoot); err != nil {
+		t.Fatal(err)
+	}
+	if imgRoot.Mode != ctrRoot.Mode || imgRoot.Uid != ctrRoot.Uid || imgRoot.Gid != ctrRoot.Gid {
+		t.Errorf("rootfs root mode %o owner %d:%d, the image's %o %d:%d", ctrRoot.Mode, ctrRoot.Uid, ctrRoot.Gid, imgRoot.Mode, imgRoot.Uid, imgRoot.Gid)
+	}
+	// A daemon restart: the mounted layer is the container's still (the next service
+	// knows its image is in use); an unmounted one is what a reboot left and goes.
+	if _, _, err := svc.CreateRootfs("ctr-unmounted", ref, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	closeSvc()
+	unmounted := filepath.Join(dir, "state", "storage", "rtshimd-rootfs", "ctr-unmounted")
+	if err := syscall.Unmount(filepath.Join(unmounted, "merged"), 0); err != nil {
+		t.Fatal(err)
+	}
+	svc = open()
+	closeOnce = sync.Once{}
+	if _, err := os.Stat(unmounted); !os.IsNotExist(err) {
+		t.Errorf("an unmounted writable layer is left after a restart: %v", err)
+	}
+	if read("opt/keep") != "kept" {
+		t.Error("the mounted rootfs lost its files over a restart")
 	}
 
 	// Removing the image while the container uses it: not listed, layers kept.

@@ -159,6 +159,7 @@ func (s *Service) walkStore() (images, containers Usage, layers map[string]Usage
 	containers = Usage{Mountpoint: root, Timestamp: now}
 	layers = map[string]Usage{}
 	driverDir := filepath.Join(root, s.store.GraphDriverName())
+	writableRoot := s.writableRoot()
 	seen := map[uint64]bool{}
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -177,7 +178,17 @@ func (s *Service) walkStore() (images, containers Usage, layers map[string]Usage
 		}
 		seen[st.Ino] = true
 		u := &images
-		if rel, err := filepath.Rel(driverDir, path); err == nil && rel != "." && rel[0] != '.' {
+		if rel, err := filepath.Rel(writableRoot, path); err == nil && rel[0] != '.' {
+			// A writable layer of ours: <id>/upper is the container's.
+			u = &containers
+			if ctr, rest, _ := strings.Cut(rel, "/"); rest == "upper" || strings.HasPrefix(rest, "upper/") {
+				l := layers[ctr]
+				l.Bytes += uint64(st.Blocks) * 512
+				l.Inodes++
+				l.Timestamp = now
+				layers[ctr] = l
+			}
+		} else if rel, err := filepath.Rel(driverDir, path); err == nil && rel != "." && rel[0] != '.' {
 			first, rest, _ := strings.Cut(rel, "/")
 			if ctr, ok := ctrLayers[first]; ok {
 				u = &containers

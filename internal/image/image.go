@@ -47,6 +47,9 @@ type Service struct {
 	regGen int
 	opts   Options
 	pinned map[string]bool // normalized references
+	// writable maps each container's writable layer of ours to its image's ID
+	// (writable.go); under mu.
+	writable map[string]string
 
 	pulls singleflight.Group
 	// mu orders removals, rootfs creation and layer GC against pulls in flight.
@@ -105,6 +108,10 @@ func New(opts Options) (*Service, error) {
 		}
 	}
 	s := &Service{store: store, opts: opts, pinned: map[string]bool{}}
+	if err := s.loadWritable(); err != nil {
+		_, _ = store.Shutdown(true)
+		return nil, err
+	}
 	// And what a crash left in the store: layers of a pull, an image half removed.
 	s.mu.Lock()
 	s.collect()

@@ -30,6 +30,27 @@ func (s *Service) CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping
 	if removed(img) {
 		return "", "", fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
+	if len(uids) == 0 && len(gids) == 0 {
+		if lowers, diff, ok := s.imageLowers(img.TopLayer); ok {
+			if _, dup := s.writable[id]; dup {
+				return "", "", fmt.Errorf("rootfs of %s: %w", id, errdefs.ErrAlreadyExists)
+			}
+			// Registered as the image's user first: the image is not removed from under
+			// the mount, which is made without the lock.
+			s.writable[id] = img.ID
+			s.mu.Unlock()
+			path, err := s.createWritable(id, img.ID, lowers, diff)
+			s.mu.Lock()
+			if err == nil {
+				return path, "sha256:" + img.ID, nil
+			}
+			delete(s.writable, id)
+			s.deleteIfRemoved(img.ID)
+			if !errors.Is(err, errTooLong) {
+				return "", "", err
+			}
+		}
+	}
 	var opts *storage.ContainerOptions
 	if len(uids) > 0 || len(gids) > 0 {
 		opts = &storage.ContainerOptions{IDMappingOptions: storage.IDMappingOptions{UIDMap: idtoolsMaps(uids), GIDMap: idtoolsMaps(gids)}}
@@ -61,6 +82,9 @@ func idtoolsMaps(ms []specs.LinuxIDMapping) []idtools.IDMap {
 // own stores; the lock is taken only for the image bookkeeping after it.
 func (s *Service) RemoveRootfs(id string) error {
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
+	if ours, err := s.removeWritable(id); ours {
+		return err
+	}
 	c, err := s.store.Container(id)
 	if errors.Is(err, storage.ErrContainerUnknown) {
 		return nil

@@ -153,6 +153,11 @@ func (s *Service) users(id string) []string {
 			out = append(out, user)
 		}
 	}
+	for ctr, img := range s.writable {
+		if img == id && !slices.Contains(out, ctr) {
+			out = append(out, ctr)
+		}
+	}
 	slices.Sort(out)
 	return out
 }

@@ -1,0 +1,198 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// Containers' writable layers of our own: an overlay of the image's layers (as
+// containers/storage's overlay driver keeps them) with an upper and work directory per
+// container under <graph root>/rtshimd-rootfs/<id>, named by nothing but that directory
+// and an in-memory index. containers/storage made each container a container record and
+// a layer record, rewriting and locking its JSON files (containers.json, layers.json,
+// mountpoints.json: every container's, on every create and removal) and making a dozen
+// files and links: the largest part of the daemon's own work in a pod start, and O(pods).
+// Here a create is three directories, one small file and one mount, outside the service's
+// lock.
+//
+// A rootfs exists exactly while its merged directory is mounted: one found unmounted at
+// start (after a reboot, or a create or removal cut short) is removed. The image it
+// was made from is recorded in the directory (image), so RemoveImage keeps an image in
+// use and removes it with its last user. Containers with ID mappings (pod user
+// namespaces), stores on other drivers and images whose layers are not laid out as
+// expected go through containers/storage as before.
+const (
+	writableDir  = "rtshimd-rootfs"
+	writableMode = 0o711 // searchable: a pod user namespace's root reaches its rootfs through it
+	// pageLimit bounds the overlay's mount options, which the kernel takes in one page.
+	pageLimit = 4096 - 512
+)
+
+// writableRoot is the directory of the writable layers.
+func (s *Service) writableRoot() string {
+	return filepath.Join(s.store.GraphRoot(), writableDir)
+}
+
+// loadWritable indexes the writable layers at start and removes those that are not
+// mounted: nothing of theirs can be in use (a container's rootfs is its mount).
+func (s *Service) loadWritable() error {
+	root := s.writableRoot()
+	if err := os.MkdirAll(root, writableMode); err != nil {
+		return fmt.Errorf("writable layers dir %s: %w", root, err)
+	}
+	if err := os.Chmod(root, writableMode); err != nil {
+		return fmt.Errorf("writable layers dir %s: %w", root, err)
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("writable layers dir %s: %w", root, err)
+	}
+	s.writable = map[string]string{}
+	for _, en := range entries {
+		dir := filepath.Join(root, en.Name())
+		img, err := os.ReadFile(filepath.Join(dir, "image"))
+		if err == nil && isMountPoint(filepath.Join(dir, "merged")) {
+			s.writable[en.Name()] = strings.TrimSpace(string(img))
+			continue
+		}
+		logrus.WithField("dir", dir).Info("removing a container's writable layer that is not mounted (after a reboot, or a create or removal cut short)")
+		if err := os.RemoveAll(dir); err != nil {
+			logrus.WithError(err).WithField("dir", dir).Warn("remove an unmounted writable layer")
+		}
+	}
+	return nil
+}
+
+// isMountPoint reports whether dir is the root of a mount other than its parent's.
+func isMountPoint(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
+// imageLowers returns the overlay lowerdir of image top layer top, topmost first, and
+// the top layer's diff (whose mode and owner the rootfs's root takes), or ok false if the
+// store is not an overlay store laid out as expected (then containers/storage makes the
+// rootfs).
+func (s *Service) imageLowers(top string) (lowers, diff string, ok bool) {
+	if s.store.GraphDriverName() != "overlay" || top == "" {
+		return "", "", false
+	}
+	home := filepath.Join(s.store.GraphRoot(), "overlay")
+	link, err := os.ReadFile(filepath.Join(home, top, "link"))
+	if err != nil || len(link) == 0 || strings.ContainsAny(string(link), "/:,\n") {
+		return "", "", false
+	}
+	parts := []string{filepath.Join(home, "l", string(link))}
+	if lower, err := os.ReadFile(filepath.Join(home, top, "lower")); err == nil {
+		for _, l := range strings.Split(strings.TrimSpace(string(lower)), ":") {
+			if !strings.HasPrefix(l, "l/") || strings.ContainsAny(l[2:], "/,") {
+				return "", "", false
+			}
+			parts = append(parts, filepath.Join(home, l))
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", "", false
+	}
+	// A layer of a composefs or additional store, or one containers/storage keeps as
+	// several diffs, has more than this: leave it to containers/storage.
+	if _, err := os.Lstat(filepath.Join(home, top, "diff2")); err == nil {
+		return "", "", false
+	}
+	return strings.Join(parts, ":"), filepath.Join(home, top, "diff"), true
+}
+
+// createWritable makes and mounts container id's writable layer of image imageID over
+// lowers. The caller has registered id as a user of the image; on error nothing of the
+// layer is left.
+func (s *Service) createWritable(id, imageID, lowers, diff string) (rootfs string, err error) {
+	if id == "" || strings.ContainsAny(id, "/,:") || id == "." || id == ".." {
+		return "", fmt.Errorf("container ID %q cannot name a writable layer", id)
+	}
+	dir := filepath.Join(s.writableRoot(), id)
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	var st syscall.Stat_t
+	if err := syscall.Stat(diff, &st); err != nil {
+		return "", fmt.Errorf("image layer %s: %w", diff, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("writable layer of %s: %w", id, err)
+	}
+	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", fmt.Errorf("writable layer of %s: %w", id, err)
+		}
+	}
+	// The merged root is the upper's: it takes the image root's mode and owner.
+	if err := os.Chown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return "", fmt.Errorf("writable layer of %s: %w", id, err)
+	}
+	if err := os.Chmod(upper, os.FileMode(st.Mode&0o7777)); err != nil {
+		return "", fmt.Errorf("writable layer of %s: %w", id, err)
+	}
+	if err := os.Chmod(dir, writableMode); err != nil {
+		return "", fmt.Errorf("writable layer of %s: %w", id, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "image"), []byte(imageID), 0o600); err != nil {
+		return "", fmt.Errorf("writable layer of %s: %w", id, err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lowers, upper, work)
+	if len(opts) > pageLimit {
+		return "", errTooLong
+	}
+	// volatile: no syncs of the upper (transient, as the store's containers are: a
+	// container does not outlive a reboot). Kernels before 5.10 refuse it: mount without.
+	err = unix.Mount("overlay", merged, "overlay", 0, opts+",volatile")
+	if errors.Is(err, unix.EINVAL) {
+		err = unix.Mount("overlay", merged, "overlay", 0, opts)
+	}
+	if err != nil {
+		return "", fmt.Errorf("mount writable layer of %s: %w", id, err)
+	}
+	return merged, nil
+}
+
+// errTooLong: the layers' paths do not fit in one mount's options.
+var errTooLong = errors.New("overlay options longer than a page")
+
+// removeWritable unmounts and deletes container id's writable layer, if it has one of
+// ours (ok false: it has none).
+func (s *Service) removeWritable(id string) (ok bool, err error) {
+	s.mu.Lock()
+	imageID, known := s.writable[id]
+	s.mu.Unlock()
+	dir := filepath.Join(s.writableRoot(), id)
+	if !known {
+		if _, err := os.Lstat(dir); err != nil {
+			return false, nil
+		}
+	}
+	merged := filepath.Join(dir, "merged")
+	if err := unix.Unmount(merged, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return true, fmt.Errorf("unmount rootfs of %s: %w", id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return true, fmt.Errorf("delete rootfs of %s: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.writable, id)
+	if imageID != "" {
+		s.deleteIfRemoved(imageID)
+	}
+	return true, nil
+}

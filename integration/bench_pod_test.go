@@ -34,6 +34,11 @@ const (
 // same run with no CRI at all: overlay mount + `runc create` + `runc start` of the same
 // rootfs with runc's own default spec. It also measures the supervision memory (PSS of the monitor processes) per
 // running container.
+//
+// RTSHIMD_BENCH_BASELINE=REV also runs the daemon of commit REV (built from the history),
+// its serial starts interleaved with this one's and the floor's and its burst after this
+// one's, so a change is measured against the code before it on the same machine at the
+// same moment (baseline-* figures).
 func BenchmarkPodStart(b *testing.B) {
 	reg := startRegistry(b, nil)
 	layer := busyboxLayer(b)
@@ -49,6 +54,21 @@ func BenchmarkPodStart(b *testing.B) {
 	if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
 		b.Fatal(err)
 	}
+	var base *Daemon
+	if rev := os.Getenv("RTSHIMD_BENCH_BASELINE"); rev != "" {
+		out, err := exec.Command("git", "rev-parse", "--verify", rev+"^{commit}").Output()
+		if err != nil {
+			b.Fatalf("RTSHIMD_BENCH_BASELINE %s: %v", rev, err)
+		}
+		bin := earlierDaemon(b, strings.TrimSpace(string(out)))
+		base = newDaemon(b, forBenchmark(), withRegistries(reg.Addr))
+		base.Kill()
+		base.Bin = bin
+		base.Start()
+		if _, err := base.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 	f := newFloor(b, layer)
 	b.Cleanup(func() { removeTestCgroups(b) })
 
@@ -61,16 +81,20 @@ func BenchmarkPodStart(b *testing.B) {
 		phaseMu.Unlock()
 		return now
 	}
-	startPod := func(i int) (time.Duration, string, error) {
+	startOn := func(on *Daemon, i int) (time.Duration, string, error) {
 		cfg := podConfig(fmt.Sprintf("bench-%d", i), runtimeapi.NamespaceMode_CONTAINER)
 		cfg.Linux.CgroupParent = "/" + cgroupRoot + "/bench"
+		mark := mark
+		if on != d { // the baseline's steps are not this daemon's
+			mark = func(string, time.Time) time.Time { return time.Now() }
+		}
 		start := time.Now()
-		pod, err := d.RS.RunPodSandbox(ctx, cfg, "runc")
+		pod, err := on.RS.RunPodSandbox(ctx, cfg, "runc")
 		if err != nil {
 			return 0, "", err
 		}
 		t := mark("run", start)
-		ctr, err := d.RS.CreateContainer(ctx, pod, &runtimeapi.ContainerConfig{
+		ctr, err := on.RS.CreateContainer(ctx, pod, &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
 			Image:    imgSpec(ref),
 			Command:  []string{"/bin/sleep", "100000"},
@@ -80,23 +104,29 @@ func BenchmarkPodStart(b *testing.B) {
 		}, cfg)
 		t = mark("create", t)
 		if err == nil {
-			err = d.RS.StartContainer(ctx, ctr)
+			err = on.RS.StartContainer(ctx, ctr)
 		}
 		mark("start", t)
 		return time.Since(start), ctr, err
 	}
+	startPod := func(i int) (time.Duration, string, error) { return startOn(d, i) }
 	removeAll := func() {
-		pods, _ := d.RS.ListPodSandbox(ctx, nil)
-		for _, p := range pods {
-			if err := d.RS.RemovePodSandbox(ctx, p.Id); err != nil {
-				b.Error(err)
+		for _, d := range []*Daemon{d, base} {
+			if d == nil {
+				continue
+			}
+			pods, _ := d.RS.ListPodSandbox(ctx, nil)
+			for _, p := range pods {
+				if err := d.RS.RemovePodSandbox(ctx, p.Id); err != nil {
+					b.Error(err)
+				}
 			}
 		}
 	}
 
 	b.ResetTimer()
 	// Serial, interleaved with the floor so both see the same machine.
-	var ours, floor []time.Duration
+	var ours, floor, baseSerial []time.Duration
 	var ctrs []string
 	for i := 0; i < serialPods; i++ {
 		dt, ctr, err := startPod(i)
@@ -106,6 +136,13 @@ func BenchmarkPodStart(b *testing.B) {
 		ours = append(ours, dt)
 		ctrs = append(ctrs, ctr)
 		floor = append(floor, f.run(b, i))
+		if base != nil {
+			dt, _, err := startOn(base, i)
+			if err != nil {
+				b.Fatalf("baseline: %v", err)
+			}
+			baseSerial = append(baseSerial, dt)
+		}
 	}
 	pss := monitorPSS(b, d, ctrs)
 	f.cleanup(b)
@@ -137,6 +174,20 @@ func BenchmarkPodStart(b *testing.B) {
 		}
 	}
 	removeAll()
+	var baseBurst []time.Duration
+	var baseBurstWall time.Duration
+	if base != nil {
+		start := time.Now()
+		baseBurst = parallel(b, burstPods, burstWidth, func(i int) time.Duration {
+			dt, _, err := startOn(base, 1000+i)
+			if err != nil {
+				b.Error(err)
+			}
+			return dt
+		})
+		baseBurstWall = time.Since(start)
+		removeAll()
+	}
 	burstFloorStart := time.Now()
 	burstFloor := parallel(b, burstPods, burstWidth, func(i int) time.Duration { return f.run(b, 1000+i) })
 	burstFloorWall := time.Since(burstFloorStart)
@@ -159,6 +210,12 @@ func BenchmarkPodStart(b *testing.B) {
 	b.ReportMetric(pss, "monitor-pss-KiB/ctr")
 	b.ReportMetric(float64(burstCPU.Microseconds())/1000/burstPods, "burst-daemon-cpu-ms/pod")
 	b.ReportMetric(ms(pct(listStats, 50)), "list-container-stats-50-p50-ms")
+	if base != nil {
+		b.ReportMetric(ms(pct(baseSerial, 50)), "baseline-serial-p50-ms")
+		b.ReportMetric(float64(pct(baseSerial, 50))/float64(pct(floor, 50)), "baseline-serial-p50-ratio")
+		b.ReportMetric(burstPods/baseBurstWall.Seconds(), "baseline-burst-pods/s")
+		b.ReportMetric(ms(pct(baseBurst, 50)), "baseline-burst-p50-ms")
+	}
 	for _, name := range []string{"run", "create", "start"} {
 		b.ReportMetric(ms(pct(phases[name][:serialPods], 50)), "serial-"+name+"-p50-ms")
 	}

@@ -35,7 +35,7 @@ func earlierMonitors(t *testing.T) map[string]string {
 
 // earlierTree is the repository's tree at rev, unpacked in a temporary directory; it skips
 // in a checkout without that history.
-func earlierTree(t *testing.T, rev string) string {
+func earlierTree(t testing.TB, rev string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(file))
@@ -50,7 +50,7 @@ func earlierTree(t *testing.T, rev string) string {
 }
 
 // runIn runs a command in dir with env added, failing the test with its output.
-func runIn(t *testing.T, dir string, env []string, name string, args ...string) {
+func runIn(t testing.TB, dir string, env []string, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)

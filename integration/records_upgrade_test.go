@@ -17,8 +17,8 @@ const recordDirsRelease = "ee47d55499c98ff2dcc4b33a2563205e04b4ee92"
 
 // earlierDaemon builds rtshimd of rev from the repository's history into binDir; it skips
 // in a checkout without that history.
-func earlierDaemon(t *testing.T, rev string) string {
-	bin := filepath.Join(binDir, "rtshimd-"+rev[:12])
+func earlierDaemon(t testing.TB, rev string) string {
+	bin := filepath.Join(binDir, "rtshimd-"+rev[:min(12, len(rev))])
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}

@@ -1,0 +1,47 @@
+package boot
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestSince(t *testing.T) {
+	dir := t.TempDir()
+	bootIDPath = filepath.Join(dir, "boot_id_now")
+	statPath = filepath.Join(dir, "stat")
+	t.Cleanup(func() { bootIDPath, statPath = "/proc/sys/kernel/random/boot_id", "/proc/stat" })
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(bootIDPath, "aaaa-1\n")
+	write(statPath, "cpu  1 2 3\nbtime 1764115200\nprocesses 9\n")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := Since(state); r || err != nil {
+		t.Fatalf("no boot recorded: rebooted %v, %v; want not (a first start)", r, err)
+	}
+	if err := Record(state); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := Since(state); r || err != nil {
+		t.Fatalf("same boot: rebooted %v, %v", r, err)
+	}
+	write(bootIDPath, "bbbb-2\n")
+	r, at, err := Since(state)
+	if !r || err != nil || !at.Equal(time.Unix(1764115200, 0)) {
+		t.Fatalf("another boot: rebooted %v at %v, %v; want true at btime", r, at, err)
+	}
+	if err := Record(state); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := Since(state); r {
+		t.Error("the new boot recorded, still a reboot")
+	}
+}

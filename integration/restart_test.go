@@ -263,8 +263,9 @@ func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
 }
 
 // After a reboot the state root is all that is left: no process of the node, no mount,
-// no cgroup, an empty run root (a tmpfs). The next daemon reports the pod NOTREADY and its
-// containers EXITED (the one that had exited keeps its code), kubelet can stop and remove
+// no cgroup, an empty run root (a tmpfs), and the kernel's boot ID is another. The next
+// daemon reports the pod NOTREADY and its containers EXITED from its first answer (the
+// one that had exited keeps its code), kubelet can stop and remove
 // them, and the containers' writable layers, whose records lived in the run root, are
 // gone from the image store with nothing left of them.
 func TestRestartAfterReboot(t *testing.T) {
@@ -283,8 +284,15 @@ func TestRestartAfterReboot(t *testing.T) {
 		t.Fatalf("writable layers before the reboot: %v, want the two containers'", got)
 	}
 
+	if _, err := os.Stat(filepath.Join(d.State, "boot_id")); err != nil {
+		t.Fatalf("the daemon keeps no record of its boot: %v", err)
+	}
 	d.Kill()
 	reboot(t, d)
+	// As after a real reboot, the boot the daemon last ran in is another one.
+	if err := os.WriteFile(filepath.Join(d.State, "boot_id"), []byte("00000000-0000-0000-0000-000000000000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d.Start()
 
 	resp, err := d.RS.PodSandboxStatus(ctx, podID, false)
@@ -294,10 +302,10 @@ func TestRestartAfterReboot(t *testing.T) {
 	if resp.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
 		t.Errorf("pod after a reboot: %v, want NOTREADY", resp.Status.State)
 	}
-	// The running one is found without its supervisor as the daemon starts watching it
-	// (its record says running until then).
-	if st := e.waitExit(running); st.ExitCode == 0 {
-		t.Errorf("the container that ran before the reboot: exit 0, want a failure")
+	// The running one ended with the boot: exited from the first answer on, with
+	// containerd's code for a lost task.
+	if st, err := d.RS.ContainerStatus(ctx, running, false); err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Status.ExitCode != 255 || st.Status.Reason != "Unknown" {
+		t.Errorf("the container that ran before the reboot: %v %v, want EXITED 255 Unknown", st.GetStatus(), err)
 	}
 	if st, err := d.RS.ContainerStatus(ctx, exited, false); err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Status.ExitCode != 3 {
 		t.Errorf("the container that had exited before the reboot: %v %v", st.GetStatus(), err)
@@ -309,6 +317,10 @@ func TestRestartAfterReboot(t *testing.T) {
 	}
 	if got := writableLayers(d.State); len(got) != 0 {
 		t.Errorf("writable layers after the reboot: %v", got)
+	}
+	now, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if got, _ := os.ReadFile(filepath.Join(d.State, "boot_id")); strings.TrimSpace(string(got)) != strings.TrimSpace(string(now)) {
+		t.Errorf("boot recorded after the start: %q, want this boot's %q", got, now)
 	}
 	if err := d.RS.StopPodSandbox(ctx, podID); err != nil {
 		t.Fatal(err)

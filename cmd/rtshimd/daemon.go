@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rtshimd/rtshimd/internal/boot"
 	"github.com/rtshimd/rtshimd/internal/cdidevices"
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/container"
@@ -200,6 +201,15 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		mgr.Close()
 		return nil, err
 	}
+	rebooted, bootedAt, err := boot.Since(cfg.StateRoot)
+	if err != nil {
+		logrus.WithError(err).Warn("could not tell whether the node restarted; each container is checked as it is recovered")
+	}
+	var rebootedAt time.Time
+	if rebooted {
+		rebootedAt = bootedAt
+		logrus.WithField("booted_at", bootedAt).Info("the node restarted since the records were written: their containers ended with it")
+	}
 	cstore, err := store.New(filepath.Join(cfg.StateRoot, "containers"))
 	if err != nil {
 		return nil, err
@@ -218,6 +228,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Events:         bus,
 		CDI:            cdidevices.New(cfg.CDI.SpecDirs),
 		NRI:            ctrNRI,
+		RebootedAt:     rebootedAt,
 	})
 	if err != nil {
 		return nil, err
@@ -237,6 +248,9 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	// through the pod's supervisor, which must still run for that.
 	mgr.StopQuarantined(ctx)
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
+	if err := boot.Record(cfg.StateRoot); err != nil {
+		logrus.WithError(err).Warn("the next start will not know whether the node restarted")
+	}
 	if nri != nil {
 		if err := nri.Start(); err != nil {
 			nri.Stop() // plugins it launched before its socket failed

@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/internal/container"
 	"github.com/rtshimd/rtshimd/internal/container/containertest"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -185,6 +187,57 @@ func TestContainerStartAndRemoveFail(t *testing.T) {
 
 // After a kill -9 the next daemon finds every container as recorded, with the exit of
 // one that ended while it was down, and follows the running ones again.
+// After a reboot (the daemon's boot record says another boot) nothing of the records'
+// containers runs: running and created ones are exited at once, before anything asks,
+// with containerd's code for a lost task and the boot's time; an exited one keeps its own.
+func TestContainersEndedByReboot(t *testing.T) {
+	plan := sandboxtest.Plans["namespaces"]
+	e := containertest.NewEnv(t, plan)
+	sbs, m := e.Managers()
+	ctx := context.Background()
+	podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, n := range []string{"running", "created", "exited"} {
+		if ids[n], err = m.Create(ctx, podID, containertest.CtrConfig(n, "busybox")); err != nil {
+			t.Fatal(err)
+		}
+		if n != "created" {
+			if err := m.Start(ctx, ids[n]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.RT.Exit(ids["exited"], 3)
+	sandboxtest.Await(t, "the exit", func() bool {
+		return containertest.CtrState(t, m, ids["exited"]).State == runtimeapi.ContainerState_CONTAINER_EXITED
+	})
+	m.Close()
+	sbs.Close()
+
+	booted := time.Now().Add(-time.Minute).Truncate(time.Second)
+	e.Options = func(o *container.Options) { o.RebootedAt = booted }
+	sbs2, m2 := e.Managers()
+	for n, want := range map[string]struct {
+		code   int32
+		reason string
+	}{"running": {255, "Unknown"}, "created": {255, "Unknown"}, "exited": {3, "Error"}} {
+		st := containertest.CtrState(t, m2, ids[n])
+		if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != want.code || st.Reason != want.reason {
+			t.Errorf("%s after a reboot: %v exit %d %q, want EXITED %d %q", n, st.State, st.ExitCode, st.Reason, want.code, want.reason)
+		}
+		if n != "exited" && st.FinishedAt != booted.UnixNano() {
+			t.Errorf("%s finished at %v, want the boot's time %v", n, time.Unix(0, st.FinishedAt), booted)
+		}
+	}
+	if err := sbs2.Remove(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	e.Clean(t)
+}
+
 func TestContainerRecovery(t *testing.T) {
 	for name, plan := range sandboxtest.Plans {
 		t.Run(name, func(t *testing.T) {

@@ -51,6 +51,9 @@ type Options struct {
 	CDI *cdidevices.Registry
 	// NRI relays container events to NRI plugins (internal/nrihost); nil when NRI is off.
 	NRI NRI
+	// RebootedAt, when set, is when the node booted after the records were written
+	// (internal/boot): no container of theirs still runs.
+	RebootedAt time.Time
 }
 
 // Images is what containers take of the image service: rootfs layers, image volumes, an

@@ -219,6 +219,12 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 // happened while the daemon was down is recorded with its real code and time, a live one
 // is watched, and one whose supervisor died is ended and recorded so.
 func (m *Manager) reconcile(c *Container) {
+	if at := m.opts.RebootedAt; !at.IsZero() {
+		if st := c.Status().State; st == StateRunning || st == StateCreated {
+			m.endedByReboot(c, st, at)
+			return
+		}
+	}
 	switch c.Status().State {
 	case StateExited:
 		c.markExited()
@@ -231,6 +237,28 @@ func (m *Manager) reconcile(c *Container) {
 		}
 	}
 	m.watch(c, true)
+}
+
+// endedByReboot records a container the node's restart ended, as containerd records a
+// task it cannot find (exit code 255, reason Unknown), at the boot's time: it ended before
+// it. Nothing of it is left to watch or kill.
+func (m *Manager) endedByReboot(c *Container, was string, at time.Time) {
+	msg := "the node restarted while the container ran"
+	if was == StateCreated {
+		msg = "the node restarted before the container started"
+	}
+	err := m.update(c, func(s *Status) {
+		s.State, s.ExitCode, s.Reason, s.Message = StateExited, 255, "Unknown", msg
+		s.FinishedAt = at.UnixNano()
+		if s.StartedAt == 0 || s.StartedAt > s.FinishedAt {
+			s.StartedAt = s.FinishedAt
+		}
+	})
+	if err != nil {
+		logrus.WithError(err).WithField("container", c.ID).Warn("persist the exit of a container the node's restart ended")
+	}
+	c.markExited()
+	logrus.WithFields(logrus.Fields{"container": c.ID, "was": was}).Info("container ended by the node's restart")
 }
 
 // reconcileCreated asks the runtime about a container recorded as created: the start may

@@ -141,6 +141,26 @@ func TestRootfsFromImage(t *testing.T) {
 		t.Error("the mounted rootfs lost its files over a restart")
 	}
 
+	// A layer whose link containers/storage lost: its rootfs is made by containers/storage,
+	// which makes the link again.
+	link, err := os.ReadFile(filepath.Join(filepath.Dir(tops[0]), "link"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "state", "storage", "overlay", "l", string(link))); err != nil {
+		t.Fatal(err)
+	}
+	fallback, _, err := svc.CreateRootfs("ctr-fallback", ref, nil, nil)
+	if err != nil {
+		t.Fatalf("rootfs over a layer without its link: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(fallback, "etc/motd")); string(b) != "top layer" || slices.Contains(writableLayers(filepath.Join(dir, "state")), "ctr-fallback") {
+		t.Errorf("rootfs over a layer without its link at %s: motd %q", fallback, b)
+	}
+	if err := svc.RemoveRootfs("ctr-fallback"); err != nil {
+		t.Fatal(err)
+	}
+
 	// Removing the image while the container uses it: not listed, layers kept.
 	if err := svc.Remove(ref); err != nil {
 		t.Fatal(err)

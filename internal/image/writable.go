@@ -103,10 +103,17 @@ func (s *Service) imageLowers(top string) (lowers, diff string, ok bool) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", "", false
 	}
-	// A layer of a composefs or additional store, or one containers/storage keeps as
-	// several diffs, has more than this: leave it to containers/storage.
-	if _, err := os.Lstat(filepath.Join(home, top, "diff2")); err == nil {
-		return "", "", false
+	for _, p := range parts {
+		// A missing link (containers/storage recreates them when it mounts), or a layer
+		// kept as several diffs (diff1, ...: one whose IDs were shifted in place): leave
+		// it to containers/storage. "<link>/../diff1" is resolved by the kernel through
+		// the link, to the layer's own directory.
+		if _, err := os.Stat(p); err != nil {
+			return "", "", false
+		}
+		if _, err := os.Lstat(p + "/../diff1"); err == nil {
+			return "", "", false
+		}
 	}
 	return strings.Join(parts, ":"), filepath.Join(home, top, "diff"), true
 }

@@ -171,6 +171,14 @@ func TestRootfsFromImage(t *testing.T) {
 	if read("opt/keep") != "kept" {
 		t.Error("removing the image took the files of a container that uses it")
 	}
+	// The overlay would still serve a deleted lower's files it has cached: look at the
+	// store itself.
+	if n := len(storageRecords(t, filepath.Join(dir, "state"), filepath.Join(dir, "run"), "layers")); n != 2 {
+		t.Errorf("the store records %d layers after the image in use was removed, want its 2", n)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(tops[0]), "diff")); err != nil {
+		t.Errorf("the top layer of the image in use was deleted: %v", err)
+	}
 	if _, _, err := svc.CreateRootfs("ctr-2", ref, nil, nil); err == nil {
 		t.Error("a new container could use a removed image")
 	}

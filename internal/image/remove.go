@@ -66,6 +66,12 @@ func (s *Service) deleteImage(img *storage.Image) error {
 	if err := failpoint.Fail("remove-image/hidden"); err != nil {
 		return fmt.Errorf("remove image %s: %w", img.ID, err)
 	}
+	if users := s.users(img.ID); len(users) > 0 {
+		// containers/storage refuses to delete an image its own containers use, but not
+		// one under our writable layers (writable.go), which it does not know of.
+		logrus.WithFields(logrus.Fields{"image": img.ID, "containers": users}).Info("image removed; its layers stay until its containers are removed")
+		return nil
+	}
 	_, err := s.store.DeleteImage(img.ID, true)
 	if errors.Is(err, storage.ErrImageUsedByContainer) {
 		// The users are named so an operator can tell why the layers stay.

@@ -39,7 +39,13 @@ func Since(stateRoot string) (rebooted bool, at time.Time, err error) {
 	if err != nil {
 		return false, time.Time{}, fmt.Errorf("read the last boot ID: %w", err)
 	}
-	if bytes.Equal(bytes.TrimSpace(cur), bytes.TrimSpace(last)) {
+	last = bytes.TrimSpace(last)
+	if !isBootID(last) {
+		// Not one this daemon wrote whole: no knowledge, rather than a reboot that would
+		// end every container the records name.
+		return false, time.Time{}, fmt.Errorf("%s holds %q, not a boot ID", filepath.Join(stateRoot, File), last)
+	}
+	if bytes.Equal(bytes.TrimSpace(cur), last) {
 		return false, time.Time{}, nil
 	}
 	at, err = bootTime()
@@ -50,16 +56,39 @@ func Since(stateRoot string) (rebooted bool, at time.Time, err error) {
 }
 
 // Record writes this boot's ID into stateRoot, once the records of the last are
-// reconciled with it.
+// reconciled with it. If it cannot, it removes the last boot's: a later start in this
+// same boot must not take the old one for a reboot.
 func Record(stateRoot string) error {
+	path := filepath.Join(stateRoot, File)
 	cur, err := os.ReadFile(bootIDPath)
-	if err != nil {
-		return fmt.Errorf("read the boot ID: %w", err)
+	if err == nil {
+		err = store.WriteFileAtomic(path, bytes.TrimSpace(cur), 0o644)
 	}
-	if err := store.WriteFileAtomic(filepath.Join(stateRoot, File), bytes.TrimSpace(cur), 0o644); err != nil {
+	if err != nil {
+		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return fmt.Errorf("record the boot ID: %w; and remove the last one: %v", err, rerr)
+		}
 		return fmt.Errorf("record the boot ID: %w", err)
 	}
 	return nil
+}
+
+// isBootID reports whether b has the kernel's boot ID form (a UUID).
+func isBootID(b []byte) bool {
+	if len(b) != 36 {
+		return false
+	}
+	for i, c := range b {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case (c < '0' || c > '9') && (c < 'a' || c > 'f'):
+			return false
+		}
+	}
+	return true
 }
 
 // bootTime is when this boot began (btime in /proc/stat).

@@ -220,7 +220,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 // is watched, and one whose supervisor died is ended and recorded so.
 func (m *Manager) reconcile(c *Container) {
 	if at := m.opts.RebootedAt; !at.IsZero() {
-		if st := c.Status().State; st == StateRunning || st == StateCreated {
+		if st := c.Status().State; st == StateRunning || st == StateCreated || st == StateUnknown {
 			m.endedByReboot(c, st, at)
 			return
 		}

@@ -123,7 +123,8 @@ func TestRootfsFromImage(t *testing.T) {
 		t.Errorf("rootfs root mode %o owner %d:%d, the image's %o %d:%d", ctrRoot.Mode, ctrRoot.Uid, ctrRoot.Gid, imgRoot.Mode, imgRoot.Uid, imgRoot.Gid)
 	}
 	// A daemon restart: the mounted layer is the container's still (the next service
-	// knows its image is in use); an unmounted one is what a reboot left and goes.
+	// knows its image is in use); an unmounted one (what a reboot leaves) is kept for its
+	// container's removal.
 	if _, _, err := svc.CreateRootfs("ctr-unmounted", ref, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +135,14 @@ func TestRootfsFromImage(t *testing.T) {
 	}
 	svc = open()
 	closeOnce = sync.Once{}
+	if _, err := os.Stat(unmounted); err != nil {
+		t.Errorf("an unmounted writable layer is gone after a restart: %v", err)
+	}
+	if err := svc.RemoveRootfs("ctr-unmounted"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(unmounted); !os.IsNotExist(err) {
-		t.Errorf("an unmounted writable layer is left after a restart: %v", err)
+		t.Errorf("an unmounted writable layer is left after its removal: %v", err)
 	}
 	if read("opt/keep") != "kept" {
 		t.Error("the mounted rootfs lost its files over a restart")

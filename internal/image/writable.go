@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,9 +21,8 @@ import (
 // Here a create is three directories, one small file and one mount, outside the service's
 // lock.
 //
-// A rootfs exists exactly while its merged directory is mounted: one found unmounted at
-// start (after a reboot, or a create or removal cut short) is removed. The image it
-// was made from is recorded in the directory (image), so RemoveImage keeps an image in
+// A rootfs is removed with its container (a reboot unmounts it; the container's removal
+// then deletes it). The image it was made from is recorded in the directory (image), so RemoveImage keeps an image in
 // use and removes it with its last user. Containers with ID mappings (pod user
 // namespaces), stores on other drivers and images whose layers are not laid out as
 // expected go through containers/storage as before.
@@ -40,8 +38,10 @@ func (s *Service) writableRoot() string {
 	return filepath.Join(s.store.GraphRoot(), writableDir)
 }
 
-// loadWritable indexes the writable layers at start and removes those that are not
-// mounted: nothing of theirs can be in use (a container's rootfs is its mount).
+// loadWritable indexes the writable layers at start, mounted or not: each is removed
+// by its container's removal (RemoveRootfs), after a reboot too, when kubelet removes the
+// containers the reboot ended. Nothing is deleted here: a layer not seen mounted may be a
+// running container's, seen from another mount namespace.
 func (s *Service) loadWritable() error {
 	root := s.writableRoot()
 	if err := os.MkdirAll(root, writableMode); err != nil {
@@ -56,27 +56,12 @@ func (s *Service) loadWritable() error {
 	}
 	s.writable = map[string]string{}
 	for _, en := range entries {
-		dir := filepath.Join(root, en.Name())
-		img, err := os.ReadFile(filepath.Join(dir, "image"))
-		if err == nil && isMountPoint(filepath.Join(dir, "merged")) {
-			s.writable[en.Name()] = strings.TrimSpace(string(img))
-			continue
-		}
-		logrus.WithField("dir", dir).Info("removing a container's writable layer that is not mounted (after a reboot, or a create or removal cut short)")
-		if err := os.RemoveAll(dir); err != nil {
-			logrus.WithError(err).WithField("dir", dir).Warn("remove an unmounted writable layer")
-		}
+		// A create cut short before the image was written names none; its container's
+		// cleanup removes it.
+		img, _ := os.ReadFile(filepath.Join(root, en.Name(), "image"))
+		s.writable[en.Name()] = strings.TrimSpace(string(img))
 	}
 	return nil
-}
-
-// isMountPoint reports whether dir is the root of a mount other than its parent's.
-func isMountPoint(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
 }
 
 // imageLowers returns the overlay lowerdir of image top layer top, topmost first, and
@@ -122,7 +107,7 @@ func (s *Service) imageLowers(top string) (lowers, diff string, ok bool) {
 // lowers. The caller has registered id as a user of the image; on error nothing of the
 // layer is left.
 func (s *Service) createWritable(id, imageID, lowers, diff string) (rootfs string, err error) {
-	if id == "" || strings.ContainsAny(id, "/,:") || id == "." || id == ".." {
+	if !validWritableID(id) {
 		return "", fmt.Errorf("container ID %q cannot name a writable layer", id)
 	}
 	dir := filepath.Join(s.writableRoot(), id)
@@ -169,12 +154,20 @@ func (s *Service) createWritable(id, imageID, lowers, diff string) (rootfs strin
 	return merged, nil
 }
 
+// validWritableID reports whether id can name a directory of ours (and an overlay option).
+func validWritableID(id string) bool {
+	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/,:")
+}
+
 // errTooLong: the layers' paths do not fit in one mount's options.
 var errTooLong = errors.New("overlay options longer than a page")
 
 // removeWritable unmounts and deletes container id's writable layer, if it has one of
 // ours (ok false: it has none).
 func (s *Service) removeWritable(id string) (ok bool, err error) {
+	if !validWritableID(id) {
+		return false, nil
+	}
 	s.mu.Lock()
 	imageID, known := s.writable[id]
 	s.mu.Unlock()

@@ -575,7 +575,7 @@ func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]str
 	d := e.d
 	s := map[string][]string{}
 	for _, m := range mountsUnder(d.Dir) {
-		if m != filepath.Join(d.State, "storage", "overlay") {
+		if !isStoreMount(d, m) {
 			s["mounts"] = append(s["mounts"], m)
 		}
 	}

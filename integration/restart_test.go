@@ -266,22 +266,29 @@ func TestNeverStartedContainerOfAnEndedSandbox(t *testing.T) {
 // no cgroup, an empty run root (a tmpfs), and the kernel's boot ID is another. The next
 // daemon reports the pod NOTREADY and its containers EXITED from its first answer (the
 // one that had exited keeps its code), kubelet can stop and remove
-// them, and the containers' writable layers, whose records lived in the run root, are
-// gone from the image store with nothing left of them.
+// them, and nothing of the containers' layers is left: those of containers/storage, whose
+// records lived in the run root, are collected at start, the writable layers of ours go
+// with their containers.
 func TestRestartAfterReboot(t *testing.T) {
 	e := newContainerEnv(t)
 	d := e.d
 	ctx := ctxT(t)
 	podID, pod := e.pod("reboot", "runc")
-	running := e.run(podID, pod, e.ctrConfig("running", "sleep", "100000"))
+	// With an image volume: a containers/storage container, whose record is transient.
+	withVolume := e.ctrConfig("running", "sleep", "100000")
+	withVolume.Mounts = []*runtimeapi.Mount{{ContainerPath: "/vol", Image: imgSpec(e.image)}}
+	running := e.run(podID, pod, withVolume)
 	exited := e.run(podID, pod, e.ctrConfig("exited", "sh", "-c", "exit 3"))
 	e.waitExit(exited)
 	if out, code := e.exec(running, "sh", "-c", "echo x > /written"); code != 0 {
 		t.Fatalf("write in the rootfs: %d %s", code, out)
 	}
-	imageLayers := storedLayers(t, d)
+	storeLayers, volumeDirs := storedLayers(t, d), layerDirs(t, d)
 	if got := writableLayers(d.State); len(got) != 2 {
 		t.Fatalf("writable layers before the reboot: %v, want the two containers'", got)
+	}
+	if n := len(storageRecords(t, d.State, d.RunRoot, "containers")); n != 1 {
+		t.Fatalf("storage containers before the reboot: %d, want the image volume's", n)
 	}
 
 	if _, err := os.Stat(filepath.Join(d.State, "boot_id")); err != nil {
@@ -310,13 +317,18 @@ func TestRestartAfterReboot(t *testing.T) {
 	if st, err := d.RS.ContainerStatus(ctx, exited, false); err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Status.ExitCode != 3 {
 		t.Errorf("the container that had exited before the reboot: %v %v", st.GetStatus(), err)
 	}
-	// Only the images' layers are left: the containers' writable layers were removed at
-	// start, being mounted no more.
-	if dirs := layerDirs(t, d); len(dirs) != imageLayers || storedLayers(t, d) != imageLayers {
-		t.Errorf("layer directories after the reboot: %d (%v), want the images' %d", len(dirs), dirs, imageLayers)
+	// The image volume's transient record went with the run root, and its layer's
+	// directory with the store's collection at start: the images' layers are left.
+	imageLayers := storeLayers - 1
+	if dirs := layerDirs(t, d); len(dirs) != len(volumeDirs)-1 || storedLayers(t, d) != imageLayers {
+		t.Errorf("layers after the reboot: %d directories (%v) and %d records, want the images' %d", len(dirs), dirs, storedLayers(t, d), imageLayers)
 	}
-	if got := writableLayers(d.State); len(got) != 0 {
-		t.Errorf("writable layers after the reboot: %v", got)
+	if n := len(storageRecords(t, d.State, d.RunRoot, "containers")); n != 0 {
+		t.Errorf("storage containers after the reboot: %d", n)
+	}
+	// The writable layers stay until their containers are removed.
+	if got := writableLayers(d.State); len(got) != 2 {
+		t.Errorf("writable layers after the reboot: %v, want the two containers' until their removal", got)
 	}
 	now, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if got, _ := os.ReadFile(filepath.Join(d.State, "boot_id")); strings.TrimSpace(string(got)) != strings.TrimSpace(string(now)) {
@@ -369,7 +381,8 @@ func reboot(t *testing.T, d *Daemon) {
 	}
 }
 
-// layerDirs lists the layer directories of the image store's overlay driver.
+// layerDirs lists the layer directories of the image store's overlay driver (not its
+// own: l, tempdirs, staging).
 func layerDirs(t *testing.T, d *Daemon) []string {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(d.State, "storage", "overlay"))
@@ -378,7 +391,7 @@ func layerDirs(t *testing.T, d *Daemon) []string {
 	}
 	var out []string
 	for _, en := range entries {
-		if en.IsDir() && en.Name() != "l" {
+		if en.IsDir() && en.Name() != "l" && en.Name() != "tempdirs" && en.Name() != "staging" {
 			out = append(out, en.Name())
 		}
 	}

@@ -157,14 +157,15 @@ func hogAndIdle(e *containerEnv, name, handler string) (podID, hog, idle string)
 }
 
 // Disk usage comes from a background walk of the store, never from a walk on the request
-// path: a container that writes many files shows them within the collector's interval,
+// path: a container that writes many files shows them within the collector's interval
+// (in a directory named merged, as a rootfs's mount point is: it is the container's own),
 // and every reading carries the time it was taken, never older than that interval (plus
 // one walk).
 func TestDiskUsageFromCollector(t *testing.T) {
 	e := newContainerEnv(t)
 	ctx := ctxT(t)
 	podID, pod := e.pod("disk-usage", "runc")
-	id := e.run(podID, pod, e.ctrConfig("writer", "sh", "-c", "mkdir /many && cd /many && seq 1 3000 | while read i; do echo $i > f$i; done; sleep 1000"))
+	id := e.run(podID, pod, e.ctrConfig("writer", "sh", "-c", "mkdir -p /many/merged && cd /many/merged && seq 1 3000 | while read i; do echo $i > f$i; done; sleep 1000"))
 	var st *runtimeapi.ContainerStats
 	waitFor(t, 60*time.Second, "the writable layer's usage to show the 3000 files", func() (bool, string) {
 		var err error

@@ -166,7 +166,11 @@ func (s *Service) walkStore() (images, containers Usage, layers map[string]Usage
 			return nil
 		}
 		if d.IsDir() && d.Name() == "merged" {
-			return filepath.SkipDir // a mounted rootfs: its files are counted in its layers
+			// A mounted rootfs (<driver>/<layer>/merged, <writable>/<id>/merged): its files
+			// are counted in its layers. A container's own directory of that name is not.
+			if top := filepath.Dir(filepath.Dir(path)); top == driverDir || top == writableRoot {
+				return filepath.SkipDir
+			}
 		}
 		info, err := d.Info()
 		if err != nil {

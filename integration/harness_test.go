@@ -419,7 +419,7 @@ func (d *Daemon) assertNothingLeft() {
 			m = append(m, p)
 		}
 	}
-	// The image store's own mount (its driver's home) lives as long as the daemon.
+	// The image store's own mounts live as long as the daemon.
 	if d.cmd != nil {
 		m = slices.DeleteFunc(m, func(p string) bool { return isStoreMount(d, p) })
 	}
@@ -445,10 +445,11 @@ func (d *Daemon) assertNothingLeft() {
 	})
 }
 
-// isStoreMount reports whether p is the image store's own mount (its driver's home),
-// which the daemon holds while it runs (and a kill -9 leaves).
+// isStoreMount reports whether p is one of the image store's own mounts (its driver's
+// home, the writable layers' directory), which the daemon holds while it runs (and a
+// kill -9 leaves).
 func isStoreMount(d *Daemon, p string) bool {
-	return p == filepath.Join(d.State, "storage", "overlay")
+	return p == filepath.Join(d.State, "storage", "overlay") || p == filepath.Join(d.State, "storage", "rtshimd-rootfs")
 }
 
 // mountsUnder lists mount points at or below dir.

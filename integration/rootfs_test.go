@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -49,6 +50,15 @@ func TestRootfsFromImage(t *testing.T) {
 	reg.Push(t, "layers/whiteouts", "1", ImageSpec{Layers: []Layer{lower, upper}, Config: ocispec.ImageConfig{Cmd: []string{"sh"}}}, nil)
 
 	dir := t.TempDir()
+	// A shared mount, as / is on a systemd node (it is private on this test host): what
+	// is mounted below it propagates to its peers unless made private.
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
 	open := func() *image.Service {
 		svc, err := image.New(image.Options{
 			StateRoot: filepath.Join(dir, "state"),
@@ -122,6 +132,12 @@ func TestRootfsFromImage(t *testing.T) {
 	if imgRoot.Mode != ctrRoot.Mode || imgRoot.Uid != ctrRoot.Uid || imgRoot.Gid != ctrRoot.Gid {
 		t.Errorf("rootfs root mode %o owner %d:%d, the image's %o %d:%d", ctrRoot.Mode, ctrRoot.Uid, ctrRoot.Gid, imgRoot.Mode, imgRoot.Uid, imgRoot.Gid)
 	}
+	// Mounted in a private mount of the store's (as containers/storage's home is): not
+	// propagated to the host's other mount namespaces.
+	if tags := mountPropagation(t, rootfs); strings.Contains(tags, "shared:") {
+		t.Errorf("the rootfs mount propagates to the host's peers: %q", tags)
+	}
+
 	// A daemon restart: the mounted layer is the container's still (the next service
 	// knows its image is in use); an unmounted one (what a reboot leaves) is kept for its
 	// container's removal.
@@ -199,7 +215,32 @@ func TestRootfsFromImage(t *testing.T) {
 	if left := storageRecords(t, filepath.Join(dir, "state"), filepath.Join(dir, "run"), "layers"); len(left) > 0 {
 		t.Errorf("layers left after the last container of a removed image: %s", left)
 	}
-	if m := mountsUnder(dir); len(m) > 0 {
+	if m := slices.DeleteFunc(mountsUnder(dir), func(p string) bool { return p == dir }); len(m) > 0 {
 		t.Errorf("mounts left after Close: %v", m)
 	}
+}
+
+// mountPropagation is the optional fields (shared:N, master:N) of the mount at path in
+// this process's mount table; the test fails if there is none.
+func mountPropagation(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 6 && f[4] == path {
+			var tags []string
+			for _, x := range f[6:] {
+				if x == "-" {
+					break
+				}
+				tags = append(tags, x)
+			}
+			return strings.Join(tags, " ")
+		}
+	}
+	t.Fatalf("%s is not mounted", path)
+	return ""
 }

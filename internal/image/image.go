@@ -136,6 +136,7 @@ func New(opts Options) (*Service, error) {
 // Close releases the store (mounts of running containers stay).
 func (s *Service) Close() {
 	s.stopFsCollector()
+	s.closeWritable()
 	if _, err := s.store.Shutdown(false); err != nil {
 		logrus.WithError(err).Warn("shut down image store")
 	}

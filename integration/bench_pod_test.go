@@ -61,10 +61,8 @@ func BenchmarkPodStart(b *testing.B) {
 			b.Fatalf("RTSHIMD_BENCH_BASELINE %s: %v", rev, err)
 		}
 		bin := earlierDaemon(b, strings.TrimSpace(string(out)))
-		base = newDaemon(b, forBenchmark(), withRegistries(reg.Addr))
-		base.Kill()
-		base.Bin = bin
-		base.Start()
+		// The baseline's binary from its first start: the state root is its own.
+		base = newDaemon(b, forBenchmark(), withRegistries(reg.Addr), withBin(bin))
 		if _, err := base.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
 			b.Fatal(err)
 		}

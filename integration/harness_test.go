@@ -153,6 +153,10 @@ type daemonSetup struct {
 // daemonOption changes a test daemon's setup.
 type daemonOption func(*daemonSetup)
 
+// withBin runs bin (an earlier release's daemon) instead of the one under test, from the
+// first start.
+func withBin(bin string) daemonOption { return func(s *daemonSetup) { s.d.Bin = bin } }
+
 // withConfig changes the daemon's config; d has its directories set.
 func withConfig(f func(d *Daemon, c *config.Config)) daemonOption {
 	return func(s *daemonSetup) { f(s.d, s.cfg) }

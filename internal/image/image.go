@@ -118,12 +118,14 @@ func New(opts Options) (*Service, error) {
 	s.mu.Unlock()
 	s.sys = types.SystemContext{BigFilesTemporaryDir: tmp, DockerRegistryUserAgent: "rtshimd"}
 	if err := s.setupRegistries(); err != nil {
+		s.closeWritable()
 		_, _ = store.Shutdown(true)
 		return nil, err
 	}
 	for _, p := range opts.Config.Pinned {
 		named, err := normalize(p)
 		if err != nil {
+			s.closeWritable()
 			_, _ = store.Shutdown(true)
 			return nil, fmt.Errorf("image.pinned: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
@@ -55,7 +56,7 @@ func (s *Service) loadWritable() error {
 	// containers' overlays are then not propagated to the host's other mount namespaces
 	// (a pod's hostPath of /var/lib with HostToContainer propagation would receive every
 	// one). Left by an earlier daemon, it is kept.
-	mounted, err := isMountRoot(root)
+	mounted, err := mountinfo.Mounted(root)
 	if err != nil {
 		return fmt.Errorf("writable layers dir %s: %w", root, err)
 	}
@@ -65,10 +66,12 @@ func (s *Service) loadWritable() error {
 		}
 	}
 	if err := unix.Mount("", root, "", unix.MS_PRIVATE, ""); err != nil {
+		s.closeWritable()
 		return fmt.Errorf("writable layers dir %s: make private: %w", root, err)
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
+		s.closeWritable()
 		return fmt.Errorf("writable layers dir %s: %w", root, err)
 	}
 	s.writable = map[string]string{}
@@ -79,30 +82,6 @@ func (s *Service) loadWritable() error {
 		s.writable[en.Name()] = strings.TrimSpace(string(img))
 	}
 	return nil
-}
-
-// isMountRoot reports whether dir is the root of a mount (a bind mount of a directory
-// of the same file system included, which st_dev cannot tell).
-func isMountRoot(dir string) (bool, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS, &stx); err != nil {
-		return false, err
-	}
-	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-		return stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
-	}
-	// Before Linux 5.8: look for it in the mount table.
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	escaped := strings.NewReplacer(" ", `\040`, "\t", `\011`, "\n", `\012`, `\`, `\134`).Replace(dir)
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == escaped {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // closeWritable unmounts the writable layers' own mount unless a layer is mounted in it

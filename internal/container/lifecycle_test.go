@@ -187,6 +187,26 @@ func TestContainerStartAndRemoveFail(t *testing.T) {
 
 // After a kill -9 the next daemon finds every container as recorded, with the exit of
 // one that ended while it was down, and follows the running ones again.
+// createAndStart creates a busybox container of each name in pod podID and starts all
+// but the one named "created"; it returns their IDs by name.
+func createAndStart(t *testing.T, m *container.Manager, podID string, names ...string) map[string]string {
+	t.Helper()
+	ids := map[string]string{}
+	for _, n := range names {
+		id, err := m.Create(context.Background(), podID, containertest.CtrConfig(n, "busybox"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[n] = id
+		if n != "created" {
+			if err := m.Start(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return ids
+}
+
 // After a reboot (the daemon's boot record says another boot) nothing of the records'
 // containers runs: running and created ones are exited at once, before anything asks,
 // with containerd's code for a lost task and the boot's time; an exited one keeps its own.
@@ -199,17 +219,7 @@ func TestContainersEndedByReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := map[string]string{}
-	for _, n := range []string{"running", "created", "exited"} {
-		if ids[n], err = m.Create(ctx, podID, containertest.CtrConfig(n, "busybox")); err != nil {
-			t.Fatal(err)
-		}
-		if n != "created" {
-			if err := m.Start(ctx, ids[n]); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	ids := createAndStart(t, m, podID, "running", "created", "exited")
 	e.RT.Exit(ids["exited"], 3)
 	sandboxtest.Await(t, "the exit", func() bool {
 		return containertest.CtrState(t, m, ids["exited"]).State == runtimeapi.ContainerState_CONTAINER_EXITED
@@ -248,17 +258,7 @@ func TestContainerRecovery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids := map[string]string{}
-			for _, n := range []string{"running", "created", "ends-while-down", "ends-after"} {
-				if ids[n], err = m.Create(ctx, podID, containertest.CtrConfig(n, "busybox")); err != nil {
-					t.Fatal(err)
-				}
-				if n != "created" {
-					if err := m.Start(ctx, ids[n]); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			ids := createAndStart(t, m, podID, "running", "created", "ends-while-down", "ends-after")
 			m.Close() // the daemon is killed
 			sbs.Close()
 			e.RT.Exit(ids["ends-while-down"], 7)

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containers/storage/pkg/reexec"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -243,4 +245,72 @@ func mountPropagation(t *testing.T, path string) string {
 	}
 	t.Fatalf("%s is not mounted", path)
 	return ""
+}
+
+// mountedAt reports whether the host's mount table has a mount at path.
+func mountedAt(t *testing.T, path string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
+
+// A runc container's rootfs leaves the node's mount table once runc has created the
+// container (every later runc reads that table several times); the container keeps it,
+// reads its image and writes its layer, over a kill -9 of the daemon too, and its removal
+// leaves nothing. runsc's and the shim's stay mounted: they read the rootfs later.
+func TestRootfsDetachedAfterCreate(t *testing.T) {
+	e := newContainerEnv(t)
+	for _, handler := range suiteHandlers {
+		t.Run(handler, func(t *testing.T) {
+			e.t = t
+			ctx := ctxT(t)
+			podID, pod := e.pod("detach-"+handler, handler)
+			id, err := e.d.RS.CreateContainer(ctx, podID, e.ctrConfig("app", "sh", "-c", "echo written > /tmp/by-app; sleep 1000"), pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			merged := filepath.Join(e.d.State, "storage", "rtshimd-rootfs", id, "merged")
+			upper := filepath.Join(e.d.State, "storage", "rtshimd-rootfs", id, "upper")
+			if detached, want := !mountedAt(t, merged), handler == "runc"; detached != want {
+				t.Errorf("created container's rootfs out of the node's mount table: %v, want %v", detached, want)
+			}
+			if err := e.d.RS.StartContainer(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if handler != "runsc" { // gVisor keeps a rootfs's writes in an overlay of its own
+				waitFor(t, 30*time.Second, "the container's write in its layer", func() (bool, string) {
+					b, err := os.ReadFile(filepath.Join(upper, "tmp", "by-app"))
+					return string(b) == "written\n", fmt.Sprint(string(b), err)
+				})
+			}
+			if out, _ := e.exec(id, "sh", "-c", "test -x /bin/busybox && cat /tmp/by-app"); out != "written" {
+				t.Errorf("exec in the running container: %q", out)
+			}
+			e.d.Kill()
+			e.d.Start()
+			if out, _ := e.exec(id, "sh", "-c", "test -x /bin/busybox && cat /tmp/by-app"); out != "written" {
+				t.Errorf("exec after a kill -9 of the daemon: %q", out)
+			}
+			if err := e.d.RS.StopContainer(ctx, id, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+			if mountedAt(t, merged) {
+				t.Error("rootfs still mounted after the pod's removal")
+			}
+			if _, err := os.Stat(filepath.Dir(merged)); !os.IsNotExist(err) {
+				t.Errorf("writable layer left after the pod's removal: %v", err)
+			}
+		})
+	}
 }

@@ -257,6 +257,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
+	if c.rt.Plan().DetachRootfs {
+		m.opts.Images.DetachRootfs(c.ID)
+	}
 	tm.Mark("runtime_create")
 	if err := failpoint.Fail("create-container/runtime-created"); err != nil {
 		return err

@@ -51,6 +51,11 @@ func TestContainerLifecycle(t *testing.T) {
 			if _, err := os.Stat(st.LogPath); err != nil {
 				t.Errorf("log file: %v", err)
 			}
+			// The runc family's rootfs leaves the node's mount table once created; a
+			// sandboxing runtime's stays (its gofer or shim reads it later).
+			if got := e.Images.Detached(id); got != plan.DetachRootfs {
+				t.Errorf("rootfs detached after create: %v, want %v", got, plan.DetachRootfs)
+			}
 			if _, err := m.Create(ctx, podID, containertest.CtrConfig("app", "busybox")); !errors.Is(err, errdefs.ErrAlreadyExists) {
 				t.Errorf("second container of the name: %v", err)
 			}

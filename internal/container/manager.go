@@ -62,6 +62,7 @@ type Options struct {
 type Images interface {
 	CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
 	RemoveRootfs(id string) error
+	DetachRootfs(id string)
 	RootfsUsage(id string) (image.Usage, error)
 	MountVolume(owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*image.Volume, error)
 	RemoveVolumes(owner string) error

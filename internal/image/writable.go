@@ -183,6 +183,25 @@ func (s *Service) createWritable(id, imageID, lowers, diff string) (rootfs strin
 	return merged, nil
 }
 
+// DetachRootfs takes container id's writable layer out of the node's mount table once
+// the container's own mount namespace holds it (after the runtime's create): each later
+// runc reads the whole table several times per container, and the overlay's line, with
+// its layers' paths, is the longest of a pod's. The container keeps its root; the layer's
+// directories stay until its removal. A rootfs containers/storage made stays mounted.
+// Not detached is not an error: the container runs either way.
+func (s *Service) DetachRootfs(id string) {
+	s.mu.Lock()
+	_, ours := s.writable[id]
+	s.mu.Unlock()
+	if !ours || !validWritableID(id) {
+		return
+	}
+	merged := filepath.Join(s.writableRoot(), id, "merged")
+	if err := unix.Unmount(merged, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		logrus.WithError(err).WithFields(logrus.Fields{"container": id, "dir": merged}).Warn("detach the rootfs from the node's mount table")
+	}
+}
+
 // validWritableID reports whether id can name a directory of ours (and an overlay option).
 func validWritableID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/,:")

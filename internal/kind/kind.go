@@ -62,6 +62,12 @@ type PodPlan struct {
 	// Without it, it is deleted when the pod is removed, after its containers: for a
 	// supervisor that serves the whole pod until its last task is gone (a shim).
 	DeleteSandboxAtStop bool
+	// DetachRootfs: once Create has returned, the task's own mount namespace holds its
+	// root filesystem (runc has pivoted into it), so the daemon takes the rootfs's mount
+	// out of the node's mount table, which every later runc reads several times per
+	// container. Not for a kind that reads the rootfs from the host after create (runsc's
+	// gofer, a shim).
+	DetachRootfs bool
 }
 
 // Task is one thing the runtime runs: the pod's sandbox container or one of its

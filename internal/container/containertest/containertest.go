@@ -40,7 +40,9 @@ type Images struct {
 	dir    string
 	mu     sync.Mutex
 	rootfs map[string]string // container ID → its rootfs
-	fail   map[string]int
+	// detached: the rootfs was taken out of the node's mount table after create.
+	detached map[string]bool
+	fail     map[string]int
 }
 
 const BusyboxID = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -80,6 +82,21 @@ func (f *Images) CreateRootfs(id, ref string, _, _ []specs.LinuxIDMapping) (stri
 	f.rootfs[id] = dir
 	f.mu.Unlock()
 	return dir, BusyboxID, nil
+}
+
+func (f *Images) DetachRootfs(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.rootfs[id]; ok {
+		f.detached[id] = true
+	}
+}
+
+// Detached reports whether container id's rootfs was detached from the node's mount table.
+func (f *Images) Detached(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.detached[id]
 }
 
 func (f *Images) RemoveRootfs(id string) error {
@@ -144,7 +161,7 @@ func NewEnv(t *testing.T, plan kind.PodPlan) *Env {
 	dir := t.TempDir()
 	rt := kindtest.New(kind.OCI, plan)
 	e := &Env{T: t, Dir: dir, RT: rt, Kind: rt, Node: sandboxtest.NewNode(),
-		Images: &Images{dir: filepath.Join(dir, "rootfs"), rootfs: map[string]string{}, fail: map[string]int{}}}
+		Images: &Images{dir: filepath.Join(dir, "rootfs"), rootfs: map[string]string{}, detached: map[string]bool{}, fail: map[string]int{}}}
 	var err error
 	if e.PodStore, err = store.New(filepath.Join(dir, "pods")); err != nil {
 		t.Fatal(err)

@@ -165,7 +165,7 @@ func (f Handlers) StopUnrecorded(context.Context, kind.Task) ([]string, error) {
 // the namespaces, no sandbox container) and a sandboxing runtime's (runsc, a shim: a
 // sandbox container holds the pod).
 var Plans = map[string]kind.PodPlan{
-	"namespaces": {PinIPCUTS: true, HostNamespaces: true},
+	"namespaces": {PinIPCUTS: true, HostNamespaces: true, DetachRootfs: true},
 	"sandboxed":  {SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true},
 }
 

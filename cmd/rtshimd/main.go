@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"github.com/containers/storage/pkg/reexec"
@@ -30,6 +31,14 @@ const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daem
        rtshimd reload [--config FILE]                  make the running daemon re-read its config (as SIGHUP)
        rtshimd version                                 print the version
 `
+
+func init() {
+	// The main goroutine keeps the main thread, so no other goroutine runs there. Pinning
+	// namespaces leaves its locked thread in them (it is ended afterwards), and the main
+	// thread cannot be ended: were it the one, /proc/self would show the daemon in a
+	// pod's network namespace or in the pin home's mount namespace from then on.
+	runtime.LockOSThread()
+}
 
 func main() {
 	// containers/storage re-executes this binary to unpack layers in a chroot.

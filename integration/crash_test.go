@@ -479,7 +479,7 @@ func (c *crashCase) checkTruth() {
 		if rs := c.runtimeState(p.Id); info.Metadata.Infra && rs != "running" {
 			t.Errorf("%s: pod %s is READY, its sandbox container is %q", c.point, p.Id[:12], rs)
 		}
-		if ns := info.Metadata.NetNS; ns == "" || !isMountPoint(ns) {
+		if ns := info.Metadata.NetNS; ns == "" || !isNsfs(ns) {
 			t.Errorf("%s: pod %s is READY, its network namespace %q is not pinned", c.point, p.Id[:12], ns)
 		}
 		if resp.Status.GetNetwork().GetIp() == "" {
@@ -689,11 +689,6 @@ func stateDiff(before, after map[string][]string) string {
 		}
 	}
 	return b.String()
-}
-
-// isMountPoint reports whether path is mounted on (a pinned namespace is a bind mount).
-func isMountPoint(path string) bool {
-	return slices.Contains(mountsUnder(path), path)
 }
 
 // runtimeOf is the runtime binary and state root that hold a handler's containers: the

@@ -439,6 +439,9 @@ func (d *Daemon) assertNothingLeft() {
 	if left := writableLayers(d.State); len(left) > 0 {
 		t.Errorf("containers' writable layers left: %v", left)
 	}
+	if left := pinnedPods(d.RunRoot); len(left) > 0 {
+		t.Errorf("pods' namespaces left pinned in the pin home: %v", left)
+	}
 	waitFor(t, 15*time.Second, "processes of removed pods to end", func() (bool, string) {
 		daemon := 0
 		if d.cmd != nil {
@@ -449,11 +452,23 @@ func (d *Daemon) assertNothingLeft() {
 	})
 }
 
-// isStoreMount reports whether p is one of the image store's own mounts (its driver's
-// home, the writable layers' directory), which the daemon holds while it runs (and a
-// kill -9 leaves).
+// isStoreMount reports whether p is one of the daemon's own mounts (the image store's
+// driver's home, the writable layers' directory, the pin home's pin), which it holds
+// while it runs (and a kill -9 leaves).
 func isStoreMount(d *Daemon, p string) bool {
-	return p == filepath.Join(d.State, "storage", "overlay") || p == filepath.Join(d.State, "storage", "rtshimd-rootfs")
+	return p == filepath.Join(d.State, "storage", "overlay") || p == filepath.Join(d.State, "storage", "rtshimd-rootfs") ||
+		p == filepath.Join(d.RunRoot, "nshome")
+}
+
+// pinnedPods lists the pods with namespaces pinned in the daemon's pin home (readable
+// while the daemon that linked it runs).
+func pinnedPods(runRoot string) []string {
+	entries, _ := os.ReadDir(filepath.Join(runRoot, "pinned"))
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	return ids
 }
 
 // mountsUnder lists mount points at or below dir.

@@ -202,6 +202,17 @@ func checkNamespaces(t *testing.T, info sandboxInfo, handler, hostname string) {
 	if !isNsfs(m.NetNS) {
 		t.Errorf("netns %q is not a pinned namespace", m.NetNS)
 	}
+	// Pinned in the daemon's pin home, not in the node's mount table that every runc
+	// reads: there the pod has its two tmpfs (shm and its files) alone.
+	var podMounts []string
+	for _, p := range mountsUnder(filepath.Dir(m.Dir)) {
+		if strings.Contains(p, filepath.Base(m.Dir)) {
+			podMounts = append(podMounts, p)
+		}
+	}
+	if slices.ContainsFunc(podMounts, func(p string) bool { return strings.Contains(p, "/ns/") }) || len(podMounts) > 2 {
+		t.Errorf("the pod's mounts in the node's mount table: %v, want its shm and files tmpfs alone", podMounts)
+	}
 	if handler == "runsc" {
 		if m.IPCNS != "" || m.UTSNS != "" {
 			t.Errorf("runsc pod pinned ipc %q / uts %q; the sandbox owns those", m.IPCNS, m.UTSNS)

@@ -24,6 +24,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/metrics"
 	"github.com/rtshimd/rtshimd/internal/network"
 	"github.com/rtshimd/rtshimd/internal/nrihost"
+	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/pause"
 	"github.com/rtshimd/rtshimd/internal/podcidr"
@@ -50,6 +51,7 @@ type daemon struct {
 	events     *events.Bus
 	podCIDR    *podcidr.Store
 	nri        *nrihost.Host // nil when [nri] enable = false
+	home       *nsfile.Home  // where pods' namespaces are pinned; nil: on the node
 	metrics    *http.Server
 	pprof      *pprofsock.Server
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
@@ -177,7 +179,14 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	}
 	host := lsm.Detect()
 	host.StrictSELinux = cfg.StrictSELinux
+	// Before the sandboxes' recovery, which checks their pins.
+	home, err := nsfile.OpenHome(cfg.RunRoot)
+	if err != nil {
+		logrus.WithError(err).Warn("pods' namespaces are pinned in the node's mount table, where each runc reads them")
+		home = nil
+	}
 	mgr, err := sandbox.NewManager(sandbox.Options{
+		Node:           sandbox.HostNode{Home: home},
 		LSM:            host,
 		Handlers:       table,
 		Store:          st,
@@ -268,7 +277,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		logrus.WithError(err).Warn("the kept pod CIDR is unusable; none until kubelet sends it again")
 	}
-	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, stats: statsSvc, network: netw, streaming: srv, events: bus, podCIDR: cidr, nri: nri}
+	d := &daemon{cfg: cfg, table: table, runtimes: rts, sandboxes: mgr, images: images, containers: ctrs, stats: statsSvc, network: netw, streaming: srv, events: bus, podCIDR: cidr, nri: nri, home: home}
 	d.reloader = reload.New(cfg, d.apply)
 	if d.metrics, err = metrics.Serve(cfg.Metrics.Addr, d); err != nil {
 		if nri != nil {
@@ -351,6 +360,9 @@ func (d *daemon) close() {
 	d.stats.Close()
 	d.containers.Close()
 	d.sandboxes.Close()
+	if d.home != nil {
+		d.home.Close()
+	}
 	d.table.Wait()
 	d.runtimes.Close()
 	d.images.Close()

@@ -1,6 +1,10 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+
 	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
@@ -11,9 +15,9 @@ import (
 // (HostNode, which needs root); the lifecycle unit tests give a fake one, so that the
 // manager's steps, failures and recovery run without root.
 type Node interface {
-	// PinNamespaces creates the namespaces of kinds and pins each on a file in dir; in a
-	// new user namespace when userns is set.
-	PinNamespaces(dir string, kinds []nsfile.Kind, hostname string, userns *nsfile.UserNS) error
+	// PinNamespaces creates pod id's namespaces of kinds and pins each so that dir/<kind>
+	// names it; in a new user namespace when userns is set.
+	PinNamespaces(id, dir string, kinds []nsfile.Kind, hostname string, userns *nsfile.UserNS) error
 	// Unpin releases a pinned namespace file; one that is not pinned is not an error.
 	Unpin(path string) error
 	// IsPinned reports whether a namespace is pinned at path.
@@ -34,22 +38,55 @@ func (m *Manager) host() Node {
 	return HostNode{}
 }
 
-// HostNode is the node the daemon runs on.
-type HostNode struct{}
+// HostNode is the node the daemon runs on. With a Home, pods' namespaces are pinned in
+// it and a pod's ns directory is a symlink to its pins there; without one (or in a user
+// namespace, whose holder pins on the node) they are pinned on the node in that
+// directory, as pods of earlier releases are.
+type HostNode struct {
+	Home *nsfile.Home
+}
 
 var _ Node = HostNode{}
 
-func (HostNode) PinNamespaces(dir string, kinds []nsfile.Kind, hostname string, userns *nsfile.UserNS) error {
-	var err error
-	if userns == nil {
-		_, err = nsfile.Pin(dir, kinds, hostname)
-	} else {
-		_, err = nsfile.PinInUserNS(dir, kinds, hostname, *userns)
+func (n HostNode) PinNamespaces(id, dir string, kinds []nsfile.Kind, hostname string, userns *nsfile.UserNS) error {
+	if userns != nil {
+		_, err := nsfile.PinInUserNS(dir, kinds, hostname, *userns)
+		return err
 	}
-	return err
+	if n.Home == nil || len(kinds) == 0 {
+		_, err := nsfile.Pin(dir, kinds, hostname)
+		return err
+	}
+	if _, err := n.Home.Pin(id, kinds, hostname); err != nil {
+		return err
+	}
+	if err := os.Symlink(n.Home.Dir(id), dir); err != nil {
+		for _, k := range kinds {
+			_ = n.Home.Unpin(id, k)
+		}
+		return fmt.Errorf("pin namespaces: link %s: %w", dir, err)
+	}
+	return nil
 }
 
-func (HostNode) Unpin(path string) error                           { return nsfile.Unpin(path) }
+// Unpin releases the pin at <pod dir>/ns/<kind>: on the node when the ns directory is
+// one, else in the home (its link, or none yet: a start cut short between the pins and
+// the link).
+func (n HostNode) Unpin(path string) error {
+	nsDir := filepath.Dir(path)
+	fi, err := os.Lstat(nsDir)
+	if err == nil && fi.IsDir() {
+		return nsfile.Unpin(path)
+	}
+	if n.Home == nil {
+		if err == nil {
+			return fmt.Errorf("unpin %s: pinned in the pin home, which is not open", path)
+		}
+		return nil
+	}
+	return n.Home.Unpin(filepath.Base(filepath.Dir(nsDir)), nsfile.Kind(filepath.Base(path)))
+}
+
 func (HostNode) IsPinned(path string) bool                         { return nsfile.IsPinned(path) }
 func (HostNode) MountFiles(path string) error                      { return mountFiles(path) }
 func (HostNode) MountShm(path string, owner *oci.IDMappings) error { return mountShm(path, owner) }

@@ -237,7 +237,7 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			Holder: filepath.Join(m.opts.PauseRootfs, pause.Binary),
 		}
 	}
-	if err := m.host().PinNamespaces(nsDir, kinds, hostname, userns); err != nil {
+	if err := m.host().PinNamespaces(sb.ID, nsDir, kinds, hostname, userns); err != nil {
 		return err
 	}
 	tm.Mark("namespaces")

@@ -79,7 +79,7 @@ func (n *Node) Drop(path string) {
 	delete(n.pinned, path)
 }
 
-func (n *Node) PinNamespaces(dir string, kinds []nsfile.Kind, _ string, _ *nsfile.UserNS) error {
+func (n *Node) PinNamespaces(_, dir string, kinds []nsfile.Kind, _ string, _ *nsfile.UserNS) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.failing("pin", dir); err != nil {

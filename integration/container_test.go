@@ -756,8 +756,8 @@ func TestSpecialFilesInImage(t *testing.T) {
 }
 
 // The pod files are no way to fill the node: hostname and resolv.conf are read-only, and
-// /etc/hosts lives on a small tmpfs of the pod's own, so a container writing to it runs out
-// of space there, not on the node's /run.
+// /etc/hosts lives on the pod's own tmpfs (with its /dev/shm), so a container writing to it
+// runs out of space there, not on the node's /run.
 func TestPodFilesBounded(t *testing.T) {
 	e := newContainerEnv(t)
 	for _, handler := range suiteHandlers {
@@ -771,13 +771,14 @@ func TestPodFilesBounded(t *testing.T) {
 					t.Errorf("append to %s: %q, want refused (read-only)", f, out)
 				}
 			}
-			out, _ := e.exec(id, "sh", "-c", "dd if=/dev/zero bs=1M count=64 >> /etc/hosts 2>/dev/null; echo $?; wc -c < /etc/hosts")
+			// The pod's tmpfs (its /dev/shm's 64 MiB and the files' 1 MiB) bounds it.
+			out, _ := e.exec(id, "sh", "-c", "dd if=/dev/zero bs=1M count=96 >> /etc/hosts 2>/dev/null; echo $?; wc -c < /etc/hosts")
 			lines := strings.Fields(out)
 			if len(lines) != 2 || lines[0] == "0" {
-				t.Fatalf("64 MiB into /etc/hosts: %q, want a failed dd and its size", out)
+				t.Fatalf("96 MiB into /etc/hosts: %q, want a failed dd and its size", out)
 			}
-			if n, _ := strconv.Atoi(lines[1]); n > 1<<20 {
-				t.Errorf("/etc/hosts grew to %d bytes, past the pod files' 1 MiB", n)
+			if n, _ := strconv.Atoi(lines[1]); n > 65<<20 {
+				t.Errorf("/etc/hosts grew to %d bytes, past the pod tmpfs's 65 MiB", n)
 			}
 			if out, _ := e.exec(id, "grep", "-c", "localhost", "/etc/hosts"); out == "0" {
 				t.Errorf("/etc/hosts lost its entries: %q", out)

@@ -185,8 +185,10 @@ func checkPodFiles(t *testing.T, info sandboxInfo, hostname string) {
 	if got := read("hosts"); !strings.Contains(got, "127.0.0.1\tlocalhost") {
 		t.Errorf("hosts = %q", got)
 	}
-	if info.Metadata.Shm == "" || !contains(mountsUnder(info.Metadata.Shm), info.Metadata.Shm) {
-		t.Errorf("pod shm %q is not a mount", info.Metadata.Shm)
+	// One tmpfs of the pod's holds its /dev/shm and its files.
+	tmpfs := filepath.Dir(info.Metadata.Shm)
+	if info.Metadata.Shm == "" || !contains(mountsUnder(tmpfs), tmpfs) || filepath.Dir(info.Metadata.Files) != tmpfs {
+		t.Errorf("pod shm %q and files %q are not in a mount of the pod's", info.Metadata.Shm, info.Metadata.Files)
 	}
 	var sfs syscall.Statfs_t
 	if err := syscall.Statfs(info.Metadata.Shm, &sfs); err != nil || sfs.Type != 0x01021994 { // TMPFS_MAGIC

@@ -18,24 +18,52 @@ const (
 	HostnameFile = "hostname"
 	ResolvFile   = "resolv.conf"
 	HostsFile    = "hosts"
-	// ShmDir is the directory that guards the pod's /dev/shm; the tmpfs is ShmMount in it.
-	// (Pods of earlier releases have the tmpfs at ShmDir itself.)
-	ShmDir   = "shm"
-	ShmMount = "mnt"
-	shmSize  = 64 << 20 // what containerd and CRI-O give a pod by default
-	// FilesDir holds the three pod files, on a tmpfs of the pod's own: a container that
-	// writes to its /etc/hosts fills that, not the node's /run (a few KiB are used).
+	// TmpfsDir is the pod's one tmpfs: its /dev/shm (ShmSub) and its files (FilesSub).
+	// One mount, not two: every runc reads the node's whole mount table several times
+	// per container, so each pod's lines there cost every later start.
+	TmpfsDir = "tmpfs"
+	ShmSub   = "shm"
+	FilesSub = "files"
+	// Pods of earlier releases: a tmpfs for /dev/shm at ShmDir/ShmMount (or at ShmDir
+	// itself), and one for the files at FilesDir.
+	ShmDir     = "shm"
+	ShmMount   = "mnt"
 	FilesDir   = "files"
+	shmSize    = 64 << 20 // what containerd and CRI-O give a pod by default
 	filesLimit = 1 << 20
 )
 
-// mountFiles mounts the tmpfs the pod files live on.
-func mountFiles(path string) error {
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		return fmt.Errorf("create pod files dir: %w", err)
+// mountPodTmpfs mounts the pod's tmpfs at path, with ShmSub (1777: it is /dev/shm inside)
+// and FilesSub in it. Its root is 0700 and belongs to the pod's root (its host IDs in a
+// user namespace, who must pass it when runc 1.1 mounts from inside the namespace): the
+// sandbox directory is searchable by all (for user-namespaced pods) and its mounts are
+// listed in /proc/mounts, so without that any local user could read and write the pod's
+// shared memory. Its size is /dev/shm's and the files' together: a container that fills
+// its /etc/hosts fills the pod's tmpfs, never the node's /run.
+func mountPodTmpfs(path string, owner *oci.IDMappings) error {
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return fmt.Errorf("create pod tmpfs dir: %w", err)
 	}
-	if err := unix.Mount("rtshimd-pod-files", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("mode=0755,size=%d,nr_inodes=16", filesLimit)); err != nil {
-		return fmt.Errorf("mount pod files tmpfs at %s: %w", path, err)
+	opts := fmt.Sprintf("mode=0700,size=%d", shmSize+filesLimit)
+	if owner != nil && len(owner.UIDs) > 0 && len(owner.GIDs) > 0 {
+		opts += fmt.Sprintf(",uid=%d,gid=%d", owner.UIDs[0].HostID, owner.GIDs[0].HostID)
+	}
+	if err := unix.Mount("rtshimd-pod", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mount pod tmpfs at %s: %w", path, err)
+	}
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{ShmSub, 0o1777}, {FilesSub, 0o755}} {
+		p := filepath.Join(path, d.name)
+		err := os.Mkdir(p, d.mode)
+		if err == nil {
+			err = os.Chmod(p, d.mode) // past the umask
+		}
+		if err != nil {
+			_ = unix.Unmount(path, unix.MNT_DETACH)
+			return fmt.Errorf("pod tmpfs: %w", err)
+		}
 	}
 	return nil
 }
@@ -111,32 +139,4 @@ func resolvConf(dns *runtimeapi.DNSConfig) ([]byte, error) {
 		fmt.Fprintf(&b, "options %s\n", strings.Join(dns.Options, " "))
 	}
 	return []byte(b.String()), nil
-}
-
-// mountShm gives the pod its own /dev/shm: a tmpfs its containers bind-mount, at path
-// in a guard directory of mode 0700. The tmpfs is 1777 (it is /dev/shm inside), and
-// the sandbox directory is searchable by all (for user-namespaced pods) and its mounts
-// are listed in /proc/mounts: without the guard any local user could read and write
-// the pod's shared memory. In a user namespace the guard belongs to the pod's root (its
-// host IDs), who must pass it when runc 1.1 mounts it from inside the namespace.
-func mountShm(path string, owner *oci.IDMappings) error {
-	guard := filepath.Dir(path)
-	if err := os.MkdirAll(guard, 0o700); err != nil {
-		return fmt.Errorf("create shm dir: %w", err)
-	}
-	if err := os.Chmod(guard, 0o700); err != nil {
-		return fmt.Errorf("chmod shm dir: %w", err)
-	}
-	if owner != nil && len(owner.UIDs) > 0 && len(owner.GIDs) > 0 {
-		if err := os.Chown(guard, int(owner.UIDs[0].HostID), int(owner.GIDs[0].HostID)); err != nil {
-			return fmt.Errorf("chown shm dir to the pod's root: %w", err)
-		}
-	}
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		return fmt.Errorf("create shm dir: %w", err)
-	}
-	if err := unix.Mount("shm", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("mode=1777,size=%d", shmSize)); err != nil {
-		return fmt.Errorf("mount pod shm at %s: %w", path, err)
-	}
-	return nil
 }

@@ -175,8 +175,7 @@ func TestPodRunFailsAtEachStep(t *testing.T) {
 	}
 	for _, s := range []step{
 		{"node", "pin", []string{"namespaces", "sandboxed"}},
-		{"node", "files", []string{"namespaces", "sandboxed"}},
-		{"node", "shm", []string{"namespaces", "sandboxed"}},
+		{"node", "tmpfs", []string{"namespaces", "sandboxed"}},
 		{"runtime", "create", []string{"sandboxed"}},
 		{"runtime", "start", []string{"sandboxed"}},
 	} {
@@ -211,7 +210,7 @@ func TestPodRunFailsAtEachStep(t *testing.T) {
 func TestPodCleanupFailureKept(t *testing.T) {
 	e := newEnv(t, sandboxtest.Plans["namespaces"])
 	m := e.manager()
-	e.node.FailNext("files", 1)
+	e.node.FailNext("tmpfs", 1)
 	e.node.FailNext("unpin", 1)
 	_, _, err := m.Run(context.Background(), sandboxtest.PodConfig("web"), "")
 	if !errors.Is(err, sandboxtest.ErrInjected) {

@@ -22,10 +22,9 @@ type Node interface {
 	Unpin(path string) error
 	// IsPinned reports whether a namespace is pinned at path.
 	IsPinned(path string) bool
-	// MountFiles mounts the tmpfs the pod files live on at path.
-	MountFiles(path string) error
-	// MountShm mounts the pod's /dev/shm at path, owned by the pod's root (owner).
-	MountShm(path string, owner *oci.IDMappings) error
+	// MountPodTmpfs mounts the pod's tmpfs at path, with its /dev/shm and its files in
+	// it (ShmSub, FilesSub), owned by the pod's root (owner).
+	MountPodTmpfs(path string, owner *oci.IDMappings) error
 	// Unmount undoes every mount stacked at path; none is not an error.
 	Unmount(path string) error
 }
@@ -87,7 +86,8 @@ func (n HostNode) Unpin(path string) error {
 	return n.Home.Unpin(filepath.Base(filepath.Dir(nsDir)), nsfile.Kind(filepath.Base(path)))
 }
 
-func (HostNode) IsPinned(path string) bool                         { return nsfile.IsPinned(path) }
-func (HostNode) MountFiles(path string) error                      { return mountFiles(path) }
-func (HostNode) MountShm(path string, owner *oci.IDMappings) error { return mountShm(path, owner) }
-func (HostNode) Unmount(path string) error                         { return mountpoint.DetachAll(path) }
+func (HostNode) IsPinned(path string) bool { return nsfile.IsPinned(path) }
+func (HostNode) MountPodTmpfs(path string, owner *oci.IDMappings) error {
+	return mountPodTmpfs(path, owner)
+}
+func (HostNode) Unmount(path string) error { return mountpoint.DetachAll(path) }

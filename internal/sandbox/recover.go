@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -216,7 +217,7 @@ func (m *Manager) cleanupOrphan(id string) {
 		}
 	}
 	// Every tmpfs a sandbox of this release or an earlier one may have mounted.
-	for _, p := range []string{filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
+	for _, p := range []string{filepath.Join(dir, TmpfsDir), filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
 		if err := m.host().Unmount(p); err != nil {
 			errs = append(errs, err)
 		}
@@ -248,6 +249,14 @@ func checkPaths(id string, md *Metadata) error {
 	for k, p := range map[nsfile.Kind]string{nsfile.Net: md.NetNS, nsfile.IPC: md.IPCNS, nsfile.UTS: md.UTSNS, nsfile.User: md.UserNS} {
 		if p != "" && (md.Dir == "" || p != filepath.Join(md.Dir, "ns", string(k))) {
 			return fmt.Errorf("%s namespace pin %q is not the pod's own (<dir>/ns/%s)", k, p, k)
+		}
+	}
+	if t := md.Tmpfs; t != "" && (md.Dir == "" || t != filepath.Join(md.Dir, TmpfsDir)) {
+		return fmt.Errorf("pod tmpfs %q is not the pod's own (<dir>/%s)", t, TmpfsDir)
+	}
+	for name, p := range map[string]string{"shm": md.Shm, "files": md.Files} {
+		if p != "" && (md.Dir == "" || filepath.Clean(p) != p || !strings.HasPrefix(p, md.Dir+"/")) {
+			return fmt.Errorf("%s %q is not below the pod's dir %q", name, p, md.Dir)
 		}
 	}
 	if b := md.BundleDir; b != "" && (md.Dir == "" || filepath.Clean(b) != b || filepath.Dir(b) != md.Dir || b == md.Dir) {

@@ -145,6 +145,11 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 			errs = append(errs, err)
 		}
 	}
+	if sb.Tmpfs != "" {
+		if err := m.host().Unmount(sb.Tmpfs); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o := sb.OverheadApplied; o.PodCgroupCreated {
 		if err := podcgroup.Remove(o.PodCgroup); err != nil {
 			errs = append(errs, err)

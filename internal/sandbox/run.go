@@ -183,10 +183,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 	if err := os.MkdirAll(sb.Dir, 0o711); err != nil {
 		return fmt.Errorf("create sandbox dir: %w", err)
 	}
+	sb.Tmpfs = filepath.Join(sb.Dir, TmpfsDir)
 	if !hostIPC {
-		sb.Shm = filepath.Join(sb.Dir, ShmDir, ShmMount)
+		sb.Shm = filepath.Join(sb.Tmpfs, ShmSub)
 	}
-	sb.Files = filepath.Join(sb.Dir, FilesDir)
+	sb.Files = filepath.Join(sb.Tmpfs, FilesSub)
 	var cniNet *network.Network
 	if !hostNet && m.opts.Network != nil {
 		dir, name := cniDir, cniName
@@ -269,16 +270,11 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	}
-	if err := m.host().MountFiles(sb.Files); err != nil {
+	if err := m.host().MountPodTmpfs(sb.Tmpfs, sb.IDMappings); err != nil {
 		return err
 	}
 	if err := writePodFiles(sb.Files, hostname, cfg, hostNet); err != nil {
 		return err
-	}
-	if sb.Shm != "" {
-		if err := m.host().MountShm(sb.Shm, sb.IDMappings); err != nil {
-			return err
-		}
 	}
 	tm.Mark("files")
 	if sb.SandboxContainer {

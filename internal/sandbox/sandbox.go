@@ -67,9 +67,12 @@ type Metadata struct {
 	// was made with; "" for a pod in the node's.
 	UserNS     string          `json:"userns,omitempty"`
 	IDMappings *oci.IDMappings `json:"id_mappings,omitempty"`
-	Shm        string          `json:"shm,omitempty"` // tmpfs the pod's containers get as /dev/shm
-	// Files is the tmpfs holding hostname, hosts and resolv.conf ("": in Dir, records of
-	// earlier releases).
+	// Tmpfs is the pod's tmpfs, which holds Shm and Files ("": records of earlier
+	// releases, whose Shm and Files are each a tmpfs).
+	Tmpfs string `json:"tmpfs,omitempty"`
+	Shm   string `json:"shm,omitempty"` // what the pod's containers get as /dev/shm
+	// Files holds hostname, hosts and resolv.conf ("": in Dir, records of earlier
+	// releases).
 	Files            string `json:"files,omitempty"`
 	SandboxContainer bool   `json:"infra"` // a sandbox container runs through the handler
 	CgroupsPath      string `json:"cgroups_path,omitempty"`

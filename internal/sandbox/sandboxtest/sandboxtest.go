@@ -114,9 +114,17 @@ func (n *Node) IsPinned(path string) bool {
 	return n.pinned[path]
 }
 
-func (n *Node) MountFiles(path string) error { return n.mount("files", path) }
-
-func (n *Node) MountShm(path string, _ *oci.IDMappings) error { return n.mount("shm", path) }
+func (n *Node) MountPodTmpfs(path string, _ *oci.IDMappings) error {
+	if err := n.mount("tmpfs", path); err != nil {
+		return err
+	}
+	for _, d := range []string{"shm", "files"} {
+		if err := os.MkdirAll(filepath.Join(path, d), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (n *Node) mount(op, path string) error {
 	n.mu.Lock()

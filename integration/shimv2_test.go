@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -192,7 +193,7 @@ func shimV2Pods(t *testing.T, e *containerEnv, handler, binary, state string) {
 			t.Errorf("runtime state of %s left in %s", id[:12], state)
 		}
 	}
-	if m := mountsUnder(d.RunRoot); len(m) > 0 {
+	if m := slices.DeleteFunc(mountsUnder(d.RunRoot), func(p string) bool { return isStoreMount(d, p) }); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }

@@ -257,7 +257,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
-	if c.rt.Plan().DetachRootfs {
+	if c.rt.Plan().DetachRootfs && !hostHooksAfterCreate(spec) {
 		m.opts.Images.DetachRootfs(c.ID)
 	}
 	tm.Mark("runtime_create")
@@ -273,6 +273,13 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	m.watch(c, false)
 	tm.Mark("persist")
 	return err
+}
+
+// hostHooksAfterCreate reports whether spec has hooks that run on the node after the
+// create (poststart, poststop: an NRI plugin or a CDI spec may add them), which may read
+// the rootfs by its path there; its mount then stays.
+func hostHooksAfterCreate(spec *specs.Spec) bool {
+	return spec.Hooks != nil && (len(spec.Hooks.Poststart) > 0 || len(spec.Hooks.Poststop) > 0)
 }
 
 // kubeletTerminationPath is the annotation by which kubelet names a container's

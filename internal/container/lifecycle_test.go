@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/container"
@@ -296,5 +297,46 @@ func TestContainerRecovery(t *testing.T) {
 			}
 			e.Clean(t)
 		})
+	}
+}
+
+// hookNRI is an NRI whose plugin adds a poststart hook to every container.
+type hookNRI struct{}
+
+func (hookNRI) CreateContainer(_ context.Context, _ *container.Container, spec *specs.Spec) (bool, error) {
+	spec.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/true"}}}
+	return true, nil
+}
+func (hookNRI) PostCreateContainer(context.Context, *container.Container)  {}
+func (hookNRI) StartContainer(context.Context, *container.Container) error { return nil }
+func (hookNRI) PostStartContainer(context.Context, *container.Container)   {}
+func (hookNRI) PostUpdateContainer(context.Context, *container.Container)  {}
+func (hookNRI) StopContainer(context.Context, *container.Container)        {}
+func (hookNRI) RemoveContainer(context.Context, *container.Container)      {}
+func (hookNRI) BlockSync() func()                                          { return func() {} }
+func (hookNRI) UpdateContainer(_ context.Context, _ *container.Container, res *specs.LinuxResources) (*specs.LinuxResources, error) {
+	return res, nil
+}
+
+// A container whose spec has hooks that run on the node after the create keeps its
+// rootfs mounted there: a poststart or poststop hook may read it by its path.
+func TestRootfsKeptForHostHooks(t *testing.T) {
+	e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
+	e.Options = func(o *container.Options) { o.NRI = hookNRI{} }
+	sbs, m := e.Managers()
+	ctx := context.Background()
+	podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := m.Create(ctx, podID, containertest.CtrConfig("app", "busybox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Images.Detached(id) {
+		t.Error("rootfs detached from the node though a poststart hook may read it there")
+	}
+	if err := sbs.Remove(ctx, podID); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -85,7 +85,8 @@ func (s *Service) loadWritable() error {
 }
 
 // closeWritable unmounts the writable layers' own mount unless a layer is mounted in it
-// (a plain unmount fails then: it stays for the next daemon).
+// (a plain unmount fails then: it stays for the next daemon). runc's containers' layers
+// are not (DetachRootfs): theirs are in the containers' own mount namespaces.
 func (s *Service) closeWritable() {
 	root := s.writableRoot()
 	if err := unix.Unmount(root, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EINVAL) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -254,10 +255,16 @@ func checkPaths(id string, md *Metadata) error {
 	if t := md.Tmpfs; t != "" && (md.Dir == "" || t != filepath.Join(md.Dir, TmpfsDir)) {
 		return fmt.Errorf("pod tmpfs %q is not the pod's own (<dir>/%s)", t, TmpfsDir)
 	}
-	for name, p := range map[string]string{"shm": md.Shm, "files": md.Files} {
-		if p != "" && (md.Dir == "" || filepath.Clean(p) != p || !strings.HasPrefix(p, md.Dir+"/")) {
-			return fmt.Errorf("%s %q is not below the pod's dir %q", name, p, md.Dir)
-		}
+	// shm and files in the pod's tmpfs, or (earlier releases) a tmpfs each in the pod's dir.
+	shms, files := []string{filepath.Join(md.Dir, ShmDir, ShmMount), filepath.Join(md.Dir, ShmDir)}, []string{filepath.Join(md.Dir, FilesDir)}
+	if md.Tmpfs != "" {
+		shms, files = []string{filepath.Join(md.Tmpfs, ShmSub)}, []string{filepath.Join(md.Tmpfs, FilesSub)}
+	}
+	if p := md.Shm; p != "" && (md.Dir == "" || !slices.Contains(shms, p)) {
+		return fmt.Errorf("shm %q is not the pod's own (%s)", p, strings.Join(shms, " or "))
+	}
+	if p := md.Files; p != "" && (md.Dir == "" || !slices.Contains(files, p)) {
+		return fmt.Errorf("files %q is not the pod's own (%s)", p, files[0])
 	}
 	if b := md.BundleDir; b != "" && (md.Dir == "" || filepath.Clean(b) != b || filepath.Dir(b) != md.Dir || b == md.Dir) {
 		return fmt.Errorf("bundle dir %q is not below the pod's dir %q", b, md.Dir)

@@ -135,19 +135,17 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	if err := failpoint.Fail("remove-sandbox/namespaces-unpinned"); err != nil {
 		return err
 	}
-	if sb.Shm != "" {
-		if err := m.host().Unmount(sb.Shm); err != nil {
-			errs = append(errs, err)
-		}
+	// The pod's tmpfs, or (records of earlier releases) its shm and files tmpfs each;
+	// the directories in the pod's tmpfs are not mounts.
+	mounts := []string{sb.Tmpfs}
+	if sb.Tmpfs == "" {
+		mounts = []string{sb.Shm, sb.Files}
 	}
-	if sb.Files != "" {
-		if err := m.host().Unmount(sb.Files); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if sb.Tmpfs != "" {
-		if err := m.host().Unmount(sb.Tmpfs); err != nil {
-			errs = append(errs, err)
+	for _, p := range mounts {
+		if p != "" {
+			if err := m.host().Unmount(p); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if o := sb.OverheadApplied; o.PodCgroupCreated {

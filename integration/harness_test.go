@@ -457,7 +457,7 @@ func (d *Daemon) assertNothingLeft() {
 // while it runs (and a kill -9 leaves).
 func isStoreMount(d *Daemon, p string) bool {
 	return p == filepath.Join(d.State, "storage", "overlay") || p == filepath.Join(d.State, "storage", "rtshimd-rootfs") ||
-		p == filepath.Join(d.RunRoot, "nshome")
+		p == filepath.Join(d.RunRoot, "nshome") || p == filepath.Join(d.RunRoot, "nshome", "mnt")
 }
 
 // pinnedPods lists the pods with namespaces pinned in the daemon's pin home (readable

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -181,7 +182,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	host.StrictSELinux = cfg.StrictSELinux
 	// Before the sandboxes' recovery, which checks their pins.
 	home, err := nsfile.OpenHome(cfg.RunRoot)
-	if err != nil {
+	switch {
+	case errors.Is(err, nsfile.ErrHomeHeld):
+		// Its pods' namespaces are in it: going on without it would lose them.
+		return nil, err
+	case err != nil:
 		logrus.WithError(err).Warn("pods' namespaces are pinned in the node's mount table, where each runc reads them")
 		home = nil
 	}
@@ -256,6 +261,9 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	// After the containers: those of a pod whose record was quarantined went as orphans,
 	// through the pod's supervisor, which must still run for that.
 	mgr.StopQuarantined(ctx)
+	if home != nil {
+		home.Collect(func(id string) bool { _, err := mgr.Get(id); return err == nil })
+	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
 	if err := boot.Record(cfg.StateRoot); err != nil {
 		logrus.WithError(err).Warn("the next start will not know whether the node restarted")
@@ -360,11 +368,13 @@ func (d *daemon) close() {
 	d.stats.Close()
 	d.containers.Close()
 	d.sandboxes.Close()
-	if d.home != nil {
-		d.home.Close()
-	}
 	d.table.Wait()
 	d.runtimes.Close()
 	d.images.Close()
+	if d.home != nil {
+		// Last, and it waits for a pin under way: a handler the server's stop did not
+		// wait for may still be starting a pod.
+		d.home.Close()
+	}
 	logrus.Info("rtshimd stopped; pods keep running")
 }

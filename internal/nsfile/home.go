@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
+	"github.com/moby/sys/mountinfo"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,37 +21,60 @@ import (
 //
 // The home's root is a small tmpfs (nothing of the node's mounts is held in it, so it
 // keeps no filesystem of the node busy) with /proc and /pods/<id>/<kind>. It is pinned on
-// the node at <run root>/nshome, so it outlives the daemon as the pods do; the node
-// reaches its pods directory through <run root>/pinned, a symlink to the daemon's open
-// descriptor of it (/proc/<pid>/fd/<n>), which each daemon points at its own. A pod's
-// pins are then <pinned>/<id>/<kind>, to runc, CNI plugins and the daemon alike, as
+// the node at <run root>/nshome/mnt, in a private mount of its own (the kernel refuses to
+// propagate a mount namespace's pin, so under a shared /run, as systemd makes it, the pin
+// would fail), so it outlives the daemon as the pods do. The node reaches its pods
+// directory through <run root>/pinned, a symlink to the daemon's open descriptor of it
+// (/proc/<pid>/fd/<n>), which each daemon points at its own and removes when it stops. A
+// pod's pins are then <pinned>/<id>/<kind>, to runc, CNI plugins and the daemon alike, as
 // long as a daemon runs; nothing opens them otherwise.
 type Home struct {
-	node string // the home's pin on the node
-	link string // the node's path to the pods directory
-	ns   *os.File
-	pods *os.File // O_PATH descriptor of /pods in the home
+	dir    string // <run root>/nshome, a private mount holding the pin
+	node   string // the home's pin on the node
+	link   string // the node's path to the pods directory
+	target string // where link points: this daemon's descriptor
+
+	mu       sync.RWMutex // Close waits for pins and unpins under way
+	closed   bool
+	ns, pods *os.File // the home, and an O_PATH descriptor of /pods in it
 }
 
 const homePods = "/pods"
 
+// ErrHomeHeld: a pin home exists on the node but could not be opened. Its pods'
+// namespaces are in it, so the daemon must not go on without it (nor replace it).
+var ErrHomeHeld = errors.New("the node has a pin home that could not be opened")
+
 // OpenHome opens the pin home under runRoot, creating it if there is none (after a
 // reboot, or the first start).
 func OpenHome(runRoot string) (*Home, error) {
-	h := &Home{node: filepath.Join(runRoot, "nshome"), link: filepath.Join(runRoot, "pinned")}
-	if isMountNS(h.node) {
+	dir := filepath.Join(runRoot, "nshome")
+	h := &Home{dir: dir, node: filepath.Join(dir, "mnt"), link: filepath.Join(runRoot, "pinned")}
+	// A link left by a daemon that died points at a dead process's descriptor; nothing
+	// may resolve through it, whatever happens next.
+	if err := os.Remove(h.link); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("pin home: remove the stale link %s: %w", h.link, err)
+	}
+	held, err := isHomePin(h.node)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("pin home %s: %w: %w", h.node, err, ErrHomeHeld)
+	case held:
 		ns, err := os.Open(h.node)
 		if err != nil {
-			return nil, fmt.Errorf("open pin home %s: %w", h.node, err)
+			return nil, fmt.Errorf("open pin home %s: %w: %w", h.node, err, ErrHomeHeld)
 		}
 		h.ns = ns
 		if h.pods, err = onThreadIn(ns, func() (*os.File, error) { return openPath(homePods) }); err != nil {
 			ns.Close()
-			return nil, fmt.Errorf("open pin home %s: %w", h.node, err)
+			return nil, fmt.Errorf("open pin home %s: %w: %w", h.node, err, ErrHomeHeld)
 		}
-	} else if err := h.create(runRoot); err != nil {
-		return nil, err
+	default:
+		if err := h.create(runRoot); err != nil {
+			return nil, err
+		}
 	}
+	h.target = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), h.pods.Fd())
 	if err := h.pointLink(); err != nil {
 		h.Close()
 		return nil, err
@@ -56,8 +82,48 @@ func OpenHome(runRoot string) (*Home, error) {
 	return h, nil
 }
 
-// create makes a new home and pins it at h.node.
+// isHomePin reports whether path pins a mount namespace: false if there is nothing
+// there, or a file that pins nothing (its pin was unmounted); an error where it cannot
+// tell, for then a live home must not be replaced.
+func isHomePin(path string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	if st.Type != unix.NSFS_MAGIC {
+		return false, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
+	if err != nil {
+		// Kernels before 4.11 have no NS_GET_NSTYPE; the descriptor's link names the kind.
+		l, lerr := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+		if lerr != nil {
+			return false, fmt.Errorf("which namespace: %w", err)
+		}
+		if !strings.HasPrefix(l, "mnt:[") {
+			return false, fmt.Errorf("pins %s, not a mount namespace", l)
+		}
+		return true, nil
+	}
+	if t != unix.CLONE_NEWNS {
+		return false, fmt.Errorf("pins a namespace of type %#x, not a mount namespace", t)
+	}
+	return true, nil
+}
+
+// create makes a new home and pins it at h.node, in a private mount at h.dir.
 func (h *Home) create(runRoot string) error {
+	if err := privateDir(h.dir); err != nil {
+		return fmt.Errorf("create pin home: %w", err)
+	}
 	type result struct {
 		ns, pods *os.File
 		err      error
@@ -71,16 +137,48 @@ func (h *Home) create(runRoot string) error {
 	}()
 	r := <-ch
 	if r.err != nil {
+		h.releaseDir()
 		return fmt.Errorf("create pin home: %w", r.err)
 	}
 	h.ns, h.pods = r.ns, r.pods
-	_ = Unpin(h.node) // a pin of a home that is gone (not a mount namespace any more)
+	_ = os.Remove(h.node) // a file whose pin was unmounted
 	if err := bind(fmt.Sprintf("/proc/self/fd/%d", h.ns.Fd()), h.node); err != nil {
 		h.ns.Close()
 		h.pods.Close()
+		h.releaseDir()
 		return fmt.Errorf("pin the pin home at %s: %w", h.node, err)
 	}
 	return nil
+}
+
+// privateDir makes dir a private mount of its own (a bind of itself), if it is not one.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	mounted, err := mountinfo.Mounted(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	if !mounted {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make %s private: %w", dir, err)
+	}
+	return nil
+}
+
+// releaseDir unmounts and removes h.dir (the pin in it already gone).
+func (h *Home) releaseDir() {
+	if err := unix.Unmount(h.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		logrus.WithError(err).WithField("dir", h.dir).Warn("pin home: unmount its dir")
+		return
+	}
+	_ = os.Remove(h.node)
+	_ = os.Remove(h.dir)
 }
 
 // makeHome runs on a thread of its own: a new mount namespace whose root is a tmpfs
@@ -97,7 +195,7 @@ func makeHome(runRoot string) (ns, pods *os.File, err error) {
 		return nil, nil, fmt.Errorf("mount its root: %w", err)
 	}
 	if err := unix.Chdir(runRoot); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("enter its root: %w", err)
 	}
 	// pivot_root(".", "."), then the old root, now stacked under the new one, is
 	// detached: the home holds none of the node's mounts.
@@ -108,17 +206,17 @@ func makeHome(runRoot string) (ns, pods *os.File, err error) {
 		return nil, nil, fmt.Errorf("detach the node's root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("enter its root: %w", err)
 	}
 	if err := os.Mkdir("/proc", 0o555); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("its /proc: %w", err)
 	}
 	// /proc/thread-self/ns for the pins, /proc/sys/net for a new netns's sysctls.
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, nil, fmt.Errorf("mount /proc: %w", err)
 	}
 	if err := os.Mkdir(homePods, 0o711); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("its %s: %w", homePods, err)
 	}
 	if ns, err = os.Open("/proc/thread-self/ns/mnt"); err != nil {
 		return nil, nil, err
@@ -140,15 +238,14 @@ func openPath(p string) (*os.File, error) {
 
 // pointLink points h.link at this daemon's descriptor of the pods directory.
 func (h *Home) pointLink() error {
-	target := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), h.pods.Fd())
 	tmp := h.link + ".new"
 	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return fmt.Errorf("link the pin home: %w", err)
+	if err := os.Symlink(h.target, tmp); err != nil {
+		return fmt.Errorf("link the pin home at %s: %w", h.link, err)
 	}
 	if err := os.Rename(tmp, h.link); err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("link the pin home: %w", err)
+		return fmt.Errorf("link the pin home at %s: %w", h.link, err)
 	}
 	return nil
 }
@@ -181,6 +278,9 @@ func onThreadIn[T any](ns *os.File, f func() (T, error)) (T, error) {
 // are <Dir>/<kind>.
 func (h *Home) Dir(id string) string { return filepath.Join(h.link, id) }
 
+// errClosed: the daemon is stopping.
+var errClosed = errors.New("the pin home is closed")
+
 // Pin is Pin for pod id, in the home.
 func (h *Home) Pin(id string, kinds []Kind, hostname string) (map[Kind]string, error) {
 	if !validID(id) {
@@ -189,10 +289,15 @@ func (h *Home) Pin(id string, kinds []Kind, hostname string) (map[Kind]string, e
 	if len(kinds) == 0 {
 		return map[Kind]string{}, nil
 	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return nil, fmt.Errorf("pin namespaces of %s: %w", id, errClosed)
+	}
 	inHome, err := onThreadIn(h.ns, func() (map[Kind]string, error) {
 		dir := filepath.Join(homePods, id)
 		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("pin namespaces: %w", err)
+			return nil, fmt.Errorf("pin namespaces: %s in the pin home: %w", dir, err)
 		}
 		paths, err := pinOnThread(dir, kinds, hostname)
 		if err != nil {
@@ -201,7 +306,7 @@ func (h *Home) Pin(id string, kinds []Kind, hostname string) (map[Kind]string, e
 		return paths, err
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pod %s: %w", id, err)
 	}
 	paths := map[Kind]string{}
 	for k := range inHome {
@@ -216,24 +321,41 @@ func (h *Home) Unpin(id string, k Kind) error {
 	if !validID(id) || !validID(string(k)) {
 		return fmt.Errorf("unpin %s/%s: not a pin of the home", id, k)
 	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return fmt.Errorf("unpin %s: %w", filepath.Join(h.Dir(id), string(k)), errClosed)
+	}
 	_, err := onThreadIn(h.ns, func() (struct{}, error) {
 		dir := filepath.Join(homePods, id)
 		if err := Unpin(filepath.Join(dir, string(k))); err != nil {
 			return struct{}{}, err
 		}
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
-			return struct{}{}, fmt.Errorf("remove %s in the pin home: %w", dir, err)
+			return struct{}{}, fmt.Errorf("remove %s: %w", dir, err)
 		}
 		return struct{}{}, nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("unpin %s (in the pin home %s): %w", filepath.Join(h.Dir(id), string(k)), h.node, err)
+	}
+	return nil
 }
 
 // Pods lists the pods with pins in the home.
 func (h *Home) Pods() ([]string, error) {
-	entries, err := os.ReadDir(h.link)
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return nil, errClosed
+	}
+	return h.pods0()
+}
+
+func (h *Home) pods0() ([]string, error) {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/self/fd/%d", h.pods.Fd()))
 	if err != nil {
-		return nil, fmt.Errorf("list the pin home: %w", err)
+		return nil, fmt.Errorf("list the pin home %s: %w", h.node, err)
 	}
 	var ids []string
 	for _, e := range entries {
@@ -242,30 +364,49 @@ func (h *Home) Pods() ([]string, error) {
 	return ids, nil
 }
 
-// Close lets the descriptors go. A home that holds no pod is released from the node as
-// well; one that holds pods stays for the next daemon.
-func (h *Home) Close() {
-	if ids, err := h.Pods(); err == nil && len(ids) == 0 {
-		_ = Unpin(h.node)
-		_ = os.Remove(h.link)
+// Collect releases the pins of pods that keep does not know: a start cut short between
+// its pins and its record's cleanup, or a pod whose record could not be read.
+func (h *Home) Collect(keep func(id string) bool) {
+	ids, err := h.Pods()
+	if err != nil {
+		logrus.WithError(err).Warn("pin home: list its pods")
+		return
 	}
-	if h.pods != nil {
-		h.pods.Close()
-	}
-	if h.ns != nil {
-		h.ns.Close()
+	for _, id := range ids {
+		if keep(id) {
+			continue
+		}
+		for _, k := range []Kind{Net, IPC, UTS} {
+			if err := h.Unpin(id, k); err != nil {
+				logrus.WithError(err).WithField("sandbox", id).Warn("pin home: release the pins of an unknown pod")
+			}
+		}
+		logrus.WithField("sandbox", id).Info("pin home: released the pins of a pod no record names")
 	}
 }
 
-// isMountNS reports whether path is a pinned mount namespace.
-func isMountNS(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
+// Close waits for pins under way and lets the descriptors go; the link goes too (no
+// path resolves through a dead process's descriptors). A home that holds no pod is
+// released from the node as well; one that holds pods stays for the next daemon.
+func (h *Home) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
 	}
-	defer f.Close()
-	t, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
-	return err == nil && t == unix.CLONE_NEWNS
+	h.closed = true
+	if t, err := os.Readlink(h.link); err == nil && t == h.target {
+		_ = os.Remove(h.link)
+	}
+	if ids, err := h.pods0(); err == nil && len(ids) == 0 {
+		if err := Unpin(h.node); err != nil {
+			logrus.WithError(err).Warn("pin home: release it")
+		} else {
+			h.releaseDir()
+		}
+	}
+	h.pods.Close()
+	h.ns.Close()
 }
 
 func validID(id string) bool {

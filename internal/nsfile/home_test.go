@@ -1,12 +1,15 @@
 package nsfile
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,12 +51,32 @@ func TestHome(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	// Under a shared mount with a slave peer, as /run is on a systemd node: the kernel
+	// refuses to propagate a mount namespace's pin, so the home must pin in a private
+	// mount of its own.
 	run := t.TempDir()
+	if err := unix.Mount(run, run, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", run, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	peer := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "60")
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = peer.Process.Kill()
+		_ = peer.Wait()
+		_ = unix.Unmount(filepath.Join(run, "nshome", "mnt"), unix.MNT_DETACH)
+		_ = unix.Unmount(filepath.Join(run, "nshome"), unix.MNT_DETACH)
+		_ = unix.Unmount(run, unix.MNT_DETACH)
+	})
+	time.Sleep(100 * time.Millisecond) // the peer's namespace exists
 	h, err := OpenHome(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = Unpin(filepath.Join(run, "nshome")) })
 	paths, err := h.Pin("pod-a", []Kind{Net, IPC, UTS}, "host-a")
 	if err != nil {
 		t.Fatal(err)
@@ -76,13 +99,20 @@ func TestHome(t *testing.T) {
 	if m := nodeMounts(t, "pod-"); len(m) != 0 {
 		t.Errorf("pins in the node's mount table: %v", m)
 	}
-	if m := nodeMounts(t, run); !slices.Equal(m, []string{filepath.Join(run, "nshome")}) {
-		t.Errorf("node mounts under the run root: %v, want the home's pin alone", m)
+	if m := nodeMounts(t, run); !slices.Equal(m, []string{run, filepath.Join(run, "nshome"), filepath.Join(run, "nshome", "mnt")}) {
+		t.Errorf("node mounts at the run root: %v, want the home's dir and pin alone", m)
 	}
 
-	// The next daemon finds the pods' pins where they were.
+	// The next daemon finds the pods' pins where they were; in between, the link names
+	// no dead process's descriptor.
 	netA := nsIno(t, paths[Net])
 	h.Close()
+	if _, err := os.Lstat(filepath.Join(run, "pinned")); !os.IsNotExist(err) {
+		t.Errorf("link of a closed home: %v", err)
+	}
+	if _, err := h.Pin("pod-c", []Kind{Net}, ""); err == nil {
+		t.Error("pinned in a closed home")
+	}
 	h, err = OpenHome(run)
 	if err != nil {
 		t.Fatal(err)
@@ -111,11 +141,57 @@ func TestHome(t *testing.T) {
 	if err := h.Unpin("../x", Net); err == nil {
 		t.Error("unpin of a path outside the home accepted")
 	}
+	// A pod no record names is collected.
+	if _, err := h.Pin("pod-d", []Kind{Net, UTS}, "d"); err != nil {
+		t.Fatal(err)
+	}
+	h.Collect(func(id string) bool { return id != "pod-d" })
+	if ids, _ := h.Pods(); len(ids) != 0 {
+		t.Errorf("pods left after collecting: %v", ids)
+	}
 	h.Close()
-	if m := nodeMounts(t, run); len(m) != 0 {
+	if m := nodeMounts(t, run); !slices.Equal(m, []string{run}) {
 		t.Errorf("an empty home left on the node: %v", m)
 	}
 	if _, err := os.Lstat(filepath.Join(run, "pinned")); !os.IsNotExist(err) {
 		t.Errorf("link of a released home: %v", err)
 	}
+}
+
+// A pin at the home's place that cannot be read as one is never replaced: the pods'
+// namespaces may be in it.
+func TestHomeNotReplaced(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	run := t.TempDir()
+	dir := filepath.Join(run, "nshome")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A network namespace's pin where the home's should be.
+	f, err := os.Create(filepath.Join(dir, "mnt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := unix.Mount("/proc/self/ns/net", filepath.Join(dir, "mnt"), "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(dir, "mnt"), unix.MNT_DETACH) })
+	if _, err := OpenHome(run); !errors.Is(err, ErrHomeHeld) {
+		t.Fatalf("OpenHome over another pin: %v, want ErrHomeHeld", err)
+	}
+	if !IsPinned(filepath.Join(dir, "mnt")) {
+		t.Error("the pin was replaced")
+	}
+	// A file whose pin is gone (unmounted) is replaced by a new home.
+	if err := unix.Unmount(filepath.Join(dir, "mnt"), unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	h, err := OpenHome(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
 }

@@ -247,21 +247,6 @@ func mountPropagation(t *testing.T, path string) string {
 	return ""
 }
 
-// mountedAt reports whether the host's mount table has a mount at path.
-func mountedAt(t *testing.T, path string) bool {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
-}
-
 // A runc container's rootfs leaves the node's mount table once runc has created the
 // container (every later runc reads that table several times); the container keeps it,
 // reads its image and writes its layer, over a kill -9 of the daemon too, and its removal
@@ -279,7 +264,7 @@ func TestRootfsDetachedAfterCreate(t *testing.T) {
 			}
 			merged := filepath.Join(e.d.State, "storage", "rtshimd-rootfs", id, "merged")
 			upper := filepath.Join(e.d.State, "storage", "rtshimd-rootfs", id, "upper")
-			if detached, want := !mountedAt(t, merged), handler == "runc"; detached != want {
+			if detached, want := !slices.Contains(mountsUnder(merged), merged), handler == "runc"; detached != want {
 				t.Errorf("created container's rootfs out of the node's mount table: %v, want %v", detached, want)
 			}
 			if err := e.d.RS.StartContainer(ctx, id); err != nil {
@@ -305,7 +290,7 @@ func TestRootfsDetachedAfterCreate(t *testing.T) {
 			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
 				t.Fatal(err)
 			}
-			if mountedAt(t, merged) {
+			if slices.Contains(mountsUnder(merged), merged) {
 				t.Error("rootfs still mounted after the pod's removal")
 			}
 			if _, err := os.Stat(filepath.Dir(merged)); !os.IsNotExist(err) {

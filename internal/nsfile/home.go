@@ -43,7 +43,7 @@ const homePods = "/pods"
 
 // ErrHomeHeld: a pin home exists on the node but could not be opened. Its pods'
 // namespaces are in it, so the daemon must not go on without it (nor replace it).
-var ErrHomeHeld = errors.New("the node has a pin home that could not be opened")
+var ErrHomeHeld = errors.New("the node has a pin home that could not be opened; it holds the namespaces of the pods on this node, so the daemon will not start without it (to give them up: drain the node, then unmount the pin and the directory it is in)")
 
 // OpenHome opens the pin home under runRoot, creating it if there is none (after a
 // reboot, or the first start).

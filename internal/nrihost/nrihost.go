@@ -253,6 +253,20 @@ func (h *Host) pod(id string) *api.PodSandbox {
 	return podSandbox(sb)
 }
 
+// quiet reports that no plugin is connected: an event would reach no one, so neither it
+// nor its views (a container's is its bundle's spec, read and converted: a millisecond of
+// the daemon's CPU per start) are made. The adaptation counts a plugin once it has
+// synchronized; one that is counted just after this check found the pod or container in
+// Synchronize, as one that connects just after an event is relayed does. Only the counter
+// of events is kept.
+func (h *Host) quiet(event string) bool {
+	if h.plugins.Load() > 0 {
+		return false
+	}
+	count(event, nil)
+	return true
+}
+
 // ctr is a container's NRI form with the spec in its bundle.
 func ctr(c *container.Container) *api.Container {
 	spec, err := c.Spec()
@@ -264,6 +278,9 @@ func ctr(c *container.Container) *api.Container {
 
 // RunPodSandbox tells plugins of a pod that now exists; an error fails RunPodSandbox.
 func (h *Host) RunPodSandbox(ctx context.Context, sb *sandbox.Sandbox) error {
+	if h.quiet("RunPodSandbox") {
+		return nil
+	}
 	err := h.nri.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: podSandbox(sb)})
 	count("RunPodSandbox", err)
 	if err != nil {
@@ -285,6 +302,9 @@ func (h *Host) stopPod(ctx context.Context, sb *sandbox.Sandbox) {
 		return
 	}
 	h.podStopped[sb.ID] = true
+	if h.quiet("StopPodSandbox") {
+		return
+	}
 	err := h.nri.StopPodSandbox(ctx, &api.StopPodSandboxRequest{Pod: podSandbox(sb)})
 	count("StopPodSandbox", err)
 	if err != nil {
@@ -298,6 +318,9 @@ func (h *Host) RemovePodSandbox(ctx context.Context, sb *sandbox.Sandbox) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.podStopped, sb.ID)
+	if h.quiet("RemovePodSandbox") {
+		return
+	}
 	err := h.nri.RemovePodSandbox(ctx, &api.RemovePodSandboxRequest{Pod: podSandbox(sb)})
 	count("RemovePodSandbox", err)
 	if err != nil {
@@ -309,6 +332,9 @@ func (h *Host) RemovePodSandbox(ctx context.Context, sb *sandbox.Sandbox) {
 // applies their adjustment to spec (and their updates to other containers). An error
 // fails CreateContainer, which then undoes everything.
 func (h *Host) CreateContainer(ctx context.Context, c *container.Container, spec *specs.Spec) (bool, error) {
+	if h.quiet("CreateContainer") {
+		return false, nil
+	}
 	resp, err := h.nri.CreateContainer(ctx, &api.CreateContainerRequest{Pod: h.pod(c.SandboxID), Container: nriContainer(c, spec)})
 	count("CreateContainer", err)
 	if err != nil {
@@ -328,6 +354,9 @@ func (h *Host) CreateContainer(ctx context.Context, c *container.Container, spec
 
 // PostCreateContainer tells plugins the runtime created the container.
 func (h *Host) PostCreateContainer(ctx context.Context, c *container.Container) {
+	if h.quiet("PostCreateContainer") {
+		return
+	}
 	err := h.nri.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
 	count("PostCreateContainer", err)
 	if err != nil {
@@ -337,6 +366,9 @@ func (h *Host) PostCreateContainer(ctx context.Context, c *container.Container) 
 
 // StartContainer tells plugins a container is about to start; an error fails the start.
 func (h *Host) StartContainer(ctx context.Context, c *container.Container) error {
+	if h.quiet("StartContainer") {
+		return nil
+	}
 	err := h.nri.StartContainer(ctx, &api.StartContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
 	count("StartContainer", err)
 	if err != nil {
@@ -347,6 +379,9 @@ func (h *Host) StartContainer(ctx context.Context, c *container.Container) error
 
 // PostStartContainer tells plugins a container started.
 func (h *Host) PostStartContainer(ctx context.Context, c *container.Container) {
+	if h.quiet("PostStartContainer") {
+		return
+	}
 	err := h.nri.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
 	count("PostStartContainer", err)
 	if err != nil {
@@ -358,6 +393,9 @@ func (h *Host) PostStartContainer(ctx context.Context, c *container.Container) {
 // and returns the limits to apply: the request's, changed by what plugins set for this
 // container. Their updates to other containers are applied here.
 func (h *Host) UpdateContainer(ctx context.Context, c *container.Container, res *specs.LinuxResources) (*specs.LinuxResources, error) {
+	if h.quiet("UpdateContainer") {
+		return res, nil
+	}
 	resp, err := h.nri.UpdateContainer(ctx, &api.UpdateContainerRequest{
 		Pod: h.pod(c.SandboxID), Container: ctr(c), LinuxResources: api.FromOCILinuxResources(res, nil),
 	})
@@ -385,6 +423,9 @@ func (h *Host) UpdateContainer(ctx context.Context, c *container.Container, res 
 // UpdatePodSandbox tells plugins a pod is being resized in place, with its new resources
 // and overhead; an error fails UpdatePodSandboxResources.
 func (h *Host) UpdatePodSandbox(ctx context.Context, sb *sandbox.Sandbox, overhead, resources *runtimeapi.LinuxContainerResources) error {
+	if h.quiet("UpdatePodSandbox") {
+		return nil
+	}
 	_, err := h.nri.UpdatePodSandbox(ctx, &api.UpdatePodSandboxRequest{
 		Pod: podSandbox(sb), OverheadLinuxResources: criResources(overhead), LinuxResources: criResources(resources),
 	})
@@ -397,6 +438,9 @@ func (h *Host) UpdatePodSandbox(ctx context.Context, sb *sandbox.Sandbox, overhe
 
 // PostUpdatePodSandbox tells plugins a pod was resized.
 func (h *Host) PostUpdatePodSandbox(ctx context.Context, sb *sandbox.Sandbox) {
+	if h.quiet("PostUpdatePodSandbox") {
+		return
+	}
 	err := h.nri.PostUpdatePodSandbox(ctx, &api.PostUpdatePodSandboxRequest{Pod: podSandbox(sb)})
 	count("PostUpdatePodSandbox", err)
 	if err != nil {
@@ -406,6 +450,9 @@ func (h *Host) PostUpdatePodSandbox(ctx context.Context, sb *sandbox.Sandbox) {
 
 // PostUpdateContainer tells plugins a container's limits changed.
 func (h *Host) PostUpdateContainer(ctx context.Context, c *container.Container) {
+	if h.quiet("PostUpdateContainer") {
+		return
+	}
 	err := h.nri.PostUpdateContainer(ctx, &api.PostUpdateContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
 	count("PostUpdateContainer", err)
 	if err != nil {
@@ -429,6 +476,9 @@ func (h *Host) stopContainer(ctx context.Context, c *container.Container) []*api
 		return nil
 	}
 	h.stopped[c.ID] = true
+	if h.quiet("StopContainer") {
+		return nil
+	}
 	resp, err := h.nri.StopContainer(ctx, &api.StopContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
 	count("StopContainer", err)
 	if err != nil {
@@ -444,12 +494,14 @@ func (h *Host) RemoveContainer(ctx context.Context, c *container.Container) {
 	h.mu.Lock()
 	updates := h.stopContainer(ctx, c)
 	delete(h.stopped, c.ID)
-	err := h.nri.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
-	h.mu.Unlock()
-	count("RemoveContainer", err)
-	if err != nil {
-		logrus.WithError(err).WithField("container", c.ID).Warn("nri: remove container")
+	if !h.quiet("RemoveContainer") {
+		err := h.nri.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: h.pod(c.SandboxID), Container: ctr(c)})
+		count("RemoveContainer", err)
+		if err != nil {
+			logrus.WithError(err).WithField("container", c.ID).Warn("nri: remove container")
+		}
 	}
+	h.mu.Unlock()
 	if err := h.apply(ctx, updates); err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Warn("nri: updates after stop container")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,9 +15,11 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/container"
+	"github.com/rtshimd/rtshimd/internal/metrics"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 )
 
@@ -197,6 +200,20 @@ func TestHostWithPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Stop()
+	// Before a plugin connects, an event reaches no one: no undo is owed, the spec is as
+	// it was, and the event is still counted.
+	ctx0 := context.Background()
+	before := createEvents(t)
+	c0, spec0 := &container.Container{Metadata: container.Metadata{ID: "c0", SandboxID: "p1"}}, baseSpec()
+	if undo, err := h.CreateContainer(ctx0, c0, spec0); err != nil || undo {
+		t.Errorf("CreateContainer with no plugin = %v, %v; want no undo owed and no error", undo, err)
+	}
+	if !reflect.DeepEqual(spec0, baseSpec()) {
+		t.Errorf("spec changed with no plugin: %+v", spec0)
+	}
+	if got := createEvents(t); got != before+1 {
+		t.Errorf("CreateContainer events counted %v, want %v", got, before+1)
+	}
 	p := &plugin{synced: make(chan int, 1)}
 	s, err := stub.New(p, stub.WithPluginName("test"), stub.WithPluginIdx("10"), stub.WithSocketPath(cfg.SocketPath))
 	if err != nil {
@@ -303,4 +320,13 @@ func TestInstalled(t *testing.T) {
 	if _, err := Installed(dir); err == nil || !strings.Contains(err.Error(), "x-bad") {
 		t.Errorf("Installed with x-bad = %v, want an error naming it", err)
 	}
+}
+
+// createEvents is the count of CreateContainer events the host has handled.
+func createEvents(t *testing.T) float64 {
+	var m dto.Metric
+	if err := metrics.NRIRequests.WithLabelValues("CreateContainer").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

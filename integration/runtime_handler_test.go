@@ -191,7 +191,7 @@ func TestHandlerRefusesUnsupportedFeatures(t *testing.T) {
 			t.Errorf("host-namespace pod pinned namespaces or shm: %+v", info.Metadata)
 		}
 		host, _ := os.Hostname()
-		if b, _ := os.ReadFile(filepath.Join(info.Metadata.Files, "hostname")); strings.TrimSpace(string(b)) != host {
+		if b, _ := os.ReadFile(filepath.Join(podFilesDir(info), "hostname")); strings.TrimSpace(string(b)) != host {
 			t.Errorf("host-network pod hostname = %q, want the node's %q", b, host)
 		}
 		if err := d.RS.RemovePodSandbox(ctx, id); err != nil {

@@ -32,6 +32,8 @@ type sandboxInfo struct {
 		UTSNS       string `json:"utsns"`
 		Shm         string `json:"shm"`
 		Files       string `json:"files"`
+		Tmpfs       string `json:"tmpfs"`
+		TmpfsHome   bool   `json:"tmpfs_home"`
 		Infra       bool   `json:"infra"`
 		CgroupsPath string `json:"cgroups_path"`
 	} `json:"metadata"`
@@ -48,12 +50,15 @@ func TestSandboxLifecycle(t *testing.T) {
 		name, handler, resolved string
 		pid                     runtimeapi.NamespaceMode
 		infra                   bool
+		// tmpfsHome: the pod's tmpfs is in the pin home, not on the node (runc's, without
+		// a sandbox container).
+		tmpfsHome bool
 	}{
-		{"runc-no-infra", "runc", "runc", runtimeapi.NamespaceMode_CONTAINER, false},
-		{"runc-shared-pid", "runc", "runc", runtimeapi.NamespaceMode_POD, true},
-		{"default-handler", "", "runc", runtimeapi.NamespaceMode_CONTAINER, false},
-		{"runsc", "runsc", "runsc", runtimeapi.NamespaceMode_CONTAINER, true},
-		{"runc-shim", "runc-shim", "runc-shim", runtimeapi.NamespaceMode_CONTAINER, true},
+		{"runc-no-infra", "runc", "runc", runtimeapi.NamespaceMode_CONTAINER, false, true},
+		{"runc-shared-pid", "runc", "runc", runtimeapi.NamespaceMode_POD, true, false},
+		{"default-handler", "", "runc", runtimeapi.NamespaceMode_CONTAINER, false, true},
+		{"runsc", "runsc", "runsc", runtimeapi.NamespaceMode_CONTAINER, true, false},
+		{"runc-shim", "runc-shim", "runc-shim", runtimeapi.NamespaceMode_CONTAINER, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,8 +89,9 @@ func TestSandboxLifecycle(t *testing.T) {
 				t.Errorf("namespace options = %v", st.Linux.GetNamespaces().GetOptions())
 			}
 			info := decodeInfo(t, resp.Info)
-			if info.Metadata.Handler != tc.resolved || info.Metadata.Infra != tc.infra {
-				t.Errorf("handler %q infra %v, want %q %v", info.Metadata.Handler, info.Metadata.Infra, tc.resolved, tc.infra)
+			if info.Metadata.Handler != tc.resolved || info.Metadata.Infra != tc.infra || info.Metadata.TmpfsHome != tc.tmpfsHome {
+				t.Errorf("handler %q infra %v tmpfs in the home %v, want %q %v %v", info.Metadata.Handler, info.Metadata.Infra,
+					info.Metadata.TmpfsHome, tc.resolved, tc.infra, tc.tmpfsHome)
 			}
 			checkPodFiles(t, info, tc.name)
 			checkNamespaces(t, info, tc.resolved, tc.name)
@@ -168,8 +174,24 @@ func TestSandboxLifecycle(t *testing.T) {
 // checkPodFiles: hostname, resolv.conf from dns_config, hosts, and the pod's own shm.
 func checkPodFiles(t *testing.T, info sandboxInfo, hostname string) {
 	t.Helper()
+	m := info.Metadata
+	files, shm := podFilesDir(info), m.Shm
+	if m.TmpfsHome {
+		// In the pin home, read through its link; on the node, the place it is lent to
+		// while a container is created is no mount.
+		shm = filepath.Join(filepath.Dir(files), "shm")
+		if mounts := mountsUnder(m.Tmpfs); m.Tmpfs == "" || len(mounts) != 0 {
+			t.Errorf("pod tmpfs %q in the home, but mounted on the node: %v", m.Tmpfs, mounts)
+		}
+		if m.Files != filepath.Join(m.Tmpfs, "files") || m.Shm != filepath.Join(m.Tmpfs, "shm") {
+			t.Errorf("pod files %q and shm %q are not where the tmpfs %q is lent", m.Files, m.Shm, m.Tmpfs)
+		}
+	} else if tmpfs := filepath.Dir(m.Shm); m.Shm == "" || !contains(mountsUnder(tmpfs), tmpfs) || filepath.Dir(m.Files) != tmpfs {
+		// One tmpfs of the pod's holds its /dev/shm and its files.
+		t.Errorf("pod shm %q and files %q are not in a mount of the pod's", m.Shm, m.Files)
+	}
 	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(info.Metadata.Files, name))
+		b, err := os.ReadFile(filepath.Join(files, name))
 		if err != nil {
 			t.Errorf("pod file %s: %v", name, err)
 		}
@@ -185,15 +207,20 @@ func checkPodFiles(t *testing.T, info sandboxInfo, hostname string) {
 	if got := read("hosts"); !strings.Contains(got, "127.0.0.1\tlocalhost") {
 		t.Errorf("hosts = %q", got)
 	}
-	// One tmpfs of the pod's holds its /dev/shm and its files.
-	tmpfs := filepath.Dir(info.Metadata.Shm)
-	if info.Metadata.Shm == "" || !contains(mountsUnder(tmpfs), tmpfs) || filepath.Dir(info.Metadata.Files) != tmpfs {
-		t.Errorf("pod shm %q and files %q are not in a mount of the pod's", info.Metadata.Shm, info.Metadata.Files)
-	}
 	var sfs syscall.Statfs_t
-	if err := syscall.Statfs(info.Metadata.Shm, &sfs); err != nil || sfs.Type != 0x01021994 { // TMPFS_MAGIC
+	if err := syscall.Statfs(shm, &sfs); err != nil || sfs.Type != 0x01021994 { // TMPFS_MAGIC
 		t.Errorf("pod shm is not a tmpfs (type %x, %v)", sfs.Type, err)
 	}
+}
+
+// podFilesDir is where the node reads a pod's files (hostname, hosts, resolv.conf):
+// through the pin home's link when the pod's tmpfs is there (a runc pod's).
+func podFilesDir(info sandboxInfo) string {
+	m := info.Metadata
+	if !m.TmpfsHome {
+		return m.Files
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(m.Dir)), "pinned", filepath.Base(m.Dir), "tmpfs", "files")
 }
 
 // checkNamespaces: the runc family gets daemon-pinned net, ipc and uts namespaces with
@@ -205,15 +232,20 @@ func checkNamespaces(t *testing.T, info sandboxInfo, handler, hostname string) {
 		t.Errorf("netns %q is not a pinned namespace", m.NetNS)
 	}
 	// Pinned in the daemon's pin home, not in the node's mount table that every runc
-	// reads: there the pod has its two tmpfs (shm and its files) alone.
+	// reads: there the pod has its tmpfs and a sandbox container's root, or nothing when
+	// its tmpfs is in the home too.
 	var podMounts []string
 	for _, p := range mountsUnder(filepath.Dir(m.Dir)) {
 		if strings.Contains(p, filepath.Base(m.Dir)) {
 			podMounts = append(podMounts, p)
 		}
 	}
-	if slices.ContainsFunc(podMounts, func(p string) bool { return strings.Contains(p, "/ns/") }) || len(podMounts) > 2 {
-		t.Errorf("the pod's mounts in the node's mount table: %v, want its shm and files tmpfs alone", podMounts)
+	most := 2 // its tmpfs, and a sandbox container's root
+	if m.TmpfsHome {
+		most = 0
+	}
+	if slices.ContainsFunc(podMounts, func(p string) bool { return strings.Contains(p, "/ns/") }) || len(podMounts) > most {
+		t.Errorf("the pod's mounts in the node's mount table: %v, want at most %d (none when its tmpfs is in the pin home)", podMounts, most)
 	}
 	if handler == "runsc" {
 		if m.IPCNS != "" || m.UTSNS != "" {
@@ -502,5 +534,58 @@ func TestFailedSandboxCleanupIsRetried(t *testing.T) {
 	}
 	if slices.Contains(stateEntries(filepath.Join(d.State, "sandboxes")), id) {
 		t.Errorf("record of %s left after the cleanup", id[:12])
+	}
+}
+
+// A runc pod's tmpfs is in the pin home and lent to the node only while a container is
+// created: its containers share /dev/shm and see the pod's files, also one created after
+// a kill -9 of the daemon; meanwhile the node's mount table holds nothing of the pod, and
+// the pod's removal leaves nothing in the home.
+func TestPodTmpfsInHome(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	podID, pod := e.pod("tmpfs-home", "runc")
+	a := e.run(podID, pod, e.ctrConfig("a", "sleep", "1000"))
+	resp, err := e.d.RS.PodSandboxStatus(ctx, podID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decodeInfo(t, resp.Info).Metadata
+	if !m.TmpfsHome {
+		t.Fatalf("runc pod's tmpfs is not in the pin home: %+v", m)
+	}
+	home := filepath.Join(e.d.RunRoot, "pinned", podID)
+	nothingOnNode := func(when string) {
+		t.Helper()
+		if mounts := mountsUnder(m.Dir); len(mounts) != 0 {
+			t.Errorf("%s: the pod's mounts on the node: %v, want none", when, mounts)
+		}
+	}
+	nothingOnNode("after a container's create")
+	e.exec(a, "sh", "-c", "echo from-a > /dev/shm/f")
+	if b, err := os.ReadFile(filepath.Join(home, "tmpfs", "shm", "f")); err != nil || string(b) != "from-a\n" {
+		t.Errorf("the container's /dev/shm write in the home: %q, %v", b, err)
+	}
+	if out, _ := e.exec(a, "cat", "/etc/hostname"); out != "tmpfs-home" {
+		t.Errorf("/etc/hostname in the container = %q", out)
+	}
+	if out, _ := e.exec(a, "grep", "-c", "localhost", "/etc/hosts"); out == "" || out == "0" {
+		t.Errorf("/etc/hosts in the container has no localhost: %q", out)
+	}
+	e.d.Kill()
+	e.d.Start()
+	b := e.run(podID, pod, e.ctrConfig("b", "sleep", "1000"))
+	if out, _ := e.exec(b, "cat", "/dev/shm/f"); out != "from-a" {
+		t.Errorf("/dev/shm of a container created after a kill -9 = %q, want the other container's file", out)
+	}
+	nothingOnNode("after a kill -9 and another container's create")
+	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(home); !os.IsNotExist(err) {
+		t.Errorf("the pod's directory in the pin home after its removal: %v", err)
+	}
+	if _, err := os.Stat(m.Dir); !os.IsNotExist(err) {
+		t.Errorf("sandbox dir %s after the removal: %v", m.Dir, err)
 	}
 }

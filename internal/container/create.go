@@ -253,11 +253,20 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		}
 	}
 	tm.Mark("bundle")
-	p, err := c.rt.Create(ctx, c.Task())
+	// Detached: the container's own mount namespace holds its rootfs and pod files once
+	// the runtime's create returns; hooks that run on the node after create may read them
+	// by their paths.
+	detach := c.rt.Plan().DetachRootfs && !hostHooksAfterCreate(spec)
+	giveBack, err := m.opts.Sandboxes.LendTmpfs(sb)
 	if err != nil {
 		return err
 	}
-	if c.rt.Plan().DetachRootfs && !hostHooksAfterCreate(spec) {
+	p, err := c.rt.Create(ctx, c.Task())
+	giveBack(err == nil && !detach)
+	if err != nil {
+		return err
+	}
+	if detach {
 		m.opts.Images.DetachRootfs(c.ID)
 	}
 	tm.Mark("runtime_create")

@@ -322,6 +322,7 @@ func (hookNRI) UpdateContainer(_ context.Context, _ *container.Container, res *s
 // rootfs mounted there: a poststart or poststop hook may read it by its path.
 func TestRootfsKeptForHostHooks(t *testing.T) {
 	e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
+	e.Node.HomeDir = t.TempDir()
 	e.Options = func(o *container.Options) { o.NRI = hookNRI{} }
 	sbs, m := e.Managers()
 	ctx := context.Background()
@@ -336,7 +337,53 @@ func TestRootfsKeptForHostHooks(t *testing.T) {
 	if e.Images.Detached(id) {
 		t.Error("rootfs detached from the node though a poststart hook may read it there")
 	}
+	// So are the pod files: the copy of the pod's tmpfs lent for the create stays.
+	sb, err := sbs.Get(podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.TmpfsHome || !e.Node.Lent(sb.Tmpfs) {
+		t.Errorf("pod tmpfs in the home %v, lent to the node after the create %v; want both", sb.TmpfsHome, e.Node.Lent(sb.Tmpfs))
+	}
 	if err := sbs.Remove(ctx, podID); err != nil {
 		t.Fatal(err)
+	}
+	e.Clean(t)
+}
+
+// A pod's tmpfs in the pin home is lent to the node for each container's create and
+// taken back after it; the pod's removal leaves nothing in the home. Without a home it
+// is the node's.
+func TestPodTmpfsLent(t *testing.T) {
+	for _, home := range []bool{true, false} {
+		e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
+		if home {
+			e.Node.HomeDir = t.TempDir()
+		}
+		sbs, m := e.Managers()
+		ctx := context.Background()
+		podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := sbs.Get(podID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.TmpfsHome != home {
+			t.Errorf("home %v: pod tmpfs in the home %v", home, sb.TmpfsHome)
+		}
+		for _, name := range []string{"a", "b"} {
+			if _, err := m.Create(ctx, podID, containertest.CtrConfig(name, "busybox")); err != nil {
+				t.Fatal(err)
+			}
+			if lent := e.Node.Lent(sb.Tmpfs); lent != !home { // the node's own mount, without a home
+				t.Errorf("home %v: after %s's create the pod tmpfs is on the node: %v", home, name, lent)
+			}
+		}
+		if err := sbs.Remove(ctx, podID); err != nil {
+			t.Fatal(err)
+		}
+		e.Clean(t)
 	}
 }

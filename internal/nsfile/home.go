@@ -12,6 +12,8 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 )
 
 // Home is a mount namespace of the daemon's own in which pods' namespaces are pinned,
@@ -342,7 +344,107 @@ func (h *Home) Unpin(id string, k Kind) error {
 	return nil
 }
 
-// Pods lists the pods with pins in the home.
+// TmpfsName is a pod's tmpfs in its directory of the home.
+const TmpfsName = "tmpfs"
+
+// MountTmpfs mounts a tmpfs (mount(2)'s flags and data) as pod id's in the home and
+// returns the node's path to its root, through the home's link: the daemon writes the
+// pod's files there, and nothing of it is in the node's mount table. A runtime's mount
+// cannot take it from there (the kernel binds only from the caller's own mount
+// namespace): LendTmpfs puts a copy on the node for that.
+func (h *Home) MountTmpfs(id string, flags uintptr, data string) (string, error) {
+	if !validID(id) {
+		return "", fmt.Errorf("pod tmpfs: pod ID %q cannot name a directory", id)
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return "", fmt.Errorf("pod tmpfs of %s: %w", id, errClosed)
+	}
+	_, err := onThreadIn(h.ns, func() (struct{}, error) {
+		dir := filepath.Join(homePods, id)
+		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+			return struct{}{}, err
+		}
+		p := filepath.Join(dir, TmpfsName)
+		err := os.Mkdir(p, 0o700)
+		if err == nil {
+			err = unix.Mount("rtshimd-pod", p, "tmpfs", flags, data)
+			if err != nil {
+				_ = os.Remove(p)
+			}
+		}
+		if err != nil {
+			_ = os.Remove(dir) // only if it holds nothing else
+		}
+		return struct{}{}, err
+	})
+	if err != nil {
+		return "", fmt.Errorf("mount pod %s's tmpfs in the pin home %s: %w", id, h.node, err)
+	}
+	return filepath.Join(h.Dir(id), TmpfsName), nil
+}
+
+// LendTmpfs mounts a copy of pod id's tmpfs at target on the node: the same files, one
+// more mount of them, which the node's unmount of target takes away again. A runtime's
+// bind mounts from it outlive that (they are the container's).
+func (h *Home) LendTmpfs(id, target string) error {
+	if !validID(id) {
+		return fmt.Errorf("lend pod tmpfs: pod ID %q cannot name a directory", id)
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return fmt.Errorf("lend pod %s's tmpfs: %w", id, errClosed)
+	}
+	// The copy is made in the home, detached from every mount table; it is attached on
+	// the node by this goroutine's thread, which is the node's (only the home's own
+	// threads, locked and discarded, are elsewhere).
+	fd, err := onThreadIn(h.ns, func() (int, error) {
+		return unix.OpenTree(unix.AT_FDCWD, filepath.Join(homePods, id, TmpfsName), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	})
+	if err != nil {
+		return fmt.Errorf("lend pod %s's tmpfs: copy it in the pin home %s: %w", id, h.node, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("lend pod %s's tmpfs: mount it at %s: %w", id, target, err)
+	}
+	return nil
+}
+
+// UnmountTmpfs unmounts pod id's tmpfs in the home and removes its directory, and the
+// pod's there if nothing else is in it. None is not an error.
+func (h *Home) UnmountTmpfs(id string) error {
+	if !validID(id) {
+		return fmt.Errorf("unmount pod tmpfs: pod ID %q cannot name a directory", id)
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return fmt.Errorf("unmount pod %s's tmpfs: %w", id, errClosed)
+	}
+	_, err := onThreadIn(h.ns, func() (struct{}, error) {
+		dir := filepath.Join(homePods, id)
+		p := filepath.Join(dir, TmpfsName)
+		if err := mountpoint.DetachAll(p); err != nil {
+			return struct{}{}, err
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return struct{}{}, fmt.Errorf("remove %s: %w", p, err)
+		}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
+			return struct{}{}, fmt.Errorf("remove %s: %w", dir, err)
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("unmount pod %s's tmpfs in the pin home %s: %w", id, h.node, err)
+	}
+	return nil
+}
+
+// Pods lists the pods with pins or a tmpfs in the home.
 func (h *Home) Pods() ([]string, error) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -381,7 +483,10 @@ func (h *Home) Collect(keep func(id string) bool) {
 				logrus.WithError(err).WithField("sandbox", id).Warn("pin home: release the pins of an unknown pod")
 			}
 		}
-		logrus.WithField("sandbox", id).Info("pin home: released the pins of a pod no record names")
+		if err := h.UnmountTmpfs(id); err != nil {
+			logrus.WithError(err).WithField("sandbox", id).Warn("pin home: unmount the tmpfs of an unknown pod")
+		}
+		logrus.WithField("sandbox", id).Info("pin home: released the pins and tmpfs of a pod no record names")
 	}
 }
 

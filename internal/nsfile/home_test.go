@@ -195,3 +195,79 @@ func TestHomeNotReplaced(t *testing.T) {
 	}
 	h.Close()
 }
+
+// A pod's tmpfs in the home: written through the link, not in the node's mount table,
+// lent to the node as a copy of the same files and taken back, and gone with its pod.
+func TestHomeTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	run := t.TempDir()
+	t.Cleanup(func() {
+		_ = unix.Unmount(filepath.Join(run, "nshome", "mnt"), unix.MNT_DETACH)
+		_ = unix.Unmount(filepath.Join(run, "nshome"), unix.MNT_DETACH)
+	})
+	h, err := OpenHome(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	root, err := h.MountTmpfs("pod-t", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "hosts"), []byte("in the home\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m := nodeMounts(t, run); len(m) != 2 { // the home's pin and its private dir
+		t.Errorf("node mounts under %s = %q, want the home's two only", run, m)
+	}
+	if ids, err := h.Pods(); err != nil || !slices.Equal(ids, []string{"pod-t"}) {
+		t.Errorf("pods = %q, %v; want pod-t", ids, err)
+	}
+	target := filepath.Join(run, "sandboxes", "pod-t", "tmpfs")
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		if err := h.LendTmpfs("pod-t", target); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(target, "hosts"))
+		if err != nil || string(b) != "in the home\n" {
+			t.Fatalf("lent tmpfs hosts = %q, %v", b, err)
+		}
+		// A write on the node's copy is the home's too.
+		if err := os.WriteFile(filepath.Join(target, "shm"), []byte{byte(round)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if m := nodeMounts(t, target); !slices.Equal(m, []string{target}) {
+			t.Errorf("node mounts at the target = %q, want it", m)
+		}
+		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+			t.Fatal(err)
+		}
+		if m := nodeMounts(t, target); len(m) != 0 {
+			t.Errorf("node mounts after the unmount = %q", m)
+		}
+		if b, err := os.ReadFile(filepath.Join(root, "shm")); err != nil || len(b) != 1 || b[0] != byte(round) {
+			t.Errorf("home's shm = %v, %v; want the lent copy's write", b, err)
+		}
+	}
+	if err := h.LendTmpfs("pod-none", target); err == nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		t.Error("lent a tmpfs of a pod that has none")
+	}
+	if err := h.UnmountTmpfs("pod-t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.UnmountTmpfs("pod-t"); err != nil {
+		t.Errorf("second unmount: %v", err)
+	}
+	if ids, err := h.Pods(); err != nil || len(ids) != 0 {
+		t.Errorf("pods after the unmount = %q, %v; want none", ids, err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tmpfs root after the unmount: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -44,24 +45,39 @@ func mountPodTmpfs(path string, owner *oci.IDMappings) error {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return fmt.Errorf("create pod tmpfs dir: %w", err)
 	}
+	if err := unix.Mount("rtshimd-pod", path, "tmpfs", podTmpfsFlags, podTmpfsData(owner)); err != nil {
+		return fmt.Errorf("mount pod tmpfs at %s: %w", path, err)
+	}
+	if err := makePodTmpfsDirs(path); err != nil {
+		_ = unix.Unmount(path, unix.MNT_DETACH)
+		return err
+	}
+	return nil
+}
+
+const podTmpfsFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
+// podTmpfsData is the pod tmpfs's mount options: mode, size and owner.
+func podTmpfsData(owner *oci.IDMappings) string {
 	opts := fmt.Sprintf("mode=0700,size=%d", shmSize+filesLimit)
 	if owner != nil && len(owner.UIDs) > 0 && len(owner.GIDs) > 0 {
 		opts += fmt.Sprintf(",uid=%d,gid=%d", owner.UIDs[0].HostID, owner.GIDs[0].HostID)
 	}
-	if err := unix.Mount("rtshimd-pod", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mount pod tmpfs at %s: %w", path, err)
-	}
+	return opts
+}
+
+// makePodTmpfsDirs makes ShmSub and FilesSub in the pod tmpfs at root.
+func makePodTmpfsDirs(root string) error {
 	for _, d := range []struct {
 		name string
 		mode os.FileMode
 	}{{ShmSub, 0o1777}, {FilesSub, 0o755}} {
-		p := filepath.Join(path, d.name)
+		p := filepath.Join(root, d.name)
 		err := os.Mkdir(p, d.mode)
 		if err == nil {
 			err = os.Chmod(p, d.mode) // past the umask
 		}
 		if err != nil {
-			_ = unix.Unmount(path, unix.MNT_DETACH)
 			return fmt.Errorf("pod tmpfs: %w", err)
 		}
 	}
@@ -139,4 +155,36 @@ func resolvConf(dns *runtimeapi.DNSConfig) ([]byte, error) {
 		fmt.Fprintf(&b, "options %s\n", strings.Join(dns.Options, " "))
 	}
 	return []byte(b.String()), nil
+}
+
+// LendTmpfs puts a copy of the pod's tmpfs, which is in the pin home (TmpfsHome), at
+// sb.Tmpfs on the node while a runtime creates a container: runc binds the container's
+// /dev/shm and pod files from there into the container's own mount namespace, which
+// keeps them. giveBack takes the copy off the node once no other create of the pod needs
+// it; keep leaves it there until the pod goes (a container whose hooks run on the node
+// after create). A pod whose tmpfs is on the node needs nothing.
+func (m *Manager) LendTmpfs(sb *Sandbox) (giveBack func(keep bool), err error) {
+	if !sb.TmpfsHome {
+		return func(bool) {}, nil
+	}
+	sb.lendMu.Lock()
+	defer sb.lendMu.Unlock()
+	if sb.lent == 0 && !sb.lentKept {
+		if err := m.host().LendPodTmpfs(sb.ID, sb.Tmpfs); err != nil {
+			return nil, err
+		}
+	}
+	sb.lent++
+	return func(keep bool) {
+		sb.lendMu.Lock()
+		defer sb.lendMu.Unlock()
+		sb.lent--
+		sb.lentKept = sb.lentKept || keep
+		if sb.lent == 0 && !sb.lentKept {
+			if err := m.host().Unmount(sb.Tmpfs); err != nil {
+				// One line left in the node's table, until the pod's removal.
+				logrus.WithError(err).WithField("sandbox", sb.ID).Warn("take the pod's lent tmpfs off the node")
+			}
+		}
+	}, nil
 }

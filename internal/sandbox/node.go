@@ -27,6 +27,17 @@ type Node interface {
 	MountPodTmpfs(path string, owner *oci.IDMappings) error
 	// Unmount undoes every mount stacked at path; none is not an error.
 	Unmount(path string) error
+	// TmpfsInHome reports whether a pod's tmpfs can be in the pin home.
+	TmpfsInHome() bool
+	// MountPodTmpfsInHome mounts pod id's tmpfs, as MountPodTmpfs makes it, in the pin
+	// home, and returns the node's path to its root there (through the home's link,
+	// which is no mount of the node's).
+	MountPodTmpfsInHome(id string, owner *oci.IDMappings) (string, error)
+	// LendPodTmpfs mounts a copy of pod id's tmpfs in the home at path on the node;
+	// Unmount(path) takes it away.
+	LendPodTmpfs(id, path string) error
+	// UnmountPodTmpfsInHome undoes MountPodTmpfsInHome; none is not an error.
+	UnmountPodTmpfsInHome(id string) error
 }
 
 // host is the Node the manager works on.
@@ -91,3 +102,34 @@ func (HostNode) MountPodTmpfs(path string, owner *oci.IDMappings) error {
 	return mountPodTmpfs(path, owner)
 }
 func (HostNode) Unmount(path string) error { return mountpoint.DetachAll(path) }
+
+func (n HostNode) TmpfsInHome() bool { return n.Home != nil }
+
+func (n HostNode) MountPodTmpfsInHome(id string, owner *oci.IDMappings) (string, error) {
+	if n.Home == nil {
+		return "", fmt.Errorf("pod tmpfs of %s: no pin home", id)
+	}
+	root, err := n.Home.MountTmpfs(id, podTmpfsFlags, podTmpfsData(owner))
+	if err != nil {
+		return "", err
+	}
+	if err := makePodTmpfsDirs(root); err != nil {
+		_ = n.Home.UnmountTmpfs(id)
+		return "", err
+	}
+	return root, nil
+}
+
+func (n HostNode) LendPodTmpfs(id, path string) error {
+	if n.Home == nil {
+		return fmt.Errorf("lend pod %s's tmpfs: no pin home", id)
+	}
+	return n.Home.LendTmpfs(id, path)
+}
+
+func (n HostNode) UnmountPodTmpfsInHome(id string) error {
+	if n.Home == nil {
+		return fmt.Errorf("unmount pod %s's tmpfs: it is in the pin home, which is not open", id)
+	}
+	return n.Home.UnmountTmpfs(id)
+}

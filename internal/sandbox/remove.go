@@ -135,8 +135,9 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 	if err := failpoint.Fail("remove-sandbox/namespaces-unpinned"); err != nil {
 		return err
 	}
-	// The pod's tmpfs, or (records of earlier releases) its shm and files tmpfs each;
-	// the directories in the pod's tmpfs are not mounts.
+	// The pod's tmpfs (or the copy lent to the node, when it is in the pin home), or
+	// (records of earlier releases) its shm and files tmpfs each; the directories in the
+	// pod's tmpfs are not mounts.
 	mounts := []string{sb.Tmpfs}
 	if sb.Tmpfs == "" {
 		mounts = []string{sb.Shm, sb.Files}
@@ -146,6 +147,11 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 			if err := m.host().Unmount(p); err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	if sb.TmpfsHome {
+		if err := m.host().UnmountPodTmpfsInHome(sb.ID); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o := sb.OverheadApplied; o.PodCgroupCreated {

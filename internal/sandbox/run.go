@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -188,6 +189,12 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 		sb.Shm = filepath.Join(sb.Tmpfs, ShmSub)
 	}
 	sb.Files = filepath.Join(sb.Tmpfs, FilesSub)
+	// In the pin home, the pod's tmpfs leaves no line in the node's mount table, which
+	// every runc reads several times per container: lent to the node only while a
+	// container is created. Runtimes that read the pod's files later (runsc's gofer, a
+	// shim, a sandbox container), and pods in a user namespace (whose holder pins on
+	// the node), keep it on the node.
+	sb.TmpfsHome = plan.DetachRootfs && !sb.SandboxContainer && sb.IDMappings == nil && m.host().TmpfsInHome()
 	var cniNet *network.Network
 	if !hostNet && m.opts.Network != nil {
 		dir, name := cniDir, cniName
@@ -270,10 +277,21 @@ func (m *Manager) create(ctx context.Context, sb *Sandbox, cniDir, cniName strin
 			return err
 		}
 	}
-	if err := m.host().MountPodTmpfs(sb.Tmpfs, sb.IDMappings); err != nil {
+	files := sb.Files
+	if sb.TmpfsHome {
+		root, err := m.host().MountPodTmpfsInHome(sb.ID, sb.IDMappings)
+		if err != nil {
+			return err
+		}
+		// Where the tmpfs is lent: the sandbox directory is the node's.
+		if err := os.Mkdir(sb.Tmpfs, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create pod tmpfs dir: %w", err)
+		}
+		files = filepath.Join(root, FilesSub)
+	} else if err := m.host().MountPodTmpfs(sb.Tmpfs, sb.IDMappings); err != nil {
 		return err
 	}
-	if err := writePodFiles(sb.Files, hostname, cfg, hostNet); err != nil {
+	if err := writePodFiles(files, hostname, cfg, hostNet); err != nil {
 		return err
 	}
 	tm.Mark("files")

@@ -70,7 +70,10 @@ type Metadata struct {
 	// Tmpfs is the pod's tmpfs, which holds Shm and Files ("": records of earlier
 	// releases, whose Shm and Files are each a tmpfs).
 	Tmpfs string `json:"tmpfs,omitempty"`
-	Shm   string `json:"shm,omitempty"` // what the pod's containers get as /dev/shm
+	// TmpfsHome: the pod's tmpfs is in the pin home, not on the node; a copy of it is
+	// lent at Tmpfs while a runtime creates a container (Manager.LendTmpfs).
+	TmpfsHome bool   `json:"tmpfs_home,omitempty"`
+	Shm       string `json:"shm,omitempty"` // what the pod's containers get as /dev/shm
 	// Files holds hostname, hosts and resolv.conf ("": in Dir, records of earlier
 	// releases).
 	Files            string `json:"files,omitempty"`
@@ -113,6 +116,12 @@ type Sandbox struct {
 
 	// status changes only through the manager's update, which writes the record first.
 	status *store.Tracked[Status]
+
+	// lent counts the container creates that need the pod's tmpfs on the node
+	// (TmpfsHome); lentKept: a container's hooks on the node need it until the pod goes.
+	lendMu   sync.Mutex
+	lent     int
+	lentKept bool
 
 	mu sync.Mutex
 	// stopping is set once Stop has signalled the sandbox container, so its exit is not news.

@@ -31,6 +31,10 @@ var ErrInjected = errors.New("sandboxtest: injected failure")
 
 // Node is the fake; its zero value is not usable: use NewNode.
 type Node struct {
+	// HomeDir, when set, is the fake pin home: pods' tmpfs are "mounted" there
+	// (TmpfsInHome), as "home <id>", and lent to the node as a mark on the lend path.
+	HomeDir string
+
 	mu      sync.Mutex
 	pinned  map[string]bool
 	mounted map[string]bool
@@ -42,7 +46,8 @@ func NewNode() *Node {
 	return &Node{pinned: map[string]bool{}, mounted: map[string]bool{}, fail: map[string]int{}}
 }
 
-// FailNext makes the next n calls of op fail ("pin", "unpin", "files", "shm", "unmount").
+// FailNext makes the next n calls of op fail ("pin", "unpin", "tmpfs", "unmount", "home
+// tmpfs", "lend", "home unmount").
 func (n *Node) FailNext(op string, count int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -124,6 +129,54 @@ func (n *Node) MountPodTmpfs(path string, _ *oci.IDMappings) error {
 		}
 	}
 	return nil
+}
+
+func (n *Node) TmpfsInHome() bool { return n.HomeDir != "" }
+
+func (n *Node) MountPodTmpfsInHome(id string, _ *oci.IDMappings) (string, error) {
+	root := filepath.Join(n.HomeDir, id, "tmpfs")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing("home tmpfs", id); err != nil {
+		return "", err
+	}
+	for _, d := range []string{"shm", "files"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	n.mounted["home "+id] = true
+	return root, nil
+}
+
+func (n *Node) LendPodTmpfs(id, path string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing("lend", path); err != nil {
+		return err
+	}
+	if !n.mounted["home "+id] {
+		return fmt.Errorf("sandboxtest: lend %s: no tmpfs of pod %s in the home", path, id)
+	}
+	n.mounted[path] = true
+	return nil
+}
+
+func (n *Node) UnmountPodTmpfsInHome(id string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.failing("home unmount", id); err != nil {
+		return err
+	}
+	delete(n.mounted, "home "+id)
+	return os.RemoveAll(filepath.Join(n.HomeDir, id))
+}
+
+// Lent reports whether a copy of a pod's tmpfs is lent at path.
+func (n *Node) Lent(path string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mounted[path]
 }
 
 func (n *Node) mount(op, path string) error {

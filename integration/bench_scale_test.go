@@ -82,6 +82,12 @@ func BenchmarkScale(b *testing.B) {
 	}
 	b.Logf("stats.collection_period = %s", statsPeriod)
 	d := newDaemon(b, opts...)
+	// RTSHIMD_BENCH_DAEMON_LOG=FILE keeps the daemon's log there (with
+	// RTSHIMD_BENCH_LOG_LEVEL=debug: every start's steps).
+	if path := os.Getenv("RTSHIMD_BENCH_DAEMON_LOG"); path != "" {
+		// Registered after the daemon's cleanup, so it runs first, while the log is there.
+		b.Cleanup(func() { _ = os.WriteFile(path, []byte(d.Log()), 0o644) })
+	}
 	if profileDir != "" {
 		// Registered after the daemon's cleanup, so it runs first, while the log is there.
 		b.Cleanup(func() { _ = os.WriteFile(filepath.Join(profileDir, "daemon.log"), []byte(d.Log()), 0o644) })

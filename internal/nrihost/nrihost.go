@@ -58,7 +58,15 @@ type Host struct {
 	podStopped map[string]bool
 
 	plugins atomic.Int64 // connected plugins, as the adaptation counts them
-	seen    seenPlugins
+	// syncing counts plugins that connected and are in Synchronize, not yet counted in
+	// plugins: the adaptation counts a plugin only after its sync, so an event meanwhile
+	// must be made, not skipped.
+	syncing atomic.Int64
+	// starting: Start is under way, whose one Synchronize is that of the plugins in
+	// plugin_path; preinstalled: there were some. The adaptation does not count those
+	// until it relays an event, so with any of them installed every event is made.
+	starting, preinstalled atomic.Bool
+	seen                   seenPlugins
 }
 
 // New makes the host and NRI's adaptation; Start (after recovery) opens it to plugins.
@@ -90,7 +98,13 @@ func (h *Host) Attach(pods Pods, ctrs Containers) { h.pods, h.ctrs = pods, ctrs 
 // Start runs the installed plugins and listens on the socket; each plugin is synchronized
 // with every pod and container there is.
 func (h *Host) Start() error {
-	if err := h.nri.Start(); err != nil {
+	// A plugin_path NRI would refuse fails the adaptation's Start below.
+	installed, _ := Installed(h.cfg.PluginPath)
+	h.preinstalled.Store(len(installed) > 0)
+	h.starting.Store(true)
+	err := h.nri.Start()
+	h.starting.Store(false)
+	if err != nil {
 		return fmt.Errorf("nri: start: %w", err)
 	}
 	logrus.WithFields(logrus.Fields{"socket": h.socketShown(), "plugin_path": h.cfg.PluginPath}).Info("NRI started")
@@ -185,6 +199,11 @@ func (p pluginMetrics) RecordPluginAdjustments(string, string, *api.ContainerAdj
 
 func (p pluginMetrics) UpdatePluginCount(n int) {
 	p.h.plugins.Store(int64(n))
+	if n > 0 {
+		// The plugins that synchronized are counted now. (The adaptation also calls this
+		// after every event, with what it has: 0 says nothing of a sync under way.)
+		p.h.syncing.Store(0)
+	}
 	metrics.NRIPlugins.Set(float64(n))
 }
 
@@ -253,14 +272,13 @@ func (h *Host) pod(id string) *api.PodSandbox {
 	return podSandbox(sb)
 }
 
-// quiet reports that no plugin is connected: an event would reach no one, so neither it
-// nor its views (a container's is its bundle's spec, read and converted: a millisecond of
-// the daemon's CPU per start) are made. The adaptation counts a plugin once it has
-// synchronized; one that is counted just after this check found the pod or container in
-// Synchronize, as one that connects just after an event is relayed does. Only the counter
-// of events is kept.
+// quiet reports that no plugin is connected or synchronizing, and none is installed in
+// plugin_path: an event would reach no one, so neither it nor its views (a container's is its bundle's spec, read and
+// converted: a millisecond of the daemon's CPU per start) are made. A plugin that starts
+// its Synchronize after this check finds the pod or container there, as one that
+// connects just after an event is relayed does. Only the counter of events is kept.
 func (h *Host) quiet(event string) bool {
-	if h.plugins.Load() > 0 {
+	if h.plugins.Load() > 0 || h.syncing.Load() > 0 || h.preinstalled.Load() {
 		return false
 	}
 	count(event, nil)
@@ -508,7 +526,15 @@ func (h *Host) RemoveContainer(ctx context.Context, c *container.Container) {
 }
 
 // synchronize gives a plugin that registers every pod and container there is.
-func (h *Host) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
+func (h *Host) synchronize(ctx context.Context, cb adaptation.SyncCB) (err error) {
+	if !h.starting.Load() {
+		h.syncing.Add(1)
+		defer func() {
+			if err != nil { // the adaptation drops the plugin: it will not be counted
+				h.syncing.Add(-1)
+			}
+		}()
+	}
 	var pods []*api.PodSandbox
 	var ctrs []*api.Container
 	if h.pods != nil {

@@ -330,3 +330,35 @@ func createEvents(t *testing.T) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// With a plugin installed in plugin_path, events are made even while no plugin is
+// counted: the adaptation counts the plugins it starts itself only once it relays an
+// event, so skipping them then would keep them from every event.
+func TestHostWithInstalledPlugin(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.NRI{
+		Enable: true, SocketPath: filepath.Join(dir, "nri.sock"), PluginPath: filepath.Join(dir, "plugins"),
+		PluginConfigPath:    filepath.Join(dir, "conf.d"),
+		RegistrationTimeout: config.Duration{Duration: time.Second}, RequestTimeout: config.Duration{Duration: time.Second},
+	}
+	if err := os.MkdirAll(cfg.PluginPath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// It never registers (the adaptation gives up on it and goes on), but it is installed.
+	if err := os.WriteFile(filepath.Join(cfg.PluginPath, "10-quits"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(cfg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Attach(noPods{}, noContainers{})
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	c := &container.Container{Metadata: container.Metadata{ID: "c1", SandboxID: "p1"}}
+	if undo, err := h.CreateContainer(context.Background(), c, baseSpec()); err != nil || !undo {
+		t.Errorf("CreateContainer with a plugin installed = %v, %v; want it relayed (undo owed) and no error", undo, err)
+	}
+}

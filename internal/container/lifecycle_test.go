@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -351,15 +352,29 @@ func TestRootfsKeptForHostHooks(t *testing.T) {
 	e.Clean(t)
 }
 
-// A pod's tmpfs in the pin home is lent to the node for each container's create and
-// taken back after it; the pod's removal leaves nothing in the home. Without a home it
-// is the node's.
+// lendCheck is the runtime with a look at the node while it creates a container.
+type lendCheck struct {
+	kind.Runtime
+	during func()
+}
+
+func (l lendCheck) Create(ctx context.Context, t kind.Task) (kind.Created, error) {
+	l.during()
+	return l.Runtime.Create(ctx, t)
+}
+
+// A pod's tmpfs in the pin home is lent to the node while a runtime creates a container,
+// and taken back after it; a lend that fails fails the create and leaves nothing; the
+// pod's removal leaves nothing in the home. Without a home the tmpfs is the node's.
 func TestPodTmpfsLent(t *testing.T) {
 	for _, home := range []bool{true, false} {
 		e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
 		if home {
 			e.Node.HomeDir = t.TempDir()
 		}
+		var tmpfs string
+		var lentDuring []bool
+		e.Kind = lendCheck{Runtime: e.RT, during: func() { lentDuring = append(lentDuring, e.Node.Lent(tmpfs)) }}
 		sbs, m := e.Managers()
 		ctx := context.Background()
 		podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
@@ -373,12 +388,25 @@ func TestPodTmpfsLent(t *testing.T) {
 		if sb.TmpfsHome != home {
 			t.Errorf("home %v: pod tmpfs in the home %v", home, sb.TmpfsHome)
 		}
+		tmpfs = sb.Tmpfs
 		for _, name := range []string{"a", "b"} {
 			if _, err := m.Create(ctx, podID, containertest.CtrConfig(name, "busybox")); err != nil {
 				t.Fatal(err)
 			}
-			if lent := e.Node.Lent(sb.Tmpfs); lent != !home { // the node's own mount, without a home
+			if lent := e.Node.Lent(tmpfs); lent != !home { // the node's own mount, without a home
 				t.Errorf("home %v: after %s's create the pod tmpfs is on the node: %v", home, name, lent)
+			}
+		}
+		if !slices.Equal(lentDuring, []bool{true, true}) {
+			t.Errorf("home %v: the pod tmpfs on the node during the runtime's creates: %v, want it there each time", home, lentDuring)
+		}
+		if home {
+			e.Node.FailNext("lend", 1)
+			if _, err := m.Create(ctx, podID, containertest.CtrConfig("c", "busybox")); !errors.Is(err, sandboxtest.ErrInjected) {
+				t.Errorf("create with a lend that fails: %v, want the lend's error", err)
+			}
+			if ctrs := m.List(nil); len(ctrs) != 2 {
+				t.Errorf("containers after a failed lend: %d, want the two made before", len(ctrs))
 			}
 		}
 		if err := sbs.Remove(ctx, podID); err != nil {
@@ -386,4 +414,36 @@ func TestPodTmpfsLent(t *testing.T) {
 		}
 		e.Clean(t)
 	}
+}
+
+// A copy of a pod's tmpfs found on the node after a restart (lent for a container whose
+// hooks run on the node, or left by a crash during a create) stays there until the pod's
+// removal: a later create neither stacks another on it nor takes it away.
+func TestPodTmpfsLentKeptOverRestart(t *testing.T) {
+	e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
+	e.Node.HomeDir = t.TempDir()
+	sbs, _ := e.Managers()
+	ctx := context.Background()
+	podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sbs.Get(podID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Node.LendPodTmpfs(podID, sb.Tmpfs); err != nil {
+		t.Fatal(err)
+	}
+	sbs2, m2 := e.Managers()
+	if _, err := m2.Create(ctx, podID, containertest.CtrConfig("app", "busybox")); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Node.Lent(sb.Tmpfs) {
+		t.Error("the copy lent before the restart was taken off the node by a later create")
+	}
+	if err := sbs2.Remove(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	e.Clean(t)
 }

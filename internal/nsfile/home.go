@@ -39,6 +39,9 @@ type Home struct {
 	mu       sync.RWMutex // Close waits for pins and unpins under way
 	closed   bool
 	ns, pods *os.File // the home, and an O_PATH descriptor of /pods in it
+	// canLend: the kernel has open_tree and move_mount (Linux 5.2) and lets the daemon
+	// call them (a seccomp filter may not), which LendTmpfs needs.
+	canLend bool
 }
 
 const homePods = "/pods"
@@ -81,8 +84,37 @@ func OpenHome(runRoot string) (*Home, error) {
 		h.Close()
 		return nil, err
 	}
+	h.canLend = h.probeLend()
 	return h, nil
 }
+
+// probeLend reports whether LendTmpfs can work here: a copy of the home's /pods made and
+// dropped, and move_mount there (called with a bad descriptor, which only a kernel
+// without it, or a filter that refuses it, answers with ENOSYS or EPERM).
+func (h *Home) probeLend() bool {
+	_, err := onThreadIn(h.ns, func() (struct{}, error) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, homePods, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return struct{}{}, err
+	})
+	if err == nil {
+		err = unix.MoveMount(-1, "", unix.AT_FDCWD, h.dir, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		if errors.Is(err, unix.EBADF) {
+			err = nil
+		}
+	}
+	if err != nil {
+		logrus.WithError(err).Warn("pin home: pods' tmpfs stay on the node (open_tree and move_mount, Linux 5.2, are not available)")
+		return false
+	}
+	return true
+}
+
+// CanLend reports whether LendTmpfs can work on this node; pods' tmpfs belong on the
+// node otherwise.
+func (h *Home) CanLend() bool { return h.canLend }
 
 // isHomePin reports whether path pins a mount namespace: false if there is nothing
 // there, or a file that pins nothing (its pin was unmounted); an error where it cannot

@@ -212,6 +212,9 @@ func TestHomeTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	if !h.CanLend() {
+		t.Fatal("the home cannot lend on this kernel (5.2 or later has open_tree and move_mount)")
+	}
 	root, err := h.MountTmpfs("pod-t", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700,size=1m")
 	if err != nil {
 		t.Fatal(err)

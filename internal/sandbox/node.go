@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
@@ -38,6 +40,8 @@ type Node interface {
 	LendPodTmpfs(id, path string) error
 	// UnmountPodTmpfsInHome undoes MountPodTmpfsInHome; none is not an error.
 	UnmountPodTmpfsInHome(id string) error
+	// IsLent reports whether a copy of a pod's tmpfs is mounted at path on the node.
+	IsLent(path string) bool
 }
 
 // host is the Node the manager works on.
@@ -103,7 +107,7 @@ func (HostNode) MountPodTmpfs(path string, owner *oci.IDMappings) error {
 }
 func (HostNode) Unmount(path string) error { return mountpoint.DetachAll(path) }
 
-func (n HostNode) TmpfsInHome() bool { return n.Home != nil }
+func (n HostNode) TmpfsInHome() bool { return n.Home != nil && n.Home.CanLend() }
 
 func (n HostNode) MountPodTmpfsInHome(id string, owner *oci.IDMappings) (string, error) {
 	if n.Home == nil {
@@ -125,6 +129,12 @@ func (n HostNode) LendPodTmpfs(id, path string) error {
 		return fmt.Errorf("lend pod %s's tmpfs: no pin home", id)
 	}
 	return n.Home.LendTmpfs(id, path)
+}
+
+// IsLent: path is a mount point (its device is not its parent's, the run root's).
+func (HostNode) IsLent(path string) bool {
+	var st, parent unix.Stat_t
+	return unix.Stat(path, &st) == nil && unix.Stat(filepath.Dir(path), &parent) == nil && st.Dev != parent.Dev
 }
 
 func (n HostNode) UnmountPodTmpfsInHome(id string) error {

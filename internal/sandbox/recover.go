@@ -110,6 +110,12 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 }
 
 func (m *Manager) reconcile(sb *Sandbox) {
+	if sb.TmpfsHome && m.host().IsLent(sb.Tmpfs) {
+		// A copy lent before the restart: kept for a container's hooks on the node, or
+		// left by a crash during a create. It stays until the pod's removal; a new lend
+		// must not stack another on it, whose return would take both.
+		sb.lentKept = true
+	}
 	if sb.Status().State != StateReady {
 		if sb.SandboxContainer {
 			close(sb.exited)

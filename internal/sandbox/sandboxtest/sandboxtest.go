@@ -172,6 +172,9 @@ func (n *Node) UnmountPodTmpfsInHome(id string) error {
 	return os.RemoveAll(filepath.Join(n.HomeDir, id))
 }
 
+// IsLent is Lent.
+func (n *Node) IsLent(path string) bool { return n.Lent(path) }
+
 // Lent reports whether a copy of a pod's tmpfs is lent at path.
 func (n *Node) Lent(path string) bool {
 	n.mu.Lock()

@@ -376,6 +376,20 @@ func (h *Home) Unpin(id string, k Kind) error {
 	return nil
 }
 
+// usePod checks that id can name a pod's directory in the home and holds the home open
+// (Close waits) until release.
+func (h *Home) usePod(what, id string) (release func(), err error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("%s: pod ID %q cannot name a directory", what, id)
+	}
+	h.mu.RLock()
+	if h.closed {
+		h.mu.RUnlock()
+		return nil, fmt.Errorf("%s of %s: %w", what, id, errClosed)
+	}
+	return h.mu.RUnlock, nil
+}
+
 // TmpfsName is a pod's tmpfs in its directory of the home.
 const TmpfsName = "tmpfs"
 
@@ -385,15 +399,12 @@ const TmpfsName = "tmpfs"
 // cannot take it from there (the kernel binds only from the caller's own mount
 // namespace): LendTmpfs puts a copy on the node for that.
 func (h *Home) MountTmpfs(id string, flags uintptr, data string) (string, error) {
-	if !validID(id) {
-		return "", fmt.Errorf("pod tmpfs: pod ID %q cannot name a directory", id)
+	release, err := h.usePod("mount pod tmpfs", id)
+	if err != nil {
+		return "", err
 	}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return "", fmt.Errorf("pod tmpfs of %s: %w", id, errClosed)
-	}
-	_, err := onThreadIn(h.ns, func() (struct{}, error) {
+	defer release()
+	_, err = onThreadIn(h.ns, func() (struct{}, error) {
 		dir := filepath.Join(homePods, id)
 		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
 			return struct{}{}, err
@@ -421,14 +432,11 @@ func (h *Home) MountTmpfs(id string, flags uintptr, data string) (string, error)
 // more mount of them, which the node's unmount of target takes away again. A runtime's
 // bind mounts from it outlive that (they are the container's).
 func (h *Home) LendTmpfs(id, target string) error {
-	if !validID(id) {
-		return fmt.Errorf("lend pod tmpfs: pod ID %q cannot name a directory", id)
+	release, err := h.usePod("lend pod tmpfs", id)
+	if err != nil {
+		return err
 	}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return fmt.Errorf("lend pod %s's tmpfs: %w", id, errClosed)
-	}
+	defer release()
 	// The copy is made in the home, detached from every mount table; it is attached on
 	// the node by this goroutine's thread, which is the node's (only the home's own
 	// threads, locked and discarded, are elsewhere).
@@ -448,15 +456,12 @@ func (h *Home) LendTmpfs(id, target string) error {
 // UnmountTmpfs unmounts pod id's tmpfs in the home and removes its directory, and the
 // pod's there if nothing else is in it. None is not an error.
 func (h *Home) UnmountTmpfs(id string) error {
-	if !validID(id) {
-		return fmt.Errorf("unmount pod tmpfs: pod ID %q cannot name a directory", id)
+	release, err := h.usePod("unmount pod tmpfs", id)
+	if err != nil {
+		return err
 	}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return fmt.Errorf("unmount pod %s's tmpfs: %w", id, errClosed)
-	}
-	_, err := onThreadIn(h.ns, func() (struct{}, error) {
+	defer release()
+	_, err = onThreadIn(h.ns, func() (struct{}, error) {
 		dir := filepath.Join(homePods, id)
 		p := filepath.Join(dir, TmpfsName)
 		if err := mountpoint.DetachAll(p); err != nil {

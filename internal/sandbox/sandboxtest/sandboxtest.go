@@ -123,8 +123,13 @@ func (n *Node) MountPodTmpfs(path string, _ *oci.IDMappings) error {
 	if err := n.mount("tmpfs", path); err != nil {
 		return err
 	}
+	return podTmpfsDirs(path)
+}
+
+// podTmpfsDirs makes the pod tmpfs's shm and files directories at root.
+func podTmpfsDirs(root string) error {
 	for _, d := range []string{"shm", "files"} {
-		if err := os.MkdirAll(filepath.Join(path, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
 	}
@@ -140,10 +145,8 @@ func (n *Node) MountPodTmpfsInHome(id string, _ *oci.IDMappings) (string, error)
 	if err := n.failing("home tmpfs", id); err != nil {
 		return "", err
 	}
-	for _, d := range []string{"shm", "files"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return "", err
-		}
+	if err := podTmpfsDirs(root); err != nil {
+		return "", err
 	}
 	n.mounted["home "+id] = true
 	return root, nil

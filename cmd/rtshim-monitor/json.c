@@ -451,6 +451,8 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 			sp = &cfg->runtime;
 		else if (!logger && keyeq(k, "bundle"))
 			sp = &cfg->bundle;
+		else if (!logger && keyeq(k, "exec_fifo"))
+			sp = &cfg->exec_fifo;
 		else if (!logger && keyeq(k, "wait_with_runtime"))
 			bp = &cfg->wait_with_runtime;
 		else if (!logger && keyeq(k, "runtime_args"))

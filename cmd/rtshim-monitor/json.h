@@ -9,6 +9,9 @@
 
 struct json_config {
 	char *id, *dir, *runtime, *bundle, *log_path, *log_dir;
+	// exec_fifo: runc's exec FIFO for this container; set, start reads it instead of
+	// running `<runtime> start` (fifo_start)
+	char *exec_fifo;
 	char **runtime_args;
 	size_t runtime_nargs;
 	bool wait_with_runtime, stdin, stdin_once, terminal;

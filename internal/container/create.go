@@ -261,7 +261,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
-	p, err := c.rt.Create(ctx, c.Task())
+	task := c.Task()
+	task.Poststart = spec.Hooks != nil && len(spec.Hooks.Poststart) > 0
+	p, err := c.rt.Create(ctx, task)
 	giveBack(err == nil && !detach)
 	if err != nil {
 		return err

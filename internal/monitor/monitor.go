@@ -50,6 +50,10 @@ type Config struct {
 	// LogDir is the pod's log directory, below which LogPath lies: no symlink below it
 	// is followed when the log is opened. Empty (an older daemon): LogPath's directory.
 	LogDir string `json:"log_dir,omitempty"`
+	// ExecFifo is runc's exec FIFO for the container (<root>/<id>/exec.fifo): start reads
+	// it as `runc start` would, rather than run runc, when it is a FIFO there. Empty: start
+	// runs `<runtime> start`.
+	ExecFifo string `json:"exec_fifo,omitempty"`
 	// WaitWithRuntime: the container's processes are not host processes we can wait for
 	// (a subcontainer of a runsc sandbox); follow it with `<runtime> wait` after start.
 	WaitWithRuntime bool `json:"wait_with_runtime,omitempty"`

@@ -25,7 +25,9 @@ import (
 // FAKE_FAIL makes create fail with words on stderr; FAKE_FLOOD=N makes the init first
 // write N lines of 1000 bytes (floodText) in bursts of 64; FAKE_CAT makes it copy its
 // stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
-// start; FAKE_WAIT_FILE makes create wait for that file before it ends.
+// start; FAKE_WAIT_FILE makes create wait for that file before it ends. With FAKE_FIFO,
+// create makes that FIFO and the init waits on it as runc's does (FAKE_FIFO_DIE: the init
+// ends first); start notes each call in $FAKE_DIR/runtime-starts.
 const fakeRuntime = `#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
@@ -34,9 +36,12 @@ create)
 	echo creating
 	if [ -n "$FAKE_FAIL" ]; then echo "boom: no such thing" >&2; exit 3; fi
 	exec 3<&0 # the init's stdin: sh gives a background job /dev/null
+	if [ -n "$FAKE_FIFO" ]; then mkfifo "$FAKE_FIFO"; fi
 	# The init never outlives its test directory: a test that ended without a start
 	# (its cleanup wrote "started" just before the directory went) would leave it polling.
-	sh -c 'while [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
+	sh -c 'if [ -n "$FAKE_FIFO_DIE" ]; then exit 9; fi
+		if [ -n "$FAKE_FIFO" ]; then printf 0 > "$FAKE_FIFO"; fi
+		while [ -z "$FAKE_FIFO" ] && [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
 		if [ -n "$FAKE_HOLD" ]; then while [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/release" ]; do sleep 0.02; done; fi
 		i=0; while [ $i -lt "${FAKE_FLOOD:-0}" ]; do
 			awk -v i=$i "BEGIN { for (k = i; k < i + 64; k++) printf \"%08d %0990d\\n\", k, 0 }"
@@ -48,7 +53,10 @@ create)
 	echo $! > "$pidf"
 	if [ -n "$FAKE_WAIT_FILE" ]; then while [ ! -e "$FAKE_WAIT_FILE" ]; do sleep 0.02; done; fi
 	;;
-start) touch "$FAKE_DIR/started" ;;
+start)
+	echo start >> "$FAKE_DIR/runtime-starts"
+	if [ -p "$FAKE_FIFO" ] && [ -z "$FAKE_FIFO_DIE" ]; then cat "$FAKE_FIFO" > /dev/null; rm -f "$FAKE_FIFO"; fi
+	touch "$FAKE_DIR/started" ;;
 esac
 `
 
@@ -640,5 +648,65 @@ func TestMonitorExitFileUnwritable(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Errorf("the monitor did not end once the exit was taken")
+	}
+}
+
+// With exec_fifo, start lets the init go through its exec FIFO, as runc start does,
+// without running the runtime, and removes the FIFO; where the FIFO is missing or the init
+// ended before it wrote, it runs the runtime's start, whose words say why.
+func TestMonitorExecFifoStart(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		noFifo   bool // exec_fifo names a path create does not make
+		exitCode int
+		runtime  bool // the runtime's start ran
+	}{
+		{name: "fifo", exitCode: 7},
+		{name: "no fifo", noFifo: true, exitCode: 7, runtime: true},
+		{name: "init gone", env: []string{"FAKE_FIFO_DIE=1"}, exitCode: 9, runtime: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := monitorConfig(t)
+			cfg.ExecFifo = filepath.Join(cfg.Dir, "exec.fifo")
+			env := tc.env
+			if !tc.noFifo {
+				env = append(env, "FAKE_FIFO="+cfg.ExecFifo)
+			}
+			cmd, _ := startCreated(t, cfg, env...)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			watched := make(chan monitor.Exit, 1)
+			go func() {
+				e, _, _ := monitor.Watch(ctx, cfg.Dir)
+				watched <- e
+			}()
+			if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			if e := <-watched; e.Status != tc.exitCode {
+				t.Errorf("exit %+v, want status %d", e, tc.exitCode)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("monitor: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("the monitor did not end")
+			}
+			_, err := os.Stat(filepath.Join(cfg.Dir, "runtime-starts"))
+			if ran := err == nil; ran != tc.runtime {
+				t.Errorf("the runtime's start ran: %v, want %v", ran, tc.runtime)
+			}
+			if _, err := os.Lstat(cfg.ExecFifo); tc.name == "fifo" && !os.IsNotExist(err) {
+				t.Errorf("the exec FIFO is left: %v", err)
+			}
+			if b, _ := os.ReadFile(cfg.LogPath); tc.exitCode == 7 && !strings.Contains(string(b), "stdout F out-line") {
+				t.Errorf("log %q: the init did not run on", b)
+			}
+		})
 	}
 }

@@ -183,7 +183,9 @@ func spawn(binary string, args []string, dir string, out *os.File, env ...string
 	}
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1", "GOGC=50"}, env...)
+	// PATH only: the runtime inherits it, and runc with the GOMAXPROCS=1 GOGC=50 the Go
+	// monitor once had took 6 ms longer to create a container.
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	done, err := startReaped(cmd)
 	w.Close()
 	if err != nil {

@@ -128,14 +128,36 @@ void start_console_stream(int fd) {
 
 static int tag_fifo; // the exec FIFO in epoll: it only wakes the loop, fifo_start reads
 
+// bundle_has_poststart reports whether the bundle's config.json, as the runtime read it (a
+// runtime_path wrapper may have added hooks in place), may hold poststart hooks, which
+// runc from 1.2 runs in its start. A mention anywhere counts, as does a spec that cannot be
+// read whole: the start then runs `<runtime> start`.
+static bool bundle_has_poststart(void) {
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/config.json", cfg.bundle);
+	if (stat(path, &st) < 0 || st.st_size > (16 << 20))
+		return true;
+	int e = 0;
+	char *b = read_file(path, (size_t)st.st_size + 2, &e);
+	if (!b)
+		return true;
+	bool has = strstr(b, "\"poststart\"") != NULL;
+	free(b);
+	return has;
+}
+
 // fifo_start does what `runc start` does (libcontainer's Container.exec): runc init waits
 // on the exec FIFO before it execs the container's process; reading the byte it writes
 // lets it go, and removing the FIFO is how runc then tells a running container from a
 // created one. It saves starting runc, a Go binary: ~10 ms of wall and CPU per container
-// (docs/performance.md). Like runc 1.1 it returns once the init has exec'd (the FIFO's
-// write end closes on exec). 1: started; 0: the FIFO is not there or the init ended
-// before it wrote (the caller runs `<runtime> start`, which says why); -1: timed out.
+// (docs/performance.md). It returns once runc init has closed its end (at its exec in runc
+// 1.1, whose start waits for that too). 1: started; 0: the FIFO is not there, the bundle
+// has poststart hooks, or the init ended before it wrote (the caller runs `<runtime>
+// start`, which says why); -1: an error in err.
 static int fifo_start(char *err, size_t errn) {
+	if (bundle_has_poststart())
+		return 0;
 	int fd = open(cfg.exec_fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0)
@@ -159,7 +181,7 @@ static int fifo_start(char *err, size_t errn) {
 			break;
 		}
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
-			r = 0;
+			r = got ? 1 : 0; // the byte was taken: the init goes on
 			break;
 		}
 		// No writer yet (the init opens its end once a reader has), or no byte yet.
@@ -178,8 +200,12 @@ static int fifo_start(char *err, size_t errn) {
 	}
 	ep_del(fd);
 	close(fd);
-	if (r == 1 && unlink(cfg.exec_fifo) < 0 && errno != ENOENT)
-		diag("remove %s: %s", cfg.exec_fifo, errstr(errno));
+	// Once the byte is taken the init runs on, even after a timeout: runc must not go on
+	// calling the container created. A FIFO that stays is an error, as in runc's start.
+	if (got && unlink(cfg.exec_fifo) < 0 && errno != ENOENT && r == 1) {
+		snprintf(err, errn, "remove %s: %s", cfg.exec_fifo, errstr(errno));
+		r = -1;
+	}
 	return r;
 }
 

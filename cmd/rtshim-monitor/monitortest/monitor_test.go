@@ -26,8 +26,10 @@ import (
 // write N lines of 1000 bytes (floodText) in bursts of 64; FAKE_CAT makes it copy its
 // stdin to stdout after a second; FAKE_HOLD makes it wait for $FAKE_DIR/release after
 // start; FAKE_WAIT_FILE makes create wait for that file before it ends. With FAKE_FIFO,
-// create makes that FIFO and the init waits on it as runc's does (FAKE_FIFO_DIE: the init
-// ends first); start notes each call in $FAKE_DIR/runtime-starts.
+// create makes that FIFO and the init waits on it as runc's does: it writes its byte and
+// closes its end 0.3 s later, after it touched $FAKE_DIR/released (FAKE_FIFO_DIE: it ends
+// before it opens the FIFO; FAKE_FIFO_OPEN_DIE: it opens it and ends); start notes each
+// call in $FAKE_DIR/runtime-starts and, with either of those, fails as runc's does.
 const fakeRuntime = `#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
@@ -40,7 +42,10 @@ create)
 	# The init never outlives its test directory: a test that ended without a start
 	# (its cleanup wrote "started" just before the directory went) would leave it polling.
 	sh -c 'if [ -n "$FAKE_FIFO_DIE" ]; then exit 9; fi
-		if [ -n "$FAKE_FIFO" ]; then printf 0 > "$FAKE_FIFO"; fi
+		if [ -n "$FAKE_FIFO_OPEN_DIE" ]; then exec 4>"$FAKE_FIFO"; exit 9; fi
+		if [ -n "$FAKE_FIFO" ]; then
+			exec 4>"$FAKE_FIFO"; printf 0 >&4; sleep 0.3; touch "$FAKE_DIR/released"; exec 4>&-
+		fi
 		while [ -z "$FAKE_FIFO" ] && [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/started" ]; do sleep 0.02; done
 		if [ -n "$FAKE_HOLD" ]; then while [ -d "$FAKE_DIR" ] && [ ! -e "$FAKE_DIR/release" ]; do sleep 0.02; done; fi
 		i=0; while [ $i -lt "${FAKE_FLOOD:-0}" ]; do
@@ -55,7 +60,8 @@ create)
 	;;
 start)
 	echo start >> "$FAKE_DIR/runtime-starts"
-	if [ -p "$FAKE_FIFO" ] && [ -z "$FAKE_FIFO_DIE" ]; then cat "$FAKE_FIFO" > /dev/null; rm -f "$FAKE_FIFO"; fi
+	if [ -n "$FAKE_FIFO_DIE$FAKE_FIFO_OPEN_DIE" ]; then echo "cannot start a container that has stopped" >&2; exit 1; fi
+	if [ -p "$FAKE_FIFO" ]; then cat "$FAKE_FIFO" > /dev/null; rm -f "$FAKE_FIFO"; fi
 	touch "$FAKE_DIR/started" ;;
 esac
 `
@@ -652,23 +658,35 @@ func TestMonitorExitFileUnwritable(t *testing.T) {
 }
 
 // With exec_fifo, start lets the init go through its exec FIFO, as runc start does,
-// without running the runtime, and removes the FIFO; where the FIFO is missing or the init
-// ended before it wrote, it runs the runtime's start, whose words say why.
+// without running the runtime, returns once the init has closed its end, and removes the
+// FIFO. Where the FIFO is missing, the bundle names poststart hooks, or the init ended
+// before it wrote, it runs the runtime's start, whose words say why.
 func TestMonitorExecFifoStart(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		env      []string
-		noFifo   bool // exec_fifo names a path create does not make
-		exitCode int
-		runtime  bool // the runtime's start ran
+		name      string
+		env       []string
+		noFifo    bool // exec_fifo names a path create does not make
+		poststart bool // the bundle's config.json has a poststart hook
+		exitCode  int
+		runtime   bool   // the runtime's start ran
+		startErr  string // in start's error
 	}{
 		{name: "fifo", exitCode: 7},
 		{name: "no fifo", noFifo: true, exitCode: 7, runtime: true},
-		{name: "init gone", env: []string{"FAKE_FIFO_DIE=1"}, exitCode: 9, runtime: true},
+		{name: "poststart", poststart: true, exitCode: 7, runtime: true},
+		{name: "init gone", env: []string{"FAKE_FIFO_DIE=1"}, exitCode: 9, runtime: true, startErr: "cannot start a container that has stopped"},
+		{name: "init gone after open", env: []string{"FAKE_FIFO_OPEN_DIE=1"}, exitCode: 9, runtime: true, startErr: "cannot start a container that has stopped"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := monitorConfig(t)
 			cfg.ExecFifo = filepath.Join(cfg.Dir, "exec.fifo")
+			spec := `{"ociVersion":"1.0.2","process":{"args":["sh"]}}`
+			if tc.poststart {
+				spec = `{"ociVersion":"1.0.2","hooks":{"poststart":[{"path":"/bin/true"}]}}`
+			}
+			if err := os.WriteFile(filepath.Join(cfg.Bundle, "config.json"), []byte(spec), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			env := tc.env
 			if !tc.noFifo {
 				env = append(env, "FAKE_FIFO="+cfg.ExecFifo)
@@ -681,8 +699,15 @@ func TestMonitorExecFifoStart(t *testing.T) {
 				e, _, _ := monitor.Watch(ctx, cfg.Dir)
 				watched <- e
 			}()
-			if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+			err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart)
+			if tc.startErr == "" && err != nil {
 				t.Fatalf("start: %v", err)
+			}
+			if tc.startErr != "" && (err == nil || !strings.Contains(err.Error(), tc.startErr)) {
+				t.Errorf("start: %v, want an error with %q", err, tc.startErr)
+			}
+			if _, serr := os.Stat(filepath.Join(cfg.Dir, "released")); tc.name == "fifo" && serr != nil {
+				t.Errorf("start returned before the init closed its end of the FIFO: %v", serr)
 			}
 			if e := <-watched; e.Status != tc.exitCode {
 				t.Errorf("exit %+v, want status %d", e, tc.exitCode)
@@ -697,7 +722,7 @@ func TestMonitorExecFifoStart(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the monitor did not end")
 			}
-			_, err := os.Stat(filepath.Join(cfg.Dir, "runtime-starts"))
+			_, err = os.Stat(filepath.Join(cfg.Dir, "runtime-starts"))
 			if ran := err == nil; ran != tc.runtime {
 				t.Errorf("the runtime's start ran: %v, want %v", ran, tc.runtime)
 			}

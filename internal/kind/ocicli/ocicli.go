@@ -60,8 +60,10 @@ type Runtime struct {
 	cgOnce sync.Once
 	cg     *cgstats.Reader
 
-	// fifoStart: the runtime is runc, whose start the monitor does itself (execFifo).
-	fifoOnce  sync.Once
+	// fifoStart: the runtime is runc, whose start the monitor does itself (execFifo);
+	// fifoKnown once `features` has answered (a failed call is asked again).
+	fifoMu    sync.Mutex
+	fifoKnown bool
 	fifoStart bool
 }
 
@@ -183,19 +185,24 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 // it, as `runc start` does, instead of running runc: ~10 ms of a Go binary's start per
 // container, in wall time and CPU (docs/performance.md). Only runc (its features say so)
 // and only without poststart hooks, which runc from 1.2 runs in its start; the monitor
-// runs `runc start` when the FIFO is not there. "" otherwise.
+// runs `runc start` when the FIFO is not there or the bundle's spec, as runc read it,
+// names poststart hooks (a wrapper's). "" otherwise.
 func (r *Runtime) execFifo(ctx context.Context, t kind.Task) string {
 	if r.sandboxed || t.Sandbox || t.Poststart {
 		return ""
 	}
-	r.fifoOnce.Do(func() {
-		// Not the request's cancellation: its answer holds for the daemon's life.
+	r.fifoMu.Lock()
+	if !r.fifoKnown {
+		// Not the request's cancellation: the answer holds for the daemon's life.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
-		defer cancel()
 		f, err := r.rt.Features(fctx)
+		cancel()
+		r.fifoKnown = err == nil
 		r.fifoStart = err == nil && f.Annotations[runcVersionAnnotation] != ""
-	})
-	if !r.fifoStart {
+	}
+	fifo := r.fifoStart
+	r.fifoMu.Unlock()
+	if !fifo {
 		return ""
 	}
 	return filepath.Join(r.rt.Root, t.ID, "exec.fifo")

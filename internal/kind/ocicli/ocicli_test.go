@@ -144,3 +144,45 @@ func TestKillAllSignalsTheInitFirst(t *testing.T) {
 		}
 	}
 }
+
+// The monitor is given runc's exec FIFO only for runc's containers without poststart
+// hooks, not for a sandbox runtime's or a sandbox container; `features` is asked until it
+// answers, and crun's (no runc version) is not runc.
+func TestExecFifo(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, annotations string) string {
+		p := filepath.Join(dir, name)
+		// The first features call fails: it is asked again at the next create.
+		body := "#!/bin/sh\nfor a; do [ \"$a\" = features ] || continue\n" +
+			"if [ ! -e " + p + ".asked ]; then touch " + p + ".asked; exit 1; fi\n" +
+			"echo '{\"ociVersionMin\":\"1.0.0\",\"annotations\":{" + annotations + "}}'; exit 0; done\nexit 1\n"
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	runc := &kind.Row{Handler: "runc", Path: script("runc", `"org.opencontainers.runc.version":"1.1.5"`), Root: "/run/r"}
+	crun := &kind.Row{Handler: "crun", Path: script("crun", `"run.oci.crun.version":"1.8"`), Root: "/run/c"}
+	ctx := t.Context()
+	r := NewOCI(runc, Options{})
+	if got := r.execFifo(ctx, kind.Task{ID: "c1"}); got != "" {
+		t.Errorf("exec FIFO after a failed features call: %q", got)
+	}
+	if got := r.execFifo(ctx, kind.Task{ID: "c1"}); got != "/run/r/c1/exec.fifo" {
+		t.Errorf("exec FIFO = %q, want /run/r/c1/exec.fifo", got)
+	}
+	for name, tc := range map[string]struct {
+		r *Runtime
+		t kind.Task
+	}{
+		"poststart":         {r, kind.Task{ID: "c1", Poststart: true}},
+		"sandbox container": {r, kind.Task{ID: "c1", Sandbox: true}},
+		"sandbox runtime":   {NewSandbox(runc, Options{}), kind.Task{ID: "c1"}},
+		"crun":              {NewOCI(crun, Options{}), kind.Task{ID: "c1"}},
+	} {
+		tc.r.execFifo(ctx, tc.t) // past the failed first features call
+		if got := tc.r.execFifo(ctx, tc.t); got != "" {
+			t.Errorf("%s: exec FIFO %q, want none", name, got)
+		}
+	}
+}

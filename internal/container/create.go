@@ -261,9 +261,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
-	task := c.Task()
-	task.Poststart = spec.Hooks != nil && len(spec.Hooks.Poststart) > 0
-	p, err := c.rt.Create(ctx, task)
+	p, err := c.rt.Create(ctx, c.Task())
 	giveBack(err == nil && !detach)
 	if err != nil {
 		return err

@@ -90,9 +90,6 @@ type Task struct {
 	Stdin, StdinOnce, Terminal bool
 	// HostNetwork: the pod uses the node's network namespace (hostNetwork).
 	HostNetwork bool
-	// Poststart: the task's spec has poststart hooks, which the runtime's own start runs
-	// (runc from 1.2). Read by Create only.
-	Poststart bool
 }
 
 // Created is a created task's processes.

@@ -183,12 +183,12 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 
 // execFifo is the path of runc's exec FIFO for t when the monitor may start t by reading
 // it, as `runc start` does, instead of running runc: ~10 ms of a Go binary's start per
-// container, in wall time and CPU (docs/performance.md). Only runc (its features say so)
-// and only without poststart hooks, which runc from 1.2 runs in its start; the monitor
-// runs `runc start` when the FIFO is not there or the bundle's spec, as runc read it,
-// names poststart hooks (a wrapper's). "" otherwise.
+// container, in wall time and CPU (docs/performance.md). Only runc (its features say so);
+// the monitor runs `runc start` when the FIFO is not there or the bundle's spec, as runc
+// read it (a runtime_path wrapper may add to it), names poststart hooks, which runc from
+// 1.2 runs in its start. "" otherwise.
 func (r *Runtime) execFifo(ctx context.Context, t kind.Task) string {
-	if r.sandboxed || t.Sandbox || t.Poststart {
+	if r.sandboxed || t.Sandbox {
 		return ""
 	}
 	r.fifoMu.Lock()

@@ -145,9 +145,10 @@ func TestKillAllSignalsTheInitFirst(t *testing.T) {
 	}
 }
 
-// The monitor is given runc's exec FIFO only for runc's containers without poststart
-// hooks, not for a sandbox runtime's or a sandbox container; `features` is asked until it
-// answers, and crun's (no runc version) is not runc.
+// The monitor is given runc's exec FIFO only for runc's containers, not for a sandbox
+// runtime's or a sandbox container (poststart hooks are the monitor's to find in the
+// bundle: TestMonitorExecFifoStart); `features` is asked until it answers, and crun's (no
+// runc version) is not runc.
 func TestExecFifo(t *testing.T) {
 	dir := t.TempDir()
 	script := func(name, annotations string) string {
@@ -175,7 +176,6 @@ func TestExecFifo(t *testing.T) {
 		r *Runtime
 		t kind.Task
 	}{
-		"poststart":         {r, kind.Task{ID: "c1", Poststart: true}},
 		"sandbox container": {r, kind.Task{ID: "c1", Sandbox: true}},
 		"sandbox runtime":   {NewSandbox(runc, Options{}), kind.Task{ID: "c1"}},
 		"crun":              {NewOCI(crun, Options{}), kind.Task{ID: "c1"}},

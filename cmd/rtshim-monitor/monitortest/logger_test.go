@@ -108,19 +108,26 @@ func execLogger(t *testing.T, dir string, cfg *monitor.LoggerConfig, fds ...*os.
 	return &logger{cmd: cmd, dir: dir}
 }
 
-// wait waits for the logger to exit on its own.
-func (l *logger) wait(t *testing.T) {
+// waitEnd waits up to 10 s for cmd, the monitor or logger (what) running in dir, to exit
+// on its own; an error exit or none fails the test, with its log.
+func waitEnd(t *testing.T, what string, cmd *exec.Cmd, dir string) {
 	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- l.cmd.Wait() }()
+	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("logger exited with %v; its log:\n%s", err, readFile(filepath.Join(l.dir, monitor.LogFile)))
+			t.Errorf("%s exited with %v; its log:\n%s", what, err, readFile(filepath.Join(dir, monitor.LogFile)))
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the logger did not exit; its log:\n%s", readFile(filepath.Join(l.dir, monitor.LogFile)))
+		t.Fatalf("the %s did not exit; its log:\n%s", what, readFile(filepath.Join(dir, monitor.LogFile)))
 	}
+}
+
+// wait waits for the logger to exit on its own.
+func (l *logger) wait(t *testing.T) {
+	t.Helper()
+	waitEnd(t, "logger", l.cmd, l.dir)
 	if _, err := os.Stat(filepath.Join(l.dir, monitor.SocketFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the logger left its socket: %v", err)
 	}

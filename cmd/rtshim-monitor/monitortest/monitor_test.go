@@ -645,16 +645,7 @@ func TestMonitorExitFileUnwritable(t *testing.T) {
 	if err != nil || !ok || e.Pid != res.Pid || e.Status != 7 || e.ExitedAt.IsZero() {
 		t.Errorf("watch after the end = %+v %v %v, want pid %d status 7", e, ok, err, res.Pid)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("monitor: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Errorf("the monitor did not end once the exit was taken")
-	}
+	waitEnd(t, "monitor", cmd, cfg.Dir) // once the exit was taken
 }
 
 // With exec_fifo, start lets the init go through its exec FIFO, as runc start does,
@@ -712,16 +703,7 @@ func TestMonitorExecFifoStart(t *testing.T) {
 			if e := <-watched; e.Status != tc.exitCode {
 				t.Errorf("exit %+v, want status %d", e, tc.exitCode)
 			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("monitor: %v", err)
-				}
-			case <-ctx.Done():
-				t.Fatal("the monitor did not end")
-			}
+			waitEnd(t, "monitor", cmd, cfg.Dir)
 			_, err = os.Stat(filepath.Join(cfg.Dir, "runtime-starts"))
 			if ran := err == nil; ran != tc.runtime {
 				t.Errorf("the runtime's start ran: %v, want %v", ran, tc.runtime)

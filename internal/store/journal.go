@@ -9,7 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -141,17 +144,31 @@ func apply(recs map[string]*record, e entry) {
 	}
 }
 
-// replay reads the journal at path: its records, and the end of its last whole entry.
-// A bad entry followed by good ones is damage, not a torn end (a power loss tears only the
-// unsynced end): the good entries after it are replayed too, and damaged says so.
-func replay(path string) (recs map[string]*record, end int64, damaged bool, err error) {
-	recs = map[string]*record{}
+// replayed is what replay read from a journal.
+type replayed struct {
+	recs map[string]*record
+	// end is the end of the last whole entry.
+	end int64
+	// damaged: an entry failed its check where a power loss cannot have torn it (between
+	// good entries, or whole at the end).
+	damaged bool
+	// named are the IDs the damaged bytes still name (an entry's ID field, a record's
+	// "id"): their records may have lost an entry.
+	named map[string]bool
+}
+
+// replay reads the journal at path. A bad entry followed by good ones is damage, not a
+// torn end (a power loss tears only the unsynced end): the good entries after it are
+// replayed too, and damaged says so. So is a last entry whose length is whole but whose
+// check fails: a torn write is short.
+func replay(path string) (replayed, error) {
+	r := replayed{recs: map[string]*record{}, named: map[string]bool{}}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return recs, 0, false, nil
+		return r, nil
 	}
 	if err != nil {
-		return nil, 0, false, err
+		return replayed{}, err
 	}
 	off := 0
 	for off < len(b) {
@@ -159,16 +176,58 @@ func replay(path string) (recs map[string]*record, end int64, damaged bool, err 
 		if err != nil {
 			next := nextEntry(b, off+1)
 			if next < 0 {
+				if wholeEntryAt(b, off) {
+					r.damaged = true
+					namedIn(b[off:], r.named)
+				}
 				break // the torn end
 			}
-			damaged, off = true, next
+			r.damaged = true
+			namedIn(b[off:next], r.named)
+			off = next
 			continue
 		}
-		apply(recs, e)
+		apply(r.recs, e)
 		off += n
-		end = int64(off)
+		r.end = int64(off)
 	}
-	return recs, end, damaged, nil
+	return r, nil
+}
+
+// wholeEntryAt says whether the length word at off announces an entry the file holds whole.
+func wholeEntryAt(b []byte, off int) bool {
+	if len(b)-off < 4 {
+		return false
+	}
+	n := int(binary.LittleEndian.Uint32(b[off:]))
+	return n >= entryHeaderLen+4 && n <= maxEntry && len(b)-off == 4+n
+}
+
+// idInJSON finds the "id" members of records' JSON in damaged bytes.
+var idInJSON = regexp.MustCompile(`"id":"([0-9A-Za-z_.-]{1,256})"`)
+
+// namedIn adds to named the IDs damaged bytes still name: the ID field of the entry
+// that starts there, where its length reads as one, and every record "id" in them.
+func namedIn(b []byte, named map[string]bool) {
+	if len(b) >= 4+entryHeaderLen {
+		if l := int(binary.LittleEndian.Uint16(b[5:])); l > 0 && l <= 256 && len(b) >= 4+entryHeaderLen+l {
+			if id := b[4+entryHeaderLen : 4+entryHeaderLen+l]; validID(id) {
+				named[string(id)] = true
+			}
+		}
+	}
+	for _, m := range idInJSON.FindAllSubmatch(b, -1) {
+		named[string(m[1])] = true
+	}
+}
+
+func validID(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // nextEntry is the offset of the first whole entry at or after from, or -1.
@@ -182,31 +241,55 @@ func nextEntry(b []byte, from int) int {
 }
 
 // openJournal replays the store's journal, cuts a torn end and opens it for appending.
+// A journal that cannot be read, or one with damage, is kept aside for an operator and
+// the store starts from what could be read: one bad sector must not keep the daemon, and
+// every pod it still runs, from starting. What was lost is named by Damage and Lost, so
+// that recovery keeps what those records described instead of taking it for leftovers.
 func (s *Store) openJournal() error {
 	path := filepath.Join(s.dir, journalFile)
 	// A compaction a crash cut short: the journal itself is whole.
 	if err := os.Remove(path + ".compact"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s.compact: %w", path, err)
 	}
-	recs, good, damaged, err := replay(path)
+	r, err := replay(path)
 	if err != nil {
-		return fmt.Errorf("read journal %s: %w", path, err)
-	}
-	if damaged {
+		// Beside the store, not in it: a directory in it would read as a record of an
+		// earlier release's layout.
+		keep := fmt.Sprintf("%s.journal-unreadable-%d", s.dir, time.Now().UnixNano())
+		if rerr := os.Rename(path, keep); rerr != nil {
+			return fmt.Errorf("read journal %s: %w (and it could not be set aside: %v)", path, err, rerr)
+		}
+		if err := syncDir(filepath.Dir(s.dir)); err != nil {
+			return fmt.Errorf("set aside unreadable journal %s: %w", path, err)
+		}
+		s.damage = fmt.Sprintf("the record journal %s could not be read (%v); it was set aside as %s and every record in it is lost", path, err, keep)
+		logrus.WithFields(logrus.Fields{"journal": path, "kept": keep}).WithError(err).Error("the record journal could not be read; set aside, starting without its records (what they describe is kept, not removed)")
+		r = replayed{recs: map[string]*record{}}
+	} else if r.damaged {
 		// Not what a power loss does: a disk error. Every good entry was read; the file
 		// is kept as it is for an operator, and the journal rewritten from what was read.
 		keep := fmt.Sprintf("%s.damaged-%d", path, time.Now().UnixNano())
 		if err := copyFile(path, keep); err != nil {
 			return fmt.Errorf("journal %s is damaged and could not be kept aside: %w", path, err)
 		}
-		logrus.WithFields(logrus.Fields{"journal": path, "kept": keep}).Error("the record journal has a damaged entry between good ones; read every good entry and rewrote it (the damaged file is kept)")
-		s.recs = recs
+		for id := range r.named {
+			if r.recs[id] == nil {
+				s.lost = append(s.lost, id)
+			}
+		}
+		sort.Strings(s.lost)
+		s.damage = fmt.Sprintf("the record journal %s had damaged entries; every good entry was read, the damaged file kept as %s; records lost: %d (%s)", path, keep, len(s.lost), strings.Join(s.lost, ", "))
+		logrus.WithFields(logrus.Fields{"journal": path, "kept": keep, "lost": s.lost}).Error("the record journal has a damaged entry; read every good entry and rewrote it (the damaged file is kept)")
+		s.recs = r.recs
 		if err := s.compactLocked(); err != nil {
 			return fmt.Errorf("rewrite damaged journal %s: %w", path, err)
 		}
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	good := r.end
+	// O_APPEND: every write lands at the end, whatever else holds the file (the root's
+	// lock keeps a second daemon away; this keeps a stray writer from overwriting).
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open journal %s: %w", path, err)
 	}
@@ -218,9 +301,6 @@ func (s *Store) openJournal() error {
 			err = unix.Fdatasync(int(f.Fd()))
 		}
 	}
-	if err == nil {
-		_, err = f.Seek(good, io.SeekStart)
-	}
 	if err == nil && fi.Size() == 0 {
 		err = syncDir(s.dir) // a new journal's name is durable before any answer relies on it
 	}
@@ -228,8 +308,24 @@ func (s *Store) openJournal() error {
 		f.Close()
 		return fmt.Errorf("open journal %s: %w", path, err)
 	}
-	s.f, s.size, s.recs = f, good, recs
+	s.f, s.size, s.recs = f, good, r.recs
 	return nil
+}
+
+// Damage says what was wrong with the journal when the store was opened ("" when
+// nothing was): for the daemon's Status.
+func (s *Store) Damage() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.damage
+}
+
+// Lost returns the IDs that damaged journal entries named and whose records did not
+// survive: their objects may still run.
+func (s *Store) Lost() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lost)
 }
 
 // commit appends e and returns once it is synced: with the entries of every caller that
@@ -350,7 +446,7 @@ func (s *Store) compactLocked() error {
 	}
 	path := filepath.Join(s.dir, journalFile)
 	tmp := path + ".compact"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -464,12 +560,12 @@ func (s *Store) snapshotRecord(id string) (record, bool) {
 // them, without opening it for writing (tools and tests; an earlier release's record
 // directories are not read).
 func Read(dir string) ([]Record, error) {
-	recs, _, _, err := replay(filepath.Join(dir, journalFile))
+	rp, err := replay(filepath.Join(dir, journalFile))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Record, 0, len(recs))
-	for id, r := range recs {
+	out := make([]Record, 0, len(rp.recs))
+	for id, r := range rp.recs {
 		out = append(out, Record{ID: id, Meta: r.meta, Status: r.status})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

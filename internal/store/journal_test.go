@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,6 +247,12 @@ func TestDamagedEntryBetweenGoodOnes(t *testing.T) {
 	if !reflect.DeepEqual(ids, []string{"a", "c"}) {
 		t.Errorf("records after the damage: %v, want a and c", ids)
 	}
+	if lost := s.Lost(); !reflect.DeepEqual(lost, []string{"b"}) {
+		t.Errorf("Lost() = %v, want the damaged entry's b", lost)
+	}
+	if d := s.Damage(); !strings.Contains(d, "damaged") {
+		t.Errorf("Damage() = %q", d)
+	}
 	kept, _ := filepath.Glob(path + ".damaged-*")
 	if len(kept) != 1 {
 		t.Errorf("damaged journal kept as %v", kept)
@@ -284,5 +292,84 @@ func TestImportCutShort(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
 		t.Errorf("the leftover directory is still there: %v", err)
+	}
+}
+
+// A compacted journal is one entry per record: a byte flipped anywhere in a record's
+// entry, the last one included (whole, so no torn write), loses that record, and the store
+// names it as lost.
+func TestDamagedEntryNamesTheLostRecord(t *testing.T) {
+	ids := []string{strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)}
+	for victim := range ids {
+		for _, where := range []string{"id", "meta", "status", "crc"} {
+			t.Run(fmt.Sprintf("%d/%s", victim, where), func(t *testing.T) {
+				s, dir := newStore(t)
+				for _, id := range ids {
+					if err := s.Save(id, map[string]string{"id": id, "pad": strings.Repeat("p", 100)}, map[string]string{"state": "running"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s.Close()
+				path := filepath.Join(dir, journalFile)
+				b, _ := os.ReadFile(path)
+				start := bytes.Index(b, []byte(ids[victim]))
+				var at int
+				switch where {
+				case "id":
+					at = start + 3
+				case "meta":
+					at = start + 64 + 30
+				case "status":
+					at = bytes.Index(b[start:], []byte(`"state"`)) + start + 2
+				case "crc":
+					_, n, err := decodeEntry(b[start-4-entryHeaderLen:])
+					if err != nil {
+						t.Fatal(err)
+					}
+					at = start - 4 - entryHeaderLen + n - 1
+				}
+				b[at] ^= 0x01
+				if err := os.WriteFile(path, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				s, err := New(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if got := len(load(t, s)); got != 2 {
+					t.Errorf("%d records read, want 2", got)
+				}
+				if lost := s.Lost(); !slices.Contains(lost, ids[victim]) {
+					t.Errorf("Lost() = %v, want %s in it", lost, ids[victim][:8])
+				}
+			})
+		}
+	}
+}
+
+// A journal that cannot be read is set aside: the store opens empty, says so, and takes
+// writes.
+func TestUnreadableJournalSetAside(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	if err := os.MkdirAll(filepath.Join(dir, journalFile), 0o700); err != nil { // read fails: EISDIR
+		t.Fatal(err)
+	}
+	s, err := New(dir)
+	if err != nil {
+		t.Fatalf("New with an unreadable journal: %v", err)
+	}
+	defer s.Close()
+	if d := s.Damage(); !strings.Contains(d, "could not be read") || !strings.Contains(d, "journal-unreadable-") {
+		t.Errorf("Damage() = %q", d)
+	}
+	if aside, _ := filepath.Glob(dir + ".journal-unreadable-*"); len(aside) != 1 {
+		t.Errorf("set aside as %v", aside)
+	}
+	if err := s.Save("x", "m", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if recs := load(t, reopen(t, s, dir)); len(recs) != 1 {
+		t.Errorf("after the set-aside and a write: %q", recs)
 	}
 }

@@ -39,6 +39,10 @@ type Store struct {
 	needDirSync bool
 	// legacyBad are directory-layout records that could not be read (importLegacy).
 	legacyBad []Record
+	// damage says what was wrong with the journal at open; lost are the IDs its damaged
+	// entries named whose records did not survive.
+	damage string
+	lost   []string
 	// syncHook, set by tests, runs before each sync and fails it with its error.
 	syncHook func() error
 }
@@ -180,16 +184,72 @@ type recordFile struct {
 	data []byte
 }
 
+// SetAside makes a quarantine entry for id, whose record is gone (a damaged journal lost
+// it), with why: what it describes is kept, and listed, until an operator decides.
+func (s *Store) SetAside(id, why string) (string, error) {
+	q := s.quarantineDir()
+	if err := os.MkdirAll(q, 0o700); err != nil {
+		return "", fmt.Errorf("set aside record %s: %w", id, err)
+	}
+	dst := filepath.Join(q, id)
+	for n := 1; ; n++ {
+		if err := os.Mkdir(dst, 0o700); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("set aside record %s: %w", id, err)
+		}
+		dst = filepath.Join(q, fmt.Sprintf("%s.%d", id, n))
+	}
+	if err := WriteFileAtomic(filepath.Join(dst, reasonFile), []byte(why+"\n"), 0o600); err != nil {
+		return dst, fmt.Errorf("set aside record %s: reason: %w", id, err)
+	}
+	return dst, syncDir(q)
+}
+
+const (
+	// keptFile marks a quarantined record whose object still ran when it was set aside:
+	// its process and files are kept until an operator stops it (stopFile) or adopts it.
+	keptFile = "kept"
+	// stopFile asks the daemon to stop a kept object (`rtshimd quarantine stop`).
+	stopFile = "stop"
+)
+
+// MarkKept says, in the quarantine entry at path, whether its object is kept running.
+func MarkKept(path string, kept bool) error {
+	p := filepath.Join(path, keptFile)
+	if kept {
+		return WriteFileAtomic(p, []byte("the object this record described still ran when it was set aside; it is kept, with its files\n"), 0o600)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	_ = os.Remove(filepath.Join(path, stopFile))
+	return syncDir(path)
+}
+
 // Quarantined is a record Quarantine set aside.
 type Quarantined struct {
 	ID     string `json:"id"`
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
+	// Kept: what it describes still ran when it was set aside and is kept, not stopped.
+	Kept bool `json:"kept,omitempty"`
+	// StopRequested: an operator asked for it to be stopped.
+	StopRequested bool `json:"stop_requested,omitempty"`
+	// HasRecord: the record's metadata is kept with it (it can be adopted).
+	HasRecord bool `json:"has_record,omitempty"`
 }
 
 // ListQuarantined returns the records set aside, oldest name first.
 func (s *Store) ListQuarantined() ([]Quarantined, error) {
-	entries, err := os.ReadDir(s.quarantineDir())
+	return ListQuarantinedIn(s.dir)
+}
+
+// ListQuarantinedIn returns the records set aside beside the store in dir (tools read it
+// while a daemon holds the store).
+func ListQuarantinedIn(dir string) ([]Quarantined, error) {
+	q := dir + ".quarantine"
+	entries, err := os.ReadDir(q)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -201,12 +261,74 @@ func (s *Store) ListQuarantined() ([]Quarantined, error) {
 		if !e.IsDir() {
 			continue
 		}
-		p := filepath.Join(s.quarantineDir(), e.Name())
+		p := filepath.Join(q, e.Name())
 		why, _ := os.ReadFile(filepath.Join(p, reasonFile))
 		id, _, _ := strings.Cut(e.Name(), ".")
-		out = append(out, Quarantined{ID: id, Path: p, Reason: strings.TrimSpace(string(why))})
+		out = append(out, Quarantined{ID: id, Path: p, Reason: strings.TrimSpace(string(why)),
+			Kept: exists(filepath.Join(p, keptFile)), StopRequested: exists(filepath.Join(p, stopFile)),
+			HasRecord: exists(filepath.Join(p, metaFile))})
 	}
 	return out, nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// RequestStop asks, in each kept quarantine entry of id beside the store in dir, that
+// the daemon stop what it describes; it returns the entries marked.
+func RequestStop(dir, id string) ([]string, error) {
+	q, err := ListQuarantinedIn(dir)
+	if err != nil {
+		return nil, err
+	}
+	var marked []string
+	for _, e := range q {
+		if e.ID != id || !e.Kept {
+			continue
+		}
+		if err := WriteFileAtomic(filepath.Join(e.Path, stopFile), []byte("requested\n"), 0o600); err != nil {
+			return marked, fmt.Errorf("ask to stop %s: %w", id, err)
+		}
+		marked = append(marked, e.Path)
+	}
+	return marked, nil
+}
+
+// Adopt puts the record of id that Quarantine set aside back into the store and removes
+// its quarantine entry: the next recovery takes the object up as its own. An entry
+// without the record's metadata (its record was lost) cannot be adopted.
+func (s *Store) Adopt(id string) error {
+	q, err := s.ListQuarantined()
+	if err != nil {
+		return err
+	}
+	for i := len(q) - 1; i >= 0; i-- {
+		e := q[i]
+		if e.ID != id || !e.HasRecord {
+			continue
+		}
+		meta, err := os.ReadFile(filepath.Join(e.Path, metaFile))
+		if err != nil {
+			return fmt.Errorf("adopt %s: %w", id, err)
+		}
+		status, err := readOptional(filepath.Join(e.Path, statusFile))
+		if err != nil {
+			return fmt.Errorf("adopt %s: %w", id, err)
+		}
+		if exists, _ := s.lookup(id, nil); exists {
+			return fmt.Errorf("adopt %s: the store already holds a record of it", id)
+		}
+		if err := s.commit(entry{op: opPut, id: id, meta: nonNil(meta), status: status}); err != nil {
+			return fmt.Errorf("adopt %s: %w", id, err)
+		}
+		if err := os.RemoveAll(e.Path); err != nil {
+			return fmt.Errorf("adopt %s: remove its quarantine entry: %w", id, err)
+		}
+		return syncDir(s.quarantineDir())
+	}
+	return fmt.Errorf("adopt %s: no quarantined record of it with its metadata (a record the journal lost cannot be adopted; stop it instead)", id)
 }
 
 func readOptional(path string) ([]byte, error) {

@@ -307,13 +307,66 @@ func TestQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Quarantined{
-		{ID: "c1", Path: filepath.Join(dir+".quarantine", "c1"), Reason: "first: bad json"},
-		{ID: "c1", Path: filepath.Join(dir+".quarantine", "c1.1"), Reason: "second: unreadable"},
+		{ID: "c1", Path: filepath.Join(dir+".quarantine", "c1"), Reason: "first: bad json", HasRecord: true},
+		{ID: "c1", Path: filepath.Join(dir+".quarantine", "c1.1"), Reason: "second: unreadable", HasRecord: true},
 	}
 	if !reflect.DeepEqual(q, want) {
 		t.Errorf("ListQuarantined = %+v, want %+v", q, want)
 	}
 	if _, err := s.Quarantine("missing", "x"); err == nil {
 		t.Errorf("quarantine of a missing record: no error")
+	}
+}
+
+// A record set aside can be put back (adopted); a lost one, set aside without its record,
+// is kept and can be asked to stop, not adopted.
+func TestAdoptAndStop(t *testing.T) {
+	s, dir := newStore(t)
+	if err := s.Save("c1", map[string]int{"n": 1}, map[string]string{"state": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Quarantine("c1", "undecodable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkKept(p, true); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := s.SetAside("c2", "record lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkKept(lost, true); err != nil {
+		t.Fatal(err)
+	}
+	if marked, err := RequestStop(dir, "c2"); err != nil || len(marked) != 1 || marked[0] != lost {
+		t.Fatalf("RequestStop(c2) = %v, %v", marked, err)
+	}
+	q, _ := ListQuarantinedIn(dir)
+	want := []Quarantined{
+		{ID: "c1", Path: p, Reason: "undecodable", Kept: true, HasRecord: true},
+		{ID: "c2", Path: lost, Reason: "record lost", Kept: true, StopRequested: true},
+	}
+	if !reflect.DeepEqual(q, want) {
+		t.Errorf("ListQuarantinedIn = %+v, want %+v", q, want)
+	}
+	if err := s.Adopt("c2"); err == nil || !strings.Contains(err.Error(), "cannot be adopted") {
+		t.Errorf("Adopt of a lost record: %v", err)
+	}
+	if err := s.Adopt("c1"); err != nil {
+		t.Fatal(err)
+	}
+	recs := load(t, reopen(t, s, dir))
+	if len(recs) != 1 || recs[0].ID != "c1" || string(recs[0].Meta) != `{"n":1}` || string(recs[0].Status) != `{"state":"running"}` {
+		t.Errorf("after adopting c1: %q", recs)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("adopted record's quarantine entry still there: %v", err)
+	}
+	if err := MarkKept(lost, false); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := ListQuarantinedIn(dir); len(q) != 1 || q[0].Kept || q[0].StopRequested {
+		t.Errorf("after the stop: %+v", q)
 	}
 }

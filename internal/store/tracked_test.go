@@ -16,11 +16,11 @@ type testStatus struct {
 // journal on disk, not from the store's memory.
 func readStatus(t *testing.T, s *Store, id string) (testStatus, bool) {
 	t.Helper()
-	recs, _, _, err := replay(filepath.Join(s.dir, journalFile))
+	rp, err := replay(filepath.Join(s.dir, journalFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := recs[id]
+	r := rp.recs[id]
 	if r == nil || r.status == nil {
 		return testStatus{}, false
 	}

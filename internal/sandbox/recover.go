@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/internal/config"
+	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
@@ -223,12 +224,31 @@ func (m *Manager) cleanupOrphan(id string) {
 			errs = append(errs, err)
 		}
 	}
-	// Every tmpfs a sandbox of this release or an earlier one may have mounted.
-	for _, p := range []string{filepath.Join(dir, TmpfsDir), filepath.Join(dir, ShmDir, ShmMount), filepath.Join(dir, ShmDir), filepath.Join(dir, FilesDir)} {
+	// Every tmpfs a sandbox of this release or an earlier one may have mounted. <dir>/shm
+	// goes before <dir>/shm/mnt: where it is a mount (the earliest layout) it is the pod's
+	// /dev/shm, and mnt in it a name the pod's containers chose (a symlink to a node
+	// mount, say). So mnt is looked at only once that tmpfs is gone, and unmounted only
+	// where it is a directory, not followed, that is a mount point (the next layout's
+	// /dev/shm).
+	unmount := func(p string) bool {
 		if err := m.host().Unmount(p); err != nil {
 			errs = append(errs, err)
+			return false
+		}
+		return true
+	}
+	unmount(filepath.Join(dir, TmpfsDir))
+	if unmount(filepath.Join(dir, ShmDir)) {
+		p := filepath.Join(dir, ShmDir, ShmMount)
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			if mounted, err := mountpoint.IsMountPoint(p); err != nil {
+				errs = append(errs, err)
+			} else if mounted {
+				unmount(p)
+			}
 		}
 	}
+	unmount(filepath.Join(dir, FilesDir))
 	log := logrus.WithField("dir", dir)
 	if len(errs) > 0 {
 		// Never remove through a mount that is still there.

@@ -21,6 +21,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 	"github.com/rtshimd/rtshimd/internal/handlers"
+	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/network"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
@@ -108,9 +109,12 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork, tm)
 	if err == nil && m.opts.NRI != nil {
 		// Plugins hear of the pod once it exists; one that fails it fails the call, and
-		// those before it hear of its removal.
+		// those before it hear of its removal, also when the request's deadline is what
+		// failed it (an expired context would reach no plugin).
 		if err = m.opts.NRI.RunPodSandbox(ctx, sb); err != nil {
-			m.opts.NRI.RemovePodSandbox(ctx, sb)
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
+			m.opts.NRI.RemovePodSandbox(uctx, sb)
+			cancel()
 		}
 		tm.Mark("nri")
 	}

@@ -50,6 +50,8 @@ extern char **environ;
 #define MAX_FINISHED 64
 #define CREATE_TIMEOUT_MS (4 * 60 * 1000)
 #define START_TIMEOUT_MS (60 * 1000)
+// How long an exit that exit.json could not hold is served to watchers at most.
+#define EXIT_SERVE_MS (10 * 60 * 1000)
 #define CMD_READ_MS (10 * 1000)
 #define TAIL_MAX (8 << 10)
 

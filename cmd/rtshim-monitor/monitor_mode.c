@@ -293,15 +293,29 @@ int run_monitor(const char *cfgpath) {
 		attach_end();
 		// Without exit.json a daemon that is not watching now would never learn the exit
 		// (it would record 137): serve it to watchers until one takes it, and try the file
-		// again each second meanwhile.
+		// again each second meanwhile. Not for ever: once the directory is gone (the
+		// container was removed) nobody can connect, its socket's name having gone with
+		// it, and the file cannot be written; and a run root that stays full or read-only
+		// for EXIT_SERVE_MS is not waited out either.
 		if (!saved && !exit_taken)
 			diag("exit.json not written: serving the exit to the next watcher");
+		int64_t give_up = now_ms() + EXIT_SERVE_MS;
 		for (int64_t next = now_ms() + 1000; !saved && !exit_taken;) {
 			loop_once(next);
-			if (now_ms() >= next) {
-				saved = write_exit_file(data);
-				next = now_ms() + 1000;
+			if (exit_taken || now_ms() < next)
+				continue;
+			saved = write_exit_file(data);
+			struct stat st;
+			if (!saved && stat(cfg.dir, &st) < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+				diag("%s is gone: exit not handed over, nobody can take it: %s", cfg.dir, data);
+				break;
 			}
+			if (!saved && now_ms() >= give_up) {
+				diag("exit.json not written and no watcher for %d s: exit not handed over: %s",
+				     EXIT_SERVE_MS / 1000, data);
+				break;
+			}
+			next = now_ms() + 1000;
 		}
 	} else {
 		diag("supervision ended without a start");

@@ -112,15 +112,21 @@ func execLogger(t *testing.T, dir string, cfg *monitor.LoggerConfig, fds ...*os.
 // on its own; an error exit or none fails the test, with its log.
 func waitEnd(t *testing.T, what string, cmd *exec.Cmd, dir string) {
 	t.Helper()
+	waitEndFor(t, what, cmd, filepath.Join(dir, monitor.LogFile), 10*time.Second)
+}
+
+// waitEndFor is waitEnd with the log at logPath and a bound of its own.
+func waitEndFor(t *testing.T, what string, cmd *exec.Cmd, logPath string, bound time.Duration) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("%s exited with %v; its log:\n%s", what, err, readFile(filepath.Join(dir, monitor.LogFile)))
+			t.Errorf("%s exited with %v; its log:\n%s", what, err, readFile(logPath))
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the %s did not exit; its log:\n%s", what, readFile(filepath.Join(dir, monitor.LogFile)))
+	case <-time.After(bound):
+		t.Fatalf("the %s did not exit within %v; its log:\n%s", what, bound, readFile(logPath))
 	}
 }
 

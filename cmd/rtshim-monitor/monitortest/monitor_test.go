@@ -138,19 +138,25 @@ func startMonitorRaw(t *testing.T, dir string, data []byte, env ...string) (*exe
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		// A sanitizer build (make unit runs one) reports what it found in monitor.log.
 		b, _ := os.ReadFile(filepath.Join(cfg.Dir, monitor.LogFile))
-		for _, s := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"} {
-			if i := strings.Index(string(b), s); i >= 0 {
-				t.Errorf("the monitor's sanitizer: %s", b[i:min(len(b), i+2000)])
-			}
-		}
+		checkSanitizer(t, b)
 	})
 	// A monitor that hangs before its report fails the test instead of hanging it.
 	_ = r.SetReadDeadline(time.Now().Add(60 * time.Second))
 	line, _ := bufio.NewReader(r).ReadString('\n')
 	r.Close()
 	return cmd, line
+}
+
+// checkSanitizer fails the test with what a sanitizer build (make unit runs one) reported
+// in the monitor's log, b.
+func checkSanitizer(t *testing.T, b []byte) {
+	t.Helper()
+	for _, s := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"} {
+		if i := strings.Index(string(b), s); i >= 0 {
+			t.Errorf("the monitor's sanitizer: %s", b[i:min(len(b), i+2000)])
+		}
+	}
 }
 
 // startCreated is startMonitor for a create that must succeed: it returns the report.
@@ -646,6 +652,62 @@ func TestMonitorExitFileUnwritable(t *testing.T) {
 		t.Errorf("watch after the end = %+v %v %v, want pid %d status 7", e, ok, err, res.Pid)
 	}
 	waitEnd(t, "monitor", cmd, cfg.Dir) // once the exit was taken
+}
+
+// A monitor whose exit.json cannot be written and that no watcher asks serves the exit
+// until its directory is gone (its socket's name went with it: nobody can connect any
+// more), then logs the exit it could not hand over and ends, instead of trying the file
+// each second for ever (audit 2026-11-26, N10). The directory goes after the container
+// ended, exit.json being unwritable, or before, taking the file's place with it.
+func TestMonitorEndsWhenItsDirIsGone(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		unwritable bool // exit.json cannot be written: the dir goes after the end
+	}{{"after the end", true}, {"before the end", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := monitorConfig(t)
+			if tc.unwritable {
+				// exit.json is a directory that is not empty: the rename onto it fails.
+				if err := os.MkdirAll(filepath.Join(cfg.Dir, monitor.ExitFile, "x"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd, _ := startCreated(t, cfg, "FAKE_HOLD=1")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			// The log outlives the directory through a link of its own.
+			logPath := filepath.Join(t.TempDir(), monitor.LogFile)
+			if err := os.Link(filepath.Join(cfg.Dir, monitor.LogFile), logPath); err != nil {
+				t.Fatal(err)
+			}
+			if tc.unwritable {
+				// The container ends while nobody watches; the monitor serves the exit.
+				if err := os.WriteFile(filepath.Join(cfg.Dir, "release"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(20 * time.Second); !strings.Contains(readFile(logPath), "serving the exit to the next watcher"); time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the monitor never served the exit; its log:\n%s", readFile(logPath))
+					}
+				}
+			}
+			// The container's directory goes (the daemon removed the container); without
+			// the dir, the init ends too.
+			if err := os.RemoveAll(cfg.Dir); err != nil {
+				t.Fatal(err)
+			}
+			// An upper bound on a hang, not a timing: the monitor looks once a second.
+			waitEndFor(t, "monitor", cmd, logPath, 30*time.Second)
+			b, _ := os.ReadFile(logPath)
+			checkSanitizer(t, b)
+			if !strings.Contains(string(b), "exit not handed over") || !strings.Contains(string(b), `"status":7`) {
+				t.Errorf("the monitor's log does not name the exit it could not hand over:\n%s", b)
+			}
+		})
+	}
 }
 
 // With exec_fifo, start lets the init go through its exec FIFO, as runc start does,

@@ -86,9 +86,21 @@ func New(opts Options) (*Service, error) {
 	// The store and its driver's home are made 0700; a container in a pod user namespace
 	// is mounted by runc as the pod's root, another user, who must pass through them to
 	// its own layer (which containers/storage gives that user). Searchable, no more:
-	// every layer's directory stays 0700.
+	// every layer's directory stays 0700, and so do the containers' writable layers of
+	// our own (writableMode).
 	for _, dir := range []string{storeOpts.GraphRoot, filepath.Join(storeOpts.GraphRoot, store.GraphDriverName())} {
 		if err := os.Chmod(dir, 0o711); err != nil {
+			_, _ = store.Shutdown(true)
+			return nil, fmt.Errorf("open image store: %w", err)
+		}
+	}
+	// containers/storage makes its lock files in the graph root 0644, and the graph root
+	// is searchable: any local user could open one and hold a read lock on it (fcntl),
+	// and every write lock the store takes (a pull's, a rootfs's in containers/storage)
+	// would wait for it, as long as that user likes. Root's alone: nothing but the
+	// daemon locks them.
+	for _, name := range []string{"storage.lock", "userns.lock"} {
+		if err := os.Chmod(filepath.Join(storeOpts.GraphRoot, name), 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
 			_, _ = store.Shutdown(true)
 			return nil, fmt.Errorf("open image store: %w", err)
 		}

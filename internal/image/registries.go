@@ -106,7 +106,8 @@ func renderRegistries(cfg config.Image, runRoot, dropins string) (sys types.Syst
 			conf = systemRegistriesConf
 		}
 	}
-	if err := os.MkdirAll(dropins, 0o755); err != nil {
+	// Read by the daemon alone (containers/image, in its pulls): no other user needs it.
+	if err := os.MkdirAll(dropins, 0o700); err != nil {
 		return sys, err
 	}
 	if conf == "" {
@@ -147,7 +148,7 @@ func renderRegistries(cfg config.Image, runRoot, dropins string) (sys types.Syst
 		if err := toml.NewEncoder(&buf).Encode(file); err != nil {
 			return sys, fmt.Errorf("render image.registries: %w", err)
 		}
-		if err := store.WriteFileAtomic(filepath.Join(dropins, "50-rtshimd.conf"), buf.Bytes(), 0o644); err != nil {
+		if err := store.WriteFileAtomic(filepath.Join(dropins, "50-rtshimd.conf"), buf.Bytes(), 0o600); err != nil {
 			return sys, err
 		}
 	}

@@ -29,8 +29,17 @@ import (
 // namespaces), stores on other drivers and images whose layers are not laid out as
 // expected go through containers/storage as before.
 const (
-	writableDir  = "rtshimd-rootfs"
-	writableMode = 0o711 // searchable: a pod user namespace's root reaches its rootfs through it
+	writableDir = "rtshimd-rootfs"
+	// writableMode is the writable layers' directory's and each layer's <id> directory's:
+	// root's alone, as containerd's snapshots and containers/storage's layers are. Below
+	// them upper holds what the container wrote, with its own modes (upper itself has the
+	// image root's, usually 0755), so a searchable path would let any local user read the
+	// container's files and write into its world-writable directories (/tmp). Nothing
+	// but root on the node needs the path: the runtimes (runc, crun, runsc, shims) mount
+	// and serve the rootfs as root, and a container in a pod user namespace, whose root
+	// is another user on the node, never gets a layer here (CreateRootfs makes those
+	// through containers/storage, bind-mounted into the container's own directory).
+	writableMode = 0o700
 	// pageLimit bounds the overlay's mount options, which the kernel takes in one page.
 	pageLimit = 4096 - 512
 )
@@ -76,6 +85,13 @@ func (s *Service) loadWritable() error {
 	}
 	s.writable = map[string]string{}
 	for _, en := range entries {
+		// Earlier releases made each layer's directory searchable by all (0711); the
+		// directory above, now 0700, closes them already.
+		if en.IsDir() {
+			if err := os.Chmod(filepath.Join(root, en.Name()), writableMode); err != nil {
+				logrus.WithError(err).WithField("dir", filepath.Join(root, en.Name())).Warn("writable layer: make it root's alone")
+			}
+		}
 		// A create cut short before the image was written names none; its container's
 		// cleanup removes it.
 		img, _ := os.ReadFile(filepath.Join(root, en.Name(), "image"))

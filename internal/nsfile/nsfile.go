@@ -25,6 +25,12 @@ const (
 	User Kind = "user"
 )
 
+// pinDirMode is the mode of a directory of pins on the node: root's alone. Every user of
+// the pins opens them as root on the node (the runtimes, before they enter a pod's user
+// namespace; CNI plugins; NRI plugins), so no other user, a pod user namespace's root
+// included, needs to reach them.
+const pinDirMode = 0o700
+
 var cloneFlags = map[Kind]uintptr{Net: unix.CLONE_NEWNET, IPC: unix.CLONE_NEWIPC, UTS: unix.CLONE_NEWUTS}
 
 // Pin creates one new namespace of each kind and bind-mounts it to dir/<kind>. If UTS is
@@ -33,7 +39,7 @@ func Pin(dir string, kinds []Kind, hostname string) (map[Kind]string, error) {
 	if len(kinds) == 0 {
 		return map[Kind]string{}, nil
 	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(dir, pinDirMode); err != nil {
 		return nil, fmt.Errorf("pin namespaces: %w", err)
 	}
 	type result struct {
@@ -75,7 +81,7 @@ func PinInUserNS(dir string, kinds []Kind, hostname string, u UserNS) (paths map
 		}
 		flags |= f
 	}
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(dir, pinDirMode); err != nil {
 		return nil, fmt.Errorf("pin namespaces: %w", err)
 	}
 	cmd := exec.Command(u.Holder)

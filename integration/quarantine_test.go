@@ -5,8 +5,10 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,12 +17,14 @@ import (
 )
 
 // A record recovery cannot read is quarantined, not trusted and not deleted: the daemon
-// starts, the record is kept aside and named in Status verbose, and what it describes is
-// found in the runtime's own state and stopped before its files go. Three records go bad
-// while the daemon is down: a running container's metadata turns to garbage (today's code
-// removed its rootfs while it ran), a pod's status becomes unreadable (a directory: the
-// daemon refused to start), and another pod's metadata is cut short (its sandbox kept
-// running, unlisted). Once the surviving pod is removed the node is as before.
+// starts, the record is kept aside and named in Status verbose, and what it describes,
+// still running, is kept running with its files (a container of a kept pod with it) until
+// an operator stops it with `rtshimd quarantine stop`, which ends it in its runtime before
+// its files go. Three records go bad while the daemon is down: a running container's
+// metadata turns to garbage (an early release removed its rootfs while it ran), a pod's
+// status becomes unreadable (the daemon refused to start), and another pod's metadata is
+// cut short (its sandbox kept running, unlisted). Once the kept ones are stopped and the
+// surviving pod is removed the node is as before.
 func TestBadRecordsQuarantined(t *testing.T) {
 	for _, handler := range suiteHandlers {
 		t.Run(handler, func(t *testing.T) {
@@ -65,17 +69,17 @@ func TestBadRecordsQuarantined(t *testing.T) {
 				t.Fatal(err)
 			}
 			var q struct {
-				Sandboxes, Containers []struct{ ID, Path, Reason string }
+				Sandboxes, Containers []quarantineEntry
 			}
 			if err := json.Unmarshal([]byte(st.Info["quarantined"]), &q); err != nil {
 				t.Fatalf("Status verbose quarantined %q: %v", st.Info["quarantined"], err)
 			}
-			ids := func(l []struct{ ID, Path, Reason string }) []string {
+			ids := func(l []quarantineEntry) []string {
 				var out []string
 				for _, r := range l {
 					out = append(out, r.ID)
-					if _, err := os.Stat(filepath.Join(r.Path, "meta.json")); err != nil || r.Reason == "" {
-						t.Errorf("quarantined record %s at %s: meta %v, reason %q", r.ID, r.Path, err, r.Reason)
+					if _, err := os.Stat(filepath.Join(r.Path, "meta.json")); err != nil || r.Reason == "" || !r.Kept {
+						t.Errorf("quarantined record %s at %s: meta %v, reason %q, kept %v", r.ID, r.Path, err, r.Reason, r.Kept)
 					}
 				}
 				slices.Sort(out)
@@ -86,8 +90,25 @@ func TestBadRecordsQuarantined(t *testing.T) {
 			if got := ids(q.Sandboxes); !slices.Equal(got, wantPods) {
 				t.Errorf("quarantined sandboxes %v, want %v", got, wantPods)
 			}
-			if got := ids(q.Containers); !slices.Equal(got, []string{victim}) {
-				t.Errorf("quarantined containers %v, want [%s]", got, victim)
+			// The victim, and the containers of the two kept pods, kept with them.
+			wantCtrs := []string{victim, inB, inC}
+			slices.Sort(wantCtrs)
+			if got := ids(q.Containers); !slices.Equal(got, wantCtrs) {
+				t.Errorf("quarantined containers %v, want %v", got, wantCtrs)
+			}
+			for _, id := range wantCtrs {
+				if !slices.Contains(writableLayers(e.d.State), id) {
+					t.Errorf("kept container %s lost its writable layer", id[:12])
+				}
+			}
+			// The operator's stops: each ends what it names before its files go.
+			for _, id := range []string{victim, podB, podC} {
+				if out := quarantineCLI(t, e.d, "stop", id); !strings.Contains(out, "stopped") {
+					t.Errorf("quarantine stop %s: %s", id[:12], out)
+				}
+			}
+			if out := quarantineCLI(t, e.d); strings.Contains(out, "kept running") {
+				t.Errorf("after the stops, still kept:\n%s", out)
 			}
 
 			// The pod whose container was quarantined carries on.
@@ -110,4 +131,22 @@ func TestBadRecordsQuarantined(t *testing.T) {
 			}
 		})
 	}
+}
+
+// quarantineEntry is an entry of Status verbose's "quarantined".
+type quarantineEntry struct {
+	ID, Path, Reason    string
+	Kept, StopRequested bool `json:",omitempty"`
+}
+
+// quarantineCLI runs `rtshimd quarantine args...` on d's config and returns its output;
+// a failure fails the test.
+func quarantineCLI(t *testing.T, d *Daemon, args ...string) string {
+	t.Helper()
+	args = append(append([]string{"quarantine"}, args...), "--config", d.Config)
+	out, err := exec.Command(filepath.Join(binDir, "rtshimd"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rtshimd %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

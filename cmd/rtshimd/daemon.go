@@ -31,6 +31,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/podcidr"
 	"github.com/rtshimd/rtshimd/internal/pprofsock"
 	"github.com/rtshimd/rtshimd/internal/reload"
+	"github.com/rtshimd/rtshimd/internal/rootlock"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/sdnotify"
 	"github.com/rtshimd/rtshimd/internal/stats"
@@ -55,6 +56,7 @@ type daemon struct {
 	home       *nsfile.Home  // where pods' namespaces are pinned; nil: on the node
 	metrics    *http.Server
 	pprof      *pprofsock.Server
+	lock       *rootlock.Lock // this daemon's roots, held for its life
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
 	logLevelFlag string
 	hup          <-chan os.Signal // SIGHUP, caught from the start
@@ -135,6 +137,21 @@ func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeD
 }
 
 func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
+	// First: nothing of a running daemon's is touched by a second one on its roots.
+	lock, err := rootlock.Acquire(cfg.StateRoot, cfg.RunRoot)
+	if err != nil {
+		return nil, fmt.Errorf("another rtshimd runs on these roots: %w", err)
+	}
+	d, err := newLockedDaemon(ctx, cfg)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	d.lock = lock
+	return d, nil
+}
+
+func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	// Before discovery, whose probes start monitors and which leaves runtimes to close.
 	if err := checkMonitor(cfg); err != nil {
 		return nil, err
@@ -261,8 +278,12 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	// After the containers: those of a pod whose record was quarantined went as orphans,
 	// through the pod's supervisor, which must still run for that.
 	mgr.StopQuarantined(ctx)
+	// Stops an operator asked for while no daemon ran.
+	stopRequested(ctx, mgr, ctrs)
 	if home != nil {
-		home.Collect(func(id string) bool { _, err := mgr.Get(id); return err == nil })
+		// Only what this daemon holds nothing of: pods kept without a record, and records
+		// left for a later rtshimd, keep their pins and tmpfs.
+		home.Collect(mgr.Holds)
 	}
 	logrus.WithField("sandboxes", mgr.Count()).Info("state recovered")
 	if err := boot.Record(cfg.StateRoot); err != nil {
@@ -345,6 +366,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 
 func (d *daemon) serve(ctx context.Context) error {
 	go d.reloader.Run(ctx, d.hup)
+	go watchStopRequests(ctx, d.sandboxes, d.containers)
 	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Stats: d.stats, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
@@ -376,5 +398,6 @@ func (d *daemon) close() {
 		// wait for may still be starting a pod.
 		d.home.Close()
 	}
+	d.lock.Release()
 	logrus.Info("rtshimd stopped; pods keep running")
 }

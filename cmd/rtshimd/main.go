@@ -29,6 +29,7 @@ const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daem
        rtshimd handlers [--config FILE]                discover and show the handler table
        rtshimd runtimeclasses [--config FILE]          print RuntimeClass objects for the ready handlers
        rtshimd reload [--config FILE]                  make the running daemon re-read its config (as SIGHUP)
+       rtshimd quarantine [list|stop ID|adopt ID]      records recovery set aside, and what it kept running
        rtshimd version                                 print the version
 `
 
@@ -68,6 +69,8 @@ func run(args []string) error {
 		return runtimeclassesCmd(args)
 	case "reload":
 		return reloadCmd(args)
+	case "quarantine":
+		return quarantineCmd(args)
 	case "config":
 		if len(args) == 0 {
 			return fmt.Errorf("config: want `default` or `check`\n%s", usage)

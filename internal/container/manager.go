@@ -104,6 +104,9 @@ type Manager struct {
 	// (a third of the daemon's idle CPU at 1,000 pods).
 	bySandbox map[string]map[string]*Container
 	names     map[string]string
+	// kept: containers without a usable record that still ran at recovery, by ID, with
+	// their quarantine entries: left running with their files until an operator decides.
+	kept map[string]string
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -27,6 +30,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	m.mu.Lock()
+	m.kept = map[string]string{}
+	m.mu.Unlock()
 	for _, r := range recs {
 		known[r.ID] = true
 		log := logrus.WithField("container", r.ID)
@@ -75,6 +81,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.retryCleanup(c)
 			continue
 		}
+		if m.opts.Sandboxes.Kept(c.SandboxID) {
+			// Its pod runs on without a usable record: the container is kept with it.
+			m.quarantine(ctx, r.ID, fmt.Sprintf("its pod %s has no usable record and is kept", c.SandboxID))
+			continue
+		}
 		if _, err := m.opts.Sandboxes.Get(c.SandboxID); err != nil {
 			log.WithField("sandbox", c.SandboxID).Warn("container of a sandbox that no longer exists; removing it")
 			if err := m.cleanup(c); err != nil {
@@ -89,14 +100,28 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.mu.Unlock()
 		log.WithField("state", c.Status().State).Info("container recovered")
 	}
+	// Containers without a record: a run directory no record names, or a record a damaged
+	// journal lost. One a runtime still runs is kept; only what none runs is removed.
+	unrecorded := map[string]bool{}
 	entries, _ := os.ReadDir(m.opts.RunDir)
 	for _, e := range entries {
 		if e.IsDir() && !known[e.Name()] {
-			if err := m.removeLeftovers(e.Name()); err != nil {
-				logrus.WithError(err).WithField("container", e.Name()).Error("container directory without a record kept")
-			}
+			unrecorded[e.Name()] = true
 		}
 	}
+	for _, id := range m.opts.Store.Lost() {
+		if !known[id] && store.ValidID(id) {
+			unrecorded[id] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(unrecorded)) {
+		m.recoverUnrecorded(ctx, id)
+	}
+	m.mu.RLock()
+	for id := range m.kept {
+		known[id] = true
+	}
+	m.mu.RUnlock()
 	// Image volumes whose container left neither record nor directory.
 	owners, err := m.opts.Images.VolumeOwners()
 	if err != nil {
@@ -113,11 +138,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-// quarantine sets aside a container record that cannot be read (kept, named in the log
-// and in Status verbose) and ends the container it describes: found in the runtimes' own
-// state by its ID (its bundle names its pod), stopped and deleted there. Only once nothing
-// of it runs are its rootfs and files removed; a container that could not be stopped
-// keeps them.
+// quarantine sets aside a container record that cannot be used (kept, named in the log
+// and in Status verbose). A container a runtime still runs is kept running with its
+// rootfs and files, for an operator to stop or adopt; one that no runtime runs is
+// deleted there and its files removed.
 func (m *Manager) quarantine(ctx context.Context, id, why string) {
 	log := logrus.WithFields(logrus.Fields{"container": id, "reason": why})
 	path, err := m.opts.Store.Quarantine(id, why)
@@ -129,29 +153,146 @@ func (m *Manager) quarantine(ctx context.Context, id, why string) {
 		log.WithError(err).Warn("bad container record set aside, but not all of it was synced")
 	}
 	log = log.WithField("quarantined_at", path)
-	log.Error("bad container record quarantined; stopping the container it describes")
+	if m.keepIfRunning(ctx, id, path, log) {
+		return
+	}
+	log.Error("bad container record quarantined; its container does not run and is cleaned up")
+	m.stopUnrecorded(ctx, id, log)
+}
+
+// keepHint is what an operator can do with a container kept without a usable record.
+const keepHint = "see `rtshimd quarantine`; stop it with `rtshimd quarantine stop %s`, or mend its record and, with the daemon stopped, `rtshimd quarantine adopt %s`"
+
+// recoverUnrecorded settles a container that has no record at all: kept, with its files,
+// while a runtime runs it (or cannot say); otherwise deleted in the runtimes that still
+// hold its state, and its files removed.
+func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
+	log := logrus.WithField("container", id)
+	if q, _ := m.opts.Store.ListQuarantined(); len(q) > 0 {
+		for _, e := range q {
+			if e.ID == id && e.Kept {
+				m.mu.Lock()
+				m.kept[id] = e.Path
+				m.mu.Unlock()
+				log.WithField("quarantined_at", e.Path).Warn("container without a record still kept; " + fmt.Sprintf(keepHint, id, id))
+				return
+			}
+		}
+	}
+	if m.keepIfRunning(ctx, id, "", log) {
+		return
+	}
+	log.Info("container directory without a record, whose container no runtime runs; removing it")
+	m.stopUnrecorded(ctx, id, log)
+}
+
+// keepIfRunning keeps container id, which has no usable record, when a runtime still
+// runs it or cannot say: marked kept in its quarantine entry at path (made when path is
+// empty) and left alone. It says whether it kept it.
+func (m *Manager) keepIfRunning(ctx context.Context, id, path string, log *logrus.Entry) bool {
+	task := m.unrecordedTask(id)
+	sctx, cancel := context.WithTimeout(ctx, kind.DefaultTimeout)
+	defer cancel()
+	found, ferr := m.opts.Sandboxes.FindUnrecorded(sctx, task)
+	why := "it runs in " + strings.Join(found, ", ")
+	if ferr != nil {
+		why = "a runtime could not say whether it runs: " + ferr.Error()
+	} else if len(found) == 0 {
+		return false
+	}
+	var err error
+	if path == "" {
+		path, err = m.opts.Store.SetAside(id, "record lost (a damaged record journal, or none written); the container still ran at recovery: "+why)
+	}
+	if err == nil {
+		err = store.MarkKept(path, true)
+	}
+	if err != nil {
+		log.WithError(err).Error("container without a usable record still runs; its quarantine entry could not be written, it is kept as it is")
+	}
+	m.mu.Lock()
+	m.kept[id] = path
+	m.mu.Unlock()
+	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why, "sandbox": task.PodID}).Error("container without a usable record still runs: kept, not stopped, its files kept; " + fmt.Sprintf(keepHint, id, id))
+	return true
+}
+
+// unrecordedTask is the task of container id as its bundle names it.
+func (m *Manager) unrecordedTask(id string) kind.Task {
 	dir := filepath.Join(m.opts.RunDir, id)
 	task := kind.Task{ID: id, Dir: dir}
 	if spec, err := oci.ReadBundle(dir); err == nil {
 		task.PodID = spec.Annotations[oci.AnnotationSandboxID]
 	}
-	if sb, err := m.opts.Sandboxes.Get(task.PodID); err == nil {
-		task.PodDir = sb.ContainerDir()
+	if task.PodID != "" {
+		task.PodDir = m.opts.Sandboxes.BundleOf(task.PodID)
 	}
+	return task
+}
+
+// stopUnrecorded ends container id, which has no usable record, wherever a runtime still
+// knows it, then removes its files; they are kept when it could not be stopped. It says
+// whether it was stopped.
+func (m *Manager) stopUnrecorded(ctx context.Context, id string, log *logrus.Entry) bool {
+	task := m.unrecordedTask(id)
 	sctx, cancel := context.WithTimeout(ctx, 2*kind.DefaultTimeout)
 	defer cancel()
 	found, err := m.opts.Sandboxes.StopUnrecorded(sctx, task)
 	if err != nil {
-		log.WithError(err).Error("container of a quarantined record could not be stopped; its rootfs and files are kept")
-		return
+		log.WithError(err).Error("container without a usable record could not be stopped; its rootfs and files are kept")
+		return false
 	}
 	if len(found) > 0 {
-		log.WithFields(logrus.Fields{"handlers": found, "sandbox": task.PodID}).Warn("container of a quarantined record stopped")
+		log.WithFields(logrus.Fields{"handlers": found, "sandbox": task.PodID}).Warn("container without a usable record stopped")
 	}
 	if err := m.removeLeftovers(id); err != nil {
-		log.WithError(err).Error("files of a quarantined container record could not be removed")
+		log.WithError(err).Error("files of a container without a usable record could not be removed")
 	}
+	return true
 }
+
+// StopRequested stops the kept containers an operator asked to stop (`rtshimd
+// quarantine stop`), and those of the pods in pods, whose stop was asked: each is ended
+// in its runtime and its files removed. It returns the containers stopped.
+func (m *Manager) StopRequested(ctx context.Context, pods []string) []string {
+	q, err := m.opts.Store.ListQuarantined()
+	if err != nil {
+		logrus.WithError(err).Warn("list quarantined container records")
+		return nil
+	}
+	var done []string
+	for _, e := range q {
+		if !e.Kept {
+			continue
+		}
+		if !e.StopRequested && !slices.Contains(pods, m.unrecordedTask(e.ID).PodID) {
+			continue
+		}
+		log := logrus.WithFields(logrus.Fields{"container": e.ID, "quarantined_at": e.Path})
+		if !m.stopUnrecorded(ctx, e.ID, log) {
+			continue
+		}
+		if err := store.MarkKept(e.Path, false); err != nil {
+			log.WithError(err).Warn("mark a stopped container's quarantine entry")
+		}
+		m.mu.Lock()
+		delete(m.kept, e.ID)
+		m.mu.Unlock()
+		log.Warn("kept container stopped as asked")
+		done = append(done, e.ID)
+	}
+	return done
+}
+
+// keptOf says whether some container is kept without a usable record (perhaps of pod).
+func (m *Manager) keptOf(string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.kept) > 0
+}
+
+// Damage says what was wrong with the container records' journal at start, if anything.
+func (m *Manager) Damage() string { return m.opts.Store.Damage() }
 
 // Quarantined lists the container records set aside as unreadable.
 func (m *Manager) Quarantined() []store.Quarantined {

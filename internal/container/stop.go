@@ -88,5 +88,10 @@ func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
 			errs = append(errs, err)
 		}
 	}
+	// Containers of the pod kept without a usable record: the pod's stop is the decision
+	// an operator's would be, and they must not outlive its namespaces.
+	if m.keptOf(sandboxID) {
+		m.StopRequested(ctx, []string{sandboxID})
+	}
 	return errors.Join(errs...)
 }

@@ -64,15 +64,27 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		}{netReady, netWhy})
 		cidr, _ := json.Marshal(s.PodCIDR.Get())
 		nri, _ := json.Marshal(s.NRI.Info())
-		// Records recovery set aside as unreadable: an operator's to read and mend.
+		// Records recovery set aside as unusable, what of them is kept running, and what
+		// was wrong with the journals: an operator's to read and decide on.
+		var damage []string
+		for _, d := range []string{s.Sandboxes.Damage(), s.Containers.Damage()} {
+			if d != "" {
+				damage = append(damage, d)
+			}
+		}
 		quarantined, _ := json.Marshal(struct {
 			Sandboxes  []store.Quarantined `json:"sandboxes"`
 			Containers []store.Quarantined `json:"containers"`
-		}{s.Sandboxes.Quarantined(), s.Containers.Quarantined()})
+			Journals   []string            `json:"journals,omitempty"`
+			Hint       string              `json:"hint,omitempty"`
+		}{s.Sandboxes.Quarantined(), s.Containers.Quarantined(), damage, quarantineHint})
 		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri), "quarantined": string(quarantined)}
 	}
 	return resp, nil
 }
+
+// quarantineHint says what an operator can do with what recovery set aside.
+const quarantineHint = "kept: still ran at recovery and is left running with its files; `rtshimd quarantine` lists them, `rtshimd quarantine stop ID` stops one, `rtshimd quarantine adopt ID` (daemon stopped) puts a mended record back"
 
 // runtimeReady is RuntimeReady: true while some handler can run pods; with none, false
 // with each handler's reason (kubelet then marks the node not ready instead of sending

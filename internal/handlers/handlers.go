@@ -61,6 +61,15 @@ type Table struct {
 	byName      map[string]*Handler
 }
 
+// NewTable is a table of rows already made (tests, and fakes of the live table).
+func NewTable(rows []*Handler, defaultName string) *Table {
+	t := &Table{defaultName: defaultName, byName: map[string]*Handler{}}
+	for _, h := range rows {
+		t.byName[h.Name] = h
+	}
+	return t
+}
+
 // New builds the table from the config, with each row's runtime from rts; nothing is
 // ready until discovered.
 func New(cfg *config.Config, rts *Runtimes) (*Table, error) {

@@ -51,6 +51,11 @@ func (l *Live) Table() *Table { return l.cur.Load() }
 // Lookup resolves a handler in the table being served now (see Table.Lookup).
 func (l *Live) Lookup(name string) (*Handler, error) { return l.Table().Lookup(name) }
 
+// FindUnrecorded is Table.FindUnrecorded on the table served now.
+func (l *Live) FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
+	return l.Table().FindUnrecorded(ctx, task)
+}
+
 // StopUnrecorded is Table.StopUnrecorded on the table served now.
 func (l *Live) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
 	return l.Table().StopUnrecorded(ctx, task)

@@ -45,3 +45,26 @@ func (t *Table) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, e
 	}
 	return found, errors.Join(errs...)
 }
+
+// FindUnrecorded returns the ready rows whose runtime still has task t, whose record was
+// lost, in a state other than stopped: recovery keeps such a task and its files instead of
+// taking its directory for a leftover. An error means some row could not say: the caller
+// must then assume it runs.
+func (t *Table) FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
+	var found []string
+	var errs []error
+	for _, h := range t.List() {
+		if !h.Ready || h.Kind == nil {
+			continue
+		}
+		st, err := h.Kind.Status(ctx, task)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("handler %q: %w", h.Name, err))
+			continue
+		}
+		if st != kind.TaskStopped {
+			found = append(found, h.Name)
+		}
+	}
+	return found, errors.Join(errs...)
+}

@@ -81,3 +81,26 @@ func TestStopUnrecorded(t *testing.T) {
 		t.Errorf("StopUnrecorded = %v, %v; want [stuck] and both errors", found, err)
 	}
 }
+
+// FindUnrecorded names the rows that still run a task, and says when a row cannot tell.
+func TestFindUnrecorded(t *testing.T) {
+	has := &fakeState{tasks: map[string]string{"c1": kind.TaskRunning, "c2": kind.TaskStopped}}
+	none := &fakeState{tasks: map[string]string{}}
+	table := NewTable([]*Handler{
+		{Name: "has", Kind: has, Discovery: Discovery{Ready: true}},
+		{Name: "none", Kind: none, Discovery: Discovery{Ready: true}},
+	}, "has")
+	if found, err := table.FindUnrecorded(context.Background(), kind.Task{ID: "c1"}); err != nil || !slices.Equal(found, []string{"has"}) {
+		t.Errorf("FindUnrecorded(c1) = %v, %v; want [has]", found, err)
+	}
+	if found, err := table.FindUnrecorded(context.Background(), kind.Task{ID: "c2"}); err != nil || len(found) != 0 {
+		t.Errorf("FindUnrecorded(c2), stopped = %v, %v; want none", found, err)
+	}
+	none.err = errors.New("state dir unreadable")
+	if _, err := table.FindUnrecorded(context.Background(), kind.Task{ID: "c3"}); err == nil {
+		t.Errorf("FindUnrecorded with a row that cannot say: no error")
+	}
+	if len(has.calls)+len(none.calls) != 0 {
+		t.Errorf("FindUnrecorded changed the runtime: %v %v", has.calls, none.calls)
+	}
+}

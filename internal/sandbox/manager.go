@@ -65,6 +65,8 @@ type Handlers interface {
 	Lookup(name string) (*handlers.Handler, error)
 	// StopUnrecorded ends a task whose record was lost wherever a row's runtime knows it.
 	StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
+	// FindUnrecorded names the rows whose runtime still runs such a task.
+	FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
 }
 
 // Containers is what a sandbox needs of the container manager: its containers go
@@ -85,6 +87,12 @@ type Manager struct {
 	names     map[string]string // sandbox name -> id
 	// quarantined: pods whose records recovery set aside, stopped by StopQuarantined.
 	quarantined []string
+	// kept: pods without a usable record that still ran at recovery, by ID, with their
+	// quarantine entries: left running, with their pins and files, until an operator
+	// stops them (`rtshimd quarantine stop`) or adopts their records.
+	kept map[string]string
+	// left: records this daemon has no runtime for, left as they are for a later one.
+	left map[string]bool
 
 	// ctx ends watchers when the daemon shuts down.
 	ctx    context.Context

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,11 +31,14 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	m.mu.Lock()
+	m.kept, m.left = map[string]string{}, map[string]bool{}
+	m.mu.Unlock()
 	for _, r := range recs {
 		known[r.ID] = true
 		log := logrus.WithField("sandbox", r.ID)
 		if r.Err != nil {
-			m.quarantine(r.ID, fmt.Sprintf("unreadable: %v", r.Err))
+			m.quarantine(ctx, r.ID, fmt.Sprintf("unreadable: %v", r.Err))
 			continue
 		}
 		if r.Meta == nil {
@@ -47,10 +51,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if errors.Is(err, handlers.ErrNoRuntime) {
 			// Not ours to undo: a later rtshimd that knows its runtime takes it up.
 			log.WithError(err).Error("sandbox record left as it is")
+			m.mu.Lock()
+			m.left[r.ID] = true
+			m.mu.Unlock()
 			continue
 		}
 		if err != nil {
-			m.quarantine(r.ID, fmt.Sprintf("undecodable: %v", err))
+			m.quarantine(ctx, r.ID, fmt.Sprintf("undecodable: %v", err))
 			continue
 		}
 		if sb.Status().State == StateCreating {
@@ -67,14 +74,173 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.mu.Unlock()
 		log.WithField("state", sb.Status().State).Info("sandbox recovered")
 	}
+	// Pods without a record: a run directory nobody's record names, or a record a damaged
+	// journal lost. One that still runs is kept; only what no runtime runs is removed.
+	unrecorded := map[string]bool{}
 	entries, _ := os.ReadDir(m.opts.RunDir)
 	for _, e := range entries {
 		if e.IsDir() && !known[e.Name()] {
-			logrus.WithField("dir", filepath.Join(m.opts.RunDir, e.Name())).Info("removing run directory of unknown sandbox")
-			m.cleanupOrphan(e.Name())
+			unrecorded[e.Name()] = true
 		}
 	}
+	for _, id := range m.opts.Store.Lost() {
+		if !known[id] && store.ValidID(id) {
+			unrecorded[id] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(unrecorded)) {
+		m.recoverUnrecorded(ctx, id)
+	}
 	return nil
+}
+
+// keepHint is what an operator can do with an object kept without a usable record.
+const keepHint = "see `rtshimd quarantine`; stop it with `rtshimd quarantine stop %s`, or mend its record and, with the daemon stopped, `rtshimd quarantine adopt %s`"
+
+// recoverUnrecorded settles a pod that has no usable record: kept, with its pins and
+// files, when it may still run (its sandbox container runs, or its namespaces are still
+// pinned: its containers may run in them); otherwise its directory is cleaned up.
+func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
+	log := logrus.WithFields(logrus.Fields{"sandbox": id, "dir": filepath.Join(m.opts.RunDir, id)})
+	if path := m.keptEntry(id); path != "" {
+		// Kept by an earlier start and not yet decided on.
+		m.keep(id, path)
+		log.WithField("quarantined_at", path).Warn("pod without a record still kept; " + fmt.Sprintf(keepHint, id, id))
+		return
+	}
+	alive, why := m.podAlive(ctx, id)
+	if !alive {
+		log.Info("removing run directory of unknown sandbox")
+		m.cleanupOrphan(id)
+		return
+	}
+	path, err := m.opts.Store.SetAside(id, "record lost (a damaged record journal, or none written); the pod still ran at recovery: "+why)
+	if err == nil {
+		err = store.MarkKept(path, true)
+	}
+	if err != nil {
+		log.WithError(err).Error("pod without a record still runs; its quarantine entry could not be written, it is kept as it is")
+	}
+	m.keep(id, path)
+	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why}).Error("pod without a record still runs: kept, not removed; " + fmt.Sprintf(keepHint, id, id))
+}
+
+// keptEntry is the quarantine entry an earlier start kept the pod id under, if any.
+func (m *Manager) keptEntry(id string) string {
+	q, _ := m.opts.Store.ListQuarantined()
+	for _, e := range q {
+		if e.ID == id && e.Kept {
+			return e.Path
+		}
+	}
+	return ""
+}
+
+func (m *Manager) keep(id, path string) {
+	m.mu.Lock()
+	m.kept[id] = path
+	m.mu.Unlock()
+}
+
+// podAlive says whether a pod without a usable record may still run, and why: a runtime
+// still runs its sandbox container (or cannot say), or its namespaces are still pinned.
+func (m *Manager) podAlive(ctx context.Context, id string) (bool, string) {
+	dir := filepath.Join(m.opts.RunDir, id)
+	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS} {
+		if p := filepath.Join(dir, "ns", string(k)); m.host().IsPinned(p) {
+			return true, "its " + string(k) + " namespace is still pinned"
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, kind.DefaultTimeout)
+	defer cancel()
+	task := m.unrecordedTask(id)
+	found, err := m.opts.Handlers.FindUnrecorded(sctx, task)
+	if err != nil {
+		return true, "a runtime could not say whether its sandbox runs: " + err.Error()
+	}
+	if len(found) > 0 {
+		return true, "its sandbox container runs in " + strings.Join(found, ", ")
+	}
+	return false, ""
+}
+
+// unrecordedTask is the sandbox task of a pod without a record, by its directory.
+func (m *Manager) unrecordedTask(id string) kind.Task {
+	dir := filepath.Join(m.opts.RunDir, id)
+	bundle := filepath.Join(dir, id)
+	if _, err := os.Stat(filepath.Join(dir, "infra", "config.json")); err == nil {
+		bundle = filepath.Join(dir, "infra") // an earlier release's layout
+	}
+	return kind.Task{ID: id, PodID: id, Sandbox: true, Dir: bundle, PodDir: bundle}
+}
+
+// BundleOf is the sandbox container bundle of pod id, listed or not (a pod kept without
+// a record): a pod-wide supervisor is found by it.
+func (m *Manager) BundleOf(id string) string {
+	if sb, err := m.Get(id); err == nil {
+		return sb.ContainerDir()
+	}
+	if !store.ValidID(id) {
+		return ""
+	}
+	return m.unrecordedTask(id).PodDir
+}
+
+// FindUnrecorded names the rows whose runtime still runs task, whose record was lost
+// (the container manager's recovery uses it).
+func (m *Manager) FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
+	return m.opts.Handlers.FindUnrecorded(ctx, task)
+}
+
+// Kept says whether the pod id is kept without a usable record: its containers are kept
+// with it.
+func (m *Manager) Kept(id string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.kept[id]
+	return ok
+}
+
+// Holds says whether id is a pod this daemon keeps on the node: listed, kept without a
+// usable record, or recorded for a runtime it does not have. The pin home releases only
+// what it does not hold.
+func (m *Manager) Holds(id string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, listed := m.sandboxes[id]
+	_, kept := m.kept[id]
+	return listed || kept || m.left[id]
+}
+
+// StopRequested stops the kept pods an operator asked to stop (`rtshimd quarantine
+// stop`): first their containers (before, which the daemon gives the container
+// manager's), then their sandbox containers, network and pins, then their files. It
+// returns the pods stopped.
+func (m *Manager) StopRequested(ctx context.Context, before func(pod string)) []string {
+	q, err := m.opts.Store.ListQuarantined()
+	if err != nil {
+		logrus.WithError(err).Warn("list quarantined sandbox records")
+		return nil
+	}
+	var done []string
+	for _, e := range q {
+		if !e.Kept || !e.StopRequested {
+			continue
+		}
+		if before != nil {
+			before(e.ID)
+		}
+		if m.stopQuarantined(ctx, e.ID) {
+			if err := store.MarkKept(e.Path, false); err != nil {
+				logrus.WithError(err).WithField("sandbox", e.ID).Warn("mark a stopped pod's quarantine entry")
+			}
+			m.mu.Lock()
+			delete(m.kept, e.ID)
+			m.mu.Unlock()
+			done = append(done, e.ID)
+		}
+	}
+	return done
 }
 
 func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
@@ -144,8 +310,9 @@ func (m *Manager) reconcile(sb *Sandbox) {
 }
 
 // quarantine sets aside a sandbox record that cannot be read (kept, named in the log and
-// in Status verbose); StopQuarantined then ends the pod it described.
-func (m *Manager) quarantine(id, why string) {
+// in Status verbose). A pod that still runs is kept running with its files, for an
+// operator to stop or adopt; StopQuarantined cleans up after one that does not.
+func (m *Manager) quarantine(ctx context.Context, id, why string) {
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "reason": why})
 	path, err := m.opts.Store.Quarantine(id, why)
 	if path == "" {
@@ -155,7 +322,16 @@ func (m *Manager) quarantine(id, why string) {
 	if err != nil {
 		log.WithError(err).Warn("bad sandbox record set aside, but not all of it was synced")
 	}
-	log.WithField("quarantined_at", path).Error("bad sandbox record quarantined; its pod is stopped once its containers are")
+	log = log.WithField("quarantined_at", path)
+	if alive, how := m.podAlive(ctx, id); alive {
+		if err := store.MarkKept(path, true); err != nil {
+			log.WithError(err).Warn("mark a kept pod's quarantine entry")
+		}
+		m.keep(id, path)
+		log.WithField("why", how).Error("bad sandbox record quarantined; the pod still runs and is kept, not stopped; " + fmt.Sprintf(keepHint, id, id))
+		return
+	}
+	log.Error("bad sandbox record quarantined; what is left of its pod is cleaned up once its containers are")
 	m.mu.Lock()
 	m.quarantined = append(m.quarantined, id)
 	m.mu.Unlock()
@@ -176,19 +352,17 @@ func (m *Manager) StopQuarantined(ctx context.Context) {
 	}
 }
 
-func (m *Manager) stopQuarantined(ctx context.Context, id string) {
+// stopQuarantined stops the pod id, which has no usable record, wherever a runtime
+// still runs it, tears its network down and releases its pins and files; false when
+// it could not be stopped (its files are kept).
+func (m *Manager) stopQuarantined(ctx context.Context, id string) bool {
 	log := logrus.WithField("sandbox", id)
-	dir := filepath.Join(m.opts.RunDir, id)
-	bundle := filepath.Join(dir, id)
-	if _, err := os.Stat(filepath.Join(dir, "infra", "config.json")); err == nil {
-		bundle = filepath.Join(dir, "infra") // an earlier release's layout
-	}
 	sctx, cancel := context.WithTimeout(ctx, StopTimeout+kind.DefaultTimeout)
 	defer cancel()
-	found, err := m.opts.Handlers.StopUnrecorded(sctx, kind.Task{ID: id, PodID: id, Sandbox: true, Dir: bundle, PodDir: bundle})
+	found, err := m.opts.Handlers.StopUnrecorded(sctx, m.unrecordedTask(id))
 	if err != nil {
 		log.WithError(err).Error("sandbox of a quarantined record could not be stopped; its files are kept")
-		return
+		return false
 	}
 	log.WithField("handlers", found).Warn("pod of a quarantined record stopped")
 	if m.opts.Network != nil {
@@ -196,7 +370,7 @@ func (m *Manager) stopQuarantined(ctx context.Context, id string) {
 			log.WithError(err).Error("network of a quarantined sandbox: CNI DEL failed")
 		}
 	}
-	m.cleanupOrphan(id)
+	return m.cleanupOrphan(id)
 }
 
 // StopUnrecorded ends a task whose record was lost wherever a row of the live handler
@@ -204,6 +378,9 @@ func (m *Manager) stopQuarantined(ctx context.Context, id string) {
 func (m *Manager) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
 	return m.opts.Handlers.StopUnrecorded(ctx, task)
 }
+
+// Damage says what was wrong with the pod records' journal at start, if anything.
+func (m *Manager) Damage() string { return m.opts.Store.Damage() }
 
 // Quarantined lists the sandbox records set aside as unreadable.
 func (m *Manager) Quarantined() []store.Quarantined {
@@ -215,8 +392,8 @@ func (m *Manager) Quarantined() []store.Quarantined {
 }
 
 // cleanupOrphan releases what a sandbox directory may hold when no usable record says
-// what it is.
-func (m *Manager) cleanupOrphan(id string) {
+// what it is; false when its mounts could not be undone (the directory is kept).
+func (m *Manager) cleanupOrphan(id string) bool {
 	dir := filepath.Join(m.opts.RunDir, id)
 	var errs []error
 	for _, k := range []nsfile.Kind{nsfile.Net, nsfile.IPC, nsfile.UTS, nsfile.User} {
@@ -249,16 +426,23 @@ func (m *Manager) cleanupOrphan(id string) {
 		}
 	}
 	unmount(filepath.Join(dir, FilesDir))
+	if m.host().TmpfsInHome() {
+		// The pod's tmpfs in the pin home (nothing when it has none there).
+		if err := m.host().UnmountPodTmpfsInHome(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	log := logrus.WithField("dir", dir)
 	if len(errs) > 0 {
 		// Never remove through a mount that is still there.
 		log.WithError(errors.Join(errs...)).Error("orphan sandbox dir kept: its mounts could not be undone")
-		return
+		return false
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		log.WithError(err).Error("remove orphan sandbox dir")
 	}
 	_ = m.opts.Store.Delete(id)
+	return true
 }
 
 // checkPaths refuses a record kept under id that names another pod, or paths that are not

@@ -211,23 +211,30 @@ var idInJSON = regexp.MustCompile(`"id":"([0-9A-Za-z_.-]{1,256})"`)
 func namedIn(b []byte, named map[string]bool) {
 	if len(b) >= 4+entryHeaderLen {
 		if l := int(binary.LittleEndian.Uint16(b[5:])); l > 0 && l <= 256 && len(b) >= 4+entryHeaderLen+l {
-			if id := b[4+entryHeaderLen : 4+entryHeaderLen+l]; validID(id) {
-				named[string(id)] = true
+			if id := string(b[4+entryHeaderLen : 4+entryHeaderLen+l]); ValidID(id) {
+				named[id] = true
 			}
 		}
 	}
 	for _, m := range idInJSON.FindAllSubmatch(b, -1) {
-		named[string(m[1])] = true
+		if id := string(m[1]); ValidID(id) {
+			named[id] = true
+		}
 	}
 }
 
-func validID(b []byte) bool {
-	for _, c := range b {
+// ValidID says whether id can name a record and its object's directory: letters, digits,
+// '-', '_' and '.', not "." or "..".
+func ValidID(id string) bool {
+	if id == "" || id == "." || id == ".." || len(id) > 256 {
+		return false
+	}
+	for _, c := range []byte(id) {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_' || c == '.') {
 			return false
 		}
 	}
-	return len(b) > 0
+	return true
 }
 
 // nextEntry is the offset of the first whole entry at or after from, or -1.

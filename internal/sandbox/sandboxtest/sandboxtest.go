@@ -226,7 +226,14 @@ func (f Handlers) Lookup(name string) (*handlers.Handler, error) {
 	return f.H, nil
 }
 
-func (f Handlers) StopUnrecorded(context.Context, kind.Task) ([]string, error) { return nil, nil }
+// StopUnrecorded and FindUnrecorded are the table's, on its one row.
+func (f Handlers) StopUnrecorded(ctx context.Context, t kind.Task) ([]string, error) {
+	return handlers.NewTable([]*handlers.Handler{f.H}, f.H.Name).StopUnrecorded(ctx, t)
+}
+
+func (f Handlers) FindUnrecorded(ctx context.Context, t kind.Task) ([]string, error) {
+	return handlers.NewTable([]*handlers.Handler{f.H}, f.H.Name).FindUnrecorded(ctx, t)
+}
 
 // Plans are the two shapes of pod a kind asks for: the runc family's (the daemon pins
 // the namespaces, no sandbox container) and a sandboxing runtime's (runsc, a shim: a

@@ -373,3 +373,40 @@ func TestUnreadableJournalSetAside(t *testing.T) {
 		t.Errorf("after the set-aside and a write: %q", recs)
 	}
 }
+
+// Two stores on one journal (what a second daemon on the same roots did before the
+// roots' lock, audit E6): appends land at the end of the file, whoever wrote last, so no
+// answered record overwrites another's.
+func TestTwoOpenersAppend(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	a, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i, id := range []string{"pod-a1", "pod-b1", "pod-a2", "pod-b2", "pod-a3"} {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		if err := s.Save(id, map[string]string{"id": id}, "ready"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	if want := []string{"pod-a1", "pod-a2", "pod-a3", "pod-b1", "pod-b2"}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("records read back: %v, want %v", ids, want)
+	}
+}

@@ -109,9 +109,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 			unrecorded[e.Name()] = true
 		}
 	}
+	// A lost record's object has its run directory (made before anything runs): an ID
+	// the damaged bytes name without one is only said (a garbled ID, or one a tenant's
+	// label spelled), never acted on.
 	for _, id := range m.opts.Store.Lost() {
-		if !known[id] && store.ValidID(id) {
-			unrecorded[id] = true
+		if !known[id] && !unrecorded[id] {
+			logrus.WithField("id", id).Warn("a damaged record journal names this ID, but no container directory of it exists; nothing to keep or clean up")
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(unrecorded)) {
@@ -160,9 +163,6 @@ func (m *Manager) quarantine(ctx context.Context, id, why string) {
 	m.stopUnrecorded(ctx, id, log)
 }
 
-// keepHint is what an operator can do with a container kept without a usable record.
-const keepHint = "see `rtshimd quarantine`; stop it with `rtshimd quarantine stop %s`, or mend its record and, with the daemon stopped, `rtshimd quarantine adopt %s`"
-
 // recoverUnrecorded settles a container that has no record at all: kept, with its files,
 // while a runtime runs it (or cannot say); otherwise deleted in the runtimes that still
 // hold its state, and its files removed.
@@ -174,7 +174,7 @@ func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 				m.mu.Lock()
 				m.kept[id] = e.Path
 				m.mu.Unlock()
-				log.WithField("quarantined_at", e.Path).Warn("container without a record still kept; " + fmt.Sprintf(keepHint, id, id))
+				log.WithField("quarantined_at", e.Path).Warn("container without a record still kept; " + store.KeepHint(id))
 				return
 			}
 		}
@@ -213,7 +213,7 @@ func (m *Manager) keepIfRunning(ctx context.Context, id, path string, log *logru
 	m.mu.Lock()
 	m.kept[id] = path
 	m.mu.Unlock()
-	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why, "sandbox": task.PodID}).Error("container without a usable record still runs: kept, not stopped, its files kept; " + fmt.Sprintf(keepHint, id, id))
+	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why, "sandbox": task.PodID}).Error("container without a usable record still runs: kept, not stopped, its files kept; " + store.KeepHint(id))
 	return true
 }
 

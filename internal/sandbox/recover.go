@@ -83,9 +83,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 			unrecorded[e.Name()] = true
 		}
 	}
+	// A lost record's object has its run directory (made before anything runs): an ID
+	// the damaged bytes name without one is only said (a garbled ID, or one a tenant's
+	// label spelled), never acted on.
 	for _, id := range m.opts.Store.Lost() {
-		if !known[id] && store.ValidID(id) {
-			unrecorded[id] = true
+		if !known[id] && !unrecorded[id] {
+			logrus.WithField("id", id).Warn("a damaged record journal names this ID, but no pod directory of it exists; nothing to keep or clean up")
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(unrecorded)) {
@@ -93,9 +96,6 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	return nil
 }
-
-// keepHint is what an operator can do with an object kept without a usable record.
-const keepHint = "see `rtshimd quarantine`; stop it with `rtshimd quarantine stop %s`, or mend its record and, with the daemon stopped, `rtshimd quarantine adopt %s`"
 
 // recoverUnrecorded settles a pod that has no usable record: kept, with its pins and
 // files, when it may still run (its sandbox container runs, or its namespaces are still
@@ -105,7 +105,7 @@ func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	if path := m.keptEntry(id); path != "" {
 		// Kept by an earlier start and not yet decided on.
 		m.keep(id, path)
-		log.WithField("quarantined_at", path).Warn("pod without a record still kept; " + fmt.Sprintf(keepHint, id, id))
+		log.WithField("quarantined_at", path).Warn("pod without a record still kept; " + store.KeepHint(id))
 		return
 	}
 	alive, why := m.podAlive(ctx, id)
@@ -122,7 +122,7 @@ func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 		log.WithError(err).Error("pod without a record still runs; its quarantine entry could not be written, it is kept as it is")
 	}
 	m.keep(id, path)
-	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why}).Error("pod without a record still runs: kept, not removed; " + fmt.Sprintf(keepHint, id, id))
+	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why}).Error("pod without a record still runs: kept, not removed; " + store.KeepHint(id))
 }
 
 // keptEntry is the quarantine entry an earlier start kept the pod id under, if any.
@@ -328,7 +328,7 @@ func (m *Manager) quarantine(ctx context.Context, id, why string) {
 			log.WithError(err).Warn("mark a kept pod's quarantine entry")
 		}
 		m.keep(id, path)
-		log.WithField("why", how).Error("bad sandbox record quarantined; the pod still runs and is kept, not stopped; " + fmt.Sprintf(keepHint, id, id))
+		log.WithField("why", how).Error("bad sandbox record quarantined; the pod still runs and is kept, not stopped; " + store.KeepHint(id))
 		return
 	}
 	log.Error("bad sandbox record quarantined; what is left of its pod is cleaned up once its containers are")

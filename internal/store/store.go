@@ -214,6 +214,11 @@ const (
 	stopFile = "stop"
 )
 
+// KeepHint is what an operator can do with object id, kept without a usable record.
+func KeepHint(id string) string {
+	return fmt.Sprintf("see `rtshimd quarantine`; stop it with `rtshimd quarantine stop %s`, or mend its record and, with the daemon stopped, `rtshimd quarantine adopt %s`", id, id)
+}
+
 // MarkKept says, in the quarantine entry at path, whether its object is kept running.
 func MarkKept(path string, kept bool) error {
 	p := filepath.Join(path, keptFile)

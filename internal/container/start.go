@@ -10,6 +10,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
+	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/phasetime"
 )
 
@@ -44,21 +45,25 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		tm.Mark("nri")
 	}
 	started := time.Now().UnixNano()
-	if err := c.rt.Start(ctx, c.Task()); err != nil {
-		return err
-	}
-	tm.Mark("runtime_start")
-	// The runtime runs it now: a failure from here on must not leave it running while
-	// its record says created (kubelet would start it again, or a second copy). As
-	// containerd, it is killed; its exit is then recorded as any other.
-	killStarted := func(err error) error {
+	// A container the runtime runs must not stay running while its record says created
+	// (kubelet would start it again, or a second copy). As containerd, it is killed; its
+	// exit is then recorded as any other (watch), with the request's context ended or not.
+	kill := func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killWait)
 		defer cancel()
 		if kerr := c.rt.Kill(kctx, c.Task(), "SIGKILL", true); kerr != nil {
 			logrus.WithError(kerr).WithField("container", c.ID).Error("kill a container whose start could not be recorded")
 		}
+	}
+	killStarted := func(err error) error {
+		kill()
 		return fmt.Errorf("start container %s: the runtime started it, then: %w (it was killed)", c.ID, err)
 	}
+	if err := c.rt.Start(ctx, c.Task()); err != nil {
+		return startFailed(ctx, c, err, kill, killStarted)
+	}
+	tm.Mark("runtime_start")
+	// The runtime runs it now: a failure from here on kills it.
 	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
 		return killStarted(err)
 	}
@@ -80,4 +85,28 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		m.opts.NRI.PostStartContainer(ctx, c)
 	}
 	return nil
+}
+
+// startFailed answers a start the runtime failed. The runtime may have started the
+// container all the same: the caller's deadline passed while the monitor ran the start
+// (it carries on), runc start was killed at the monitor's limit while poststart hooks ran
+// (the process was exec'd), a shim's Start timed out. So the runtime is asked, with a
+// context of its own since the request's may have ended, and a container that runs, or
+// ran, is killed and its exit recorded as any other; one it cannot tell about is killed
+// too, as containerd deletes the task with its process on any start error. One that is
+// still created stays so, for kubelet to remove (audit 2026-11-26, N7).
+func startFailed(ctx context.Context, c *Container, err error, kill func(), killStarted func(error) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
+	st, serr := c.rt.Status(sctx, c.Task())
+	cancel()
+	switch {
+	case serr != nil:
+		logrus.WithError(serr).WithField("container", c.ID).Warn("a failed start's container cannot be told about; killing it")
+		kill()
+		return fmt.Errorf("start container %s: %w (the runtime could not say whether it started it: %v; it was killed)", c.ID, err, serr)
+	case st == kind.TaskRunning || st == kind.TaskStopped:
+		logrus.WithError(err).WithFields(logrus.Fields{"container": c.ID, "state": st}).Warn("the runtime started a container whose start failed; killing it")
+		return killStarted(err)
+	}
+	return err
 }

@@ -37,6 +37,9 @@ type Runtime struct {
 	calls   []string       // "<op> <id>", in order
 	nextPid int
 	updated map[string]*specs.LinuxResources
+
+	startThenFail int  // starts that start their task, then fail
+	strictCtx     bool // Status and Kill fail on an ended context
 }
 
 type task struct {
@@ -63,6 +66,23 @@ func (r *Runtime) FailNext(op string, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.fail[op] += n
+}
+
+// StartThenFail makes the next n calls of Start start their task and then fail, as a
+// start does whose caller's deadline passed, or whose runtime command was killed, after
+// the runtime had started the process: the task runs, the caller hears an error.
+func (r *Runtime) StartThenFail(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.startThenFail += n
+}
+
+// StrictContexts makes every later Status and Kill fail when its context has ended, as a
+// runtime's command or RPC run under that context does.
+func (r *Runtime) StrictContexts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.strictCtx = true
 }
 
 // Exit ends task id's process with status, as if it had exited on its own.
@@ -161,12 +181,28 @@ func (r *Runtime) Start(_ context.Context, t kind.Task) error {
 		return fmt.Errorf("kindtest: start %s: not created", t.ID)
 	}
 	tk.state, tk.started = kind.TaskRunning, true
+	if r.startThenFail > 0 {
+		r.startThenFail--
+		return fmt.Errorf("handler %q: start %s: the task started, then: %w", "kindtest", t.ID, ErrInjected)
+	}
 	return nil
 }
 
-func (r *Runtime) Kill(_ context.Context, t kind.Task, sig string, _ bool) error {
+// ended fails a call made with an ended context where StrictContexts says so (r.mu held).
+func (r *Runtime) ended(ctx context.Context, op, id string) error {
+	if r.strictCtx && ctx.Err() != nil {
+		r.calls = append(r.calls, op+" "+id)
+		return fmt.Errorf("handler %q: %s %s: %w", "kindtest", op, id, ctx.Err())
+	}
+	return nil
+}
+
+func (r *Runtime) Kill(ctx context.Context, t kind.Task, sig string, _ bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.ended(ctx, "kill", t.ID); err != nil {
+		return err
+	}
 	if err := r.call("kill", t.ID); err != nil {
 		return err
 	}
@@ -199,9 +235,12 @@ func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error
 	return tk.exit, tk.exited, nil
 }
 
-func (r *Runtime) Status(_ context.Context, t kind.Task) (string, error) {
+func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.ended(ctx, "status", t.ID); err != nil {
+		return "", err
+	}
 	if err := r.call("status", t.ID); err != nil {
 		return "", err
 	}

@@ -58,8 +58,8 @@ func TestCrashAtEveryStep(t *testing.T) { everyStep(t, false) }
 // The same steps made to fail (an error at the point, the daemon running on), as a full
 // disk, a runtime that errs or a timeout would: the call fails, every pod and container
 // is listed as its runtime says, kubelet's retry succeeds, and once everything is removed
-// the node is as before. Three points only crash (their error is not one to give): there
-// the call succeeds and the retry finds its effect.
+// the node is as before. Every point fails its call with the point's error: a point that
+// stops failing fails the test.
 func TestFailAtEveryStep(t *testing.T) { everyStep(t, true) }
 
 // everyStep runs a crashCase at each of crashPoints on every suite handler, killing the
@@ -112,10 +112,6 @@ func everyStep(t *testing.T, fail bool) {
 		})
 	}
 }
-
-// crashOnly are the points whose error the daemon does not give (the work is done; only
-// a crash there matters).
-var crashOnly = []string{"run-sandbox/ready", "create-container/done", "start-container/done"}
 
 type crashCase struct {
 	fail    bool // an error at the point instead of a crash
@@ -228,15 +224,21 @@ func (c *crashCase) run() {
 		if err := os.Remove(c.file); err != nil {
 			t.Fatal(err)
 		}
-		switch {
-		case slices.Contains(crashOnly, c.point):
-			if err != nil {
-				t.Errorf("%s: the call failed (%v) at a point whose error is not given", c.point, err)
-			}
-		case err == nil || !strings.Contains(err.Error(), "failpoint "+c.point):
+		if err == nil || !strings.Contains(err.Error(), "failpoint "+c.point) {
 			t.Errorf("%s: the call returned %v, want the point's error", c.point, err)
 		}
 		c.afterFailure(ctrID, image)
+		switch c.point {
+		case "run-sandbox/ready":
+			// Made whole, then failed: undone, as a failure at any earlier step.
+			if pods := c.podsNamed(name); len(pods) != 0 {
+				t.Errorf("%s: the failed pod is listed: %v", c.point, pods)
+			}
+		case "create-container/done":
+			if ctrs := c.containersNamed(podID, "sleep"); len(ctrs) != 0 {
+				t.Errorf("%s: the failed container is listed: %v", c.point, ctrs)
+			}
+		}
 		if c.point == "stop-container/killed" {
 			// Killed, then the call failed: the exit reaches the daemon from the monitor.
 			waitFor(t, 15*time.Second, c.point+": the killed container to be EXITED", func() (bool, string) {
@@ -244,8 +246,8 @@ func (c *crashCase) run() {
 				return st == runtimeapi.ContainerState_CONTAINER_EXITED, st.String()
 			})
 		}
-		if c.point == "start-container/runtime-started" {
-			// Started by the runtime, not recorded so: killed, and its exit recorded.
+		if c.point == "start-container/runtime-started" || c.point == "start-container/done" {
+			// Started by the runtime, then the call failed: killed, and its exit recorded.
 			waitFor(t, 15*time.Second, c.point+": the container whose start failed to be EXITED", func() (bool, string) {
 				st := c.containerState(ctrID)
 				return st == runtimeapi.ContainerState_CONTAINER_EXITED, st.String()
@@ -353,7 +355,7 @@ func (c *crashCase) retry(ctx context.Context, name, podID, ctrID string, podCfg
 		}
 		c.expectContainer(e.run(podID, podCfg, ctrCfg), runtimeapi.ContainerState_CONTAINER_RUNNING)
 	case "start-container":
-		if c.fail && c.point == "start-container/runtime-started" {
+		if c.fail {
 			// Exited: kubelet makes the next attempt, which runs.
 			ctrCfg.Metadata.Attempt++
 			c.expectContainer(e.run(podID, podCfg, ctrCfg), runtimeapi.ContainerState_CONTAINER_RUNNING)

@@ -102,7 +102,13 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		c.LogPath = filepath.Join(c.LogDir, p)
 	}
 	log := logrus.WithFields(logrus.Fields{"container": id, "name": name, "sandbox": sb.ID})
-	if err := m.create(ctx, c, sb, tm); err != nil {
+	err = m.create(ctx, c, sb, tm)
+	if err == nil {
+		// The last step: the container is made and recorded created, not yet listed or
+		// answered. A failure here undoes it as any other would.
+		err = failpoint.Fail("create-container/done")
+	}
+	if err != nil {
 		log.WithError(err).Warn("create container failed; cleaning up")
 		if c.nriCreated {
 			// Plugins that accepted it hear it is gone, also when the request's deadline
@@ -123,7 +129,6 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	m.mu.Lock()
 	m.add(c)
 	m.mu.Unlock()
-	_ = failpoint.Fail("create-container/done") // a crash before the reply; an error is not one to give here
 	log.Info("container created")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	tm.Mark("publish")

@@ -75,7 +75,9 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	}); err != nil {
 		return killStarted(err)
 	}
-	_ = failpoint.Fail("start-container/done") // a crash before the reply
+	if err := failpoint.Fail("start-container/done"); err != nil { // a crash before the reply, or a failure after the record
+		return killStarted(err)
+	}
 	tm.Mark("persist")
 	logrus.WithField("container", c.ID).Info("container started")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)

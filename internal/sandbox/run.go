@@ -118,6 +118,15 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		}
 		tm.Mark("nri")
 	}
+	if err == nil {
+		// The last step: the pod is made, recorded ready and known to plugins, not yet
+		// listed or answered. A failure here undoes it all as any other would.
+		if err = failpoint.Fail("run-sandbox/ready"); err != nil && m.opts.NRI != nil {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
+			m.opts.NRI.RemovePodSandbox(uctx, sb)
+			cancel()
+		}
+	}
 	if err != nil {
 		log.WithError(err).Warn("run pod sandbox failed; cleaning up")
 		if cerr := m.cleanup(sb); cerr != nil {
@@ -130,7 +139,6 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	m.mu.Lock()
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
-	_ = failpoint.Fail("run-sandbox/ready") // a crash before the reply; an error is not one to give here
 	log.Info("pod sandbox ready")
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)

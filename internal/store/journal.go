@@ -435,6 +435,13 @@ func (s *Store) syncFile(f *os.File) error {
 	return unix.Fdatasync(int(f.Fd()))
 }
 
+// compactStep tells a test's compactHook which step of a compaction was reached.
+func (s *Store) compactStep(step string) {
+	if s.compactHook != nil {
+		s.compactHook(step)
+	}
+}
+
 func (s *Store) liveBytes() int64 {
 	var n int64
 	for id, r := range s.recs {
@@ -458,9 +465,11 @@ func (s *Store) compactLocked() error {
 		return err
 	}
 	if _, err = f.Write(buf); err == nil {
+		s.compactStep("written")
 		err = s.syncFile(f)
 	}
 	if err == nil {
+		s.compactStep("synced")
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
@@ -472,6 +481,7 @@ func (s *Store) compactLocked() error {
 		s.f.Close()
 	}
 	s.f, s.size = f, int64(len(buf))
+	s.compactStep("renamed")
 	if err := syncDir(s.dir); err != nil {
 		s.needDirSync = true // the next batch syncs it before it is answered
 		return err

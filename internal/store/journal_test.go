@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -190,6 +191,317 @@ func openWrite(dir string) error {
 		}
 	}
 	return errors.New("the write after the crash was not read back")
+}
+
+// Power loss during a group-committed batch: the batch's bytes were written in one go,
+// not yet synced, so none of its callers was answered. What the disk holds is the synced
+// journal and, of the batch, any prefix of its bytes, perhaps with garbage after it, or
+// the batch with a hole in it (a block that never reached the disk, read back as zeros).
+// The records read are then exactly the answered state plus the batch's entries that
+// reached the disk whole, in the batch's order: for a cut, the whole entries before it,
+// read as a torn end (no damage reported); past a hole, also the whole entries after it,
+// reported as damage (good entries after a bad one). No answered write is lost, no part
+// of a torn entry is read, and the store takes writes after. The batches are the store's
+// own: k concurrent writers held behind a first write's sync, so they go as one write.
+func TestPowerLossInGroupCommit(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	s, dir := newStore(t)
+	journal := filepath.Join(dir, journalFile)
+	state := map[string]*record{} // what the answered writes made
+	for step := 0; step < 30; step++ {
+		k := 2 + rng.Intn(5)
+		var (
+			syncs   int
+			image   []byte // the journal as the batch's sync found it
+			durable int64  // of which synced before
+			hookErr error
+		)
+		holding := make(chan struct{})
+		s.syncHook = func() error {
+			syncs++
+			switch syncs {
+			case 1: // the holder's sync: wait until the k writers all wait behind it
+				close(holding)
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+					s.mu.Lock()
+					n := len(s.pending)
+					s.mu.Unlock()
+					if n == k {
+						break
+					}
+					if time.Now().After(deadline) {
+						hookErr = fmt.Errorf("%d writers waiting, want %d", n, k)
+						break
+					}
+				}
+			case 2: // the batch's sync: what a power loss now may leave
+				var err error
+				if image, err = os.ReadFile(journal); err != nil {
+					hookErr = err
+				}
+				durable = s.size
+			}
+			return nil
+		}
+		holderDone := make(chan error, 1)
+		go func() { holderDone <- s.Save("holder", "meta", map[string]int{"step": step}) }()
+		<-holding
+		// k writers, each one entry: a new record, a status update or a delete of a
+		// record as the answered state has it.
+		var wg sync.WaitGroup
+		errs := make([]error, k)
+		for i := 0; i < k; i++ {
+			id := fmt.Sprintf("r%d", rng.Intn(8))
+			st := []byte(fmt.Sprintf(`{"step":%d,"writer":%d,"pad":%q}`, step, i, strings.Repeat("s", rng.Intn(600))))
+			var write func() error
+			switch {
+			case state[id] == nil:
+				meta := map[string]string{"id": id, "pad": strings.Repeat("m", rng.Intn(1000))}
+				write = func() error { return s.Save(id, meta, json.RawMessage(st)) }
+			case rng.Intn(4) == 0:
+				write = func() error { return s.Delete(id) }
+			default:
+				write = func() error { return s.WriteStatus(id, st) }
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = write() }()
+		}
+		wg.Wait()
+		if err := <-holderDone; err != nil {
+			t.Fatal(err)
+		}
+		s.syncHook = nil
+		if err := errors.Join(append(errs, hookErr)...); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if syncs != 2 {
+			t.Fatalf("step %d: %d syncs for a held write and %d waiting writers, want 2 (one batch)", step, syncs, k)
+		}
+		apply(state, entry{op: opPut, id: "holder", meta: []byte(`"meta"`), status: []byte(fmt.Sprintf(`{"step":%d}`, step))})
+
+		// The batch as written: k whole entries after the synced journal.
+		batch := image[durable:]
+		var entries []entry
+		bounds := []int{0}
+		for off := 0; off < len(batch); {
+			e, n, err := decodeEntry(batch[off:])
+			if err != nil {
+				t.Fatalf("step %d: the batch's entry at %d: %v", step, off, err)
+			}
+			entries = append(entries, e)
+			off += n
+			bounds = append(bounds, off)
+		}
+		if len(entries) != k {
+			t.Fatalf("step %d: the batch holds %d entries, want %d", step, len(entries), k)
+		}
+		// The batch's callers were answered: the answered state is the batch applied.
+		before := copyState(state)
+		for _, e := range entries {
+			apply(state, e)
+		}
+		if got := load(t, s); !reflect.DeepEqual(got, asRecords(state)) {
+			t.Fatalf("step %d: the store reads %q after the batch, want %q", step, got, asRecords(state))
+		}
+
+		// withWhole is before plus the entries of the batch whose bytes are on the crashed
+		// disk unchanged, all of them before cut.
+		withWhole := func(disk []byte, cut int) []Record {
+			st := copyState(before)
+			for i, e := range entries {
+				if bounds[i+1] <= cut && bytes.Equal(disk[bounds[i]:bounds[i+1]], batch[bounds[i]:bounds[i+1]]) {
+					apply(st, e)
+				}
+			}
+			return asRecords(st)
+		}
+		type crash struct {
+			what string
+			disk []byte // the batch's bytes as they reached the disk
+			cut  int    // the end of the batch's bytes that reached it, before garbage
+			hole bool   // a whole entry after a bad one
+		}
+		var crashes []crash
+		cuts := slices.Clone(bounds) // at each entry's end, and inside each entry
+		for i := 0; i < k; i++ {
+			cuts = append(cuts, bounds[i]+1+rng.Intn(bounds[i+1]-bounds[i]-1))
+		}
+		for _, cut := range cuts {
+			crashes = append(crashes, crash{what: fmt.Sprintf("cut at %d", cut), disk: batch[:cut], cut: cut})
+			junk := make([]byte, 1+rng.Intn(64))
+			rng.Read(junk)
+			crashes = append(crashes, crash{what: fmt.Sprintf("cut at %d, %d bytes of garbage", cut, len(junk)), disk: append(slices.Clone(batch[:cut]), junk...), cut: cut})
+		}
+		for i := 0; i < 4; i++ {
+			// A hole: one 512-byte block of the file that did not reach the disk,
+			// perhaps with the batch cut after it.
+			blk := (int(durable) + rng.Intn(max(len(batch)-512, 1))) &^ 511
+			from, to := max(blk-int(durable), 0), min(blk+512-int(durable), len(batch))
+			cut := to + rng.Intn(len(batch)-to+1)
+			disk := slices.Clone(batch[:cut])
+			clear(disk[from:to])
+			hole := false
+			for j := 0; j < k; j++ {
+				if bounds[j+1] <= cut && bounds[j] >= to && !bytes.Equal(batch[from:to], disk[from:to]) {
+					hole = true
+				}
+			}
+			crashes = append(crashes, crash{what: fmt.Sprintf("a hole at %d-%d, cut at %d", from, to, cut), disk: disk, cut: cut, hole: hole})
+		}
+		for _, c := range crashes {
+			crashed := filepath.Join(t.TempDir(), "records")
+			if err := os.MkdirAll(crashed, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(crashed, journalFile), append(slices.Clone(image[:durable]), c.disk...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := New(crashed)
+			if err != nil {
+				t.Fatalf("step %d, %s: open after power loss: %v", step, c.what, err)
+			}
+			got := load(t, cs)
+			damage := cs.Damage()
+			cs.Close()
+			if want := withWhole(c.disk, c.cut); !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d (%d entries), %s: read %q after power loss, want %q (the answered state and the batch's whole entries)", step, k, c.what, got, want)
+			}
+			garbage := len(c.disk) > c.cut
+			switch {
+			case c.hole && damage == "":
+				t.Errorf("step %d, %s: entries read past a hole, and no damage reported", step, c.what)
+			case !c.hole && !garbage && !strings.Contains(c.what, "hole") && damage != "":
+				t.Errorf("step %d, %s: a torn end reported as damage: %s", step, c.what, damage)
+			}
+			if err := openWrite(crashed); err != nil {
+				t.Fatalf("step %d, %s: write after power loss: %v", step, c.what, err)
+			}
+		}
+	}
+}
+
+// A crash or power loss at each step of a compaction (the new file written, synced,
+// renamed over the journal, the directory not yet synced) loses no answered record: the
+// daemon that starts next reads every one of them and the journal takes writes. Before
+// the rename the old journal is whole, beside any prefix of the new one (a temporary the
+// next open removes); after it, the rename may or may not have reached the disk, and
+// either file is whole.
+func TestPowerLossDuringCompaction(t *testing.T) {
+	s, dir := newStore(t)
+	journal := filepath.Join(dir, journalFile)
+	type files struct{ journal, compact []byte }
+	var steps []string
+	at := map[string]files{}
+	var stateAt map[string]*record
+	s.compactHook = func(step string) {
+		var f files
+		var err error
+		if f.journal, err = os.ReadFile(journal); err != nil {
+			t.Errorf("%s: %v", step, err)
+		}
+		if f.compact, err = os.ReadFile(journal + ".compact"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v", step, err)
+		}
+		steps = append(steps, step)
+		at[step] = f
+		stateAt = copyState(s.recs)
+	}
+	state := map[string]*record{}
+	pad := strings.Repeat("s", 4096)
+	for i := 0; len(steps) == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no compaction after 1000 writes")
+		}
+		id := fmt.Sprintf("r%d", i%5)
+		st := []byte(fmt.Sprintf(`"%s-%d"`, pad, i))
+		e := entry{op: opPut, id: id, status: st}
+		if state[id] == nil {
+			e.meta = []byte(`"meta"`)
+		}
+		if err := s.Save(id, "meta", json.RawMessage(st)); err != nil {
+			t.Fatal(err)
+		}
+		apply(state, e)
+	}
+	s.compactHook = nil
+	if want := []string{"written", "synced", "renamed"}; !reflect.DeepEqual(steps, want) {
+		t.Fatalf("compaction steps %v, want %v", steps, want)
+	}
+	// The write that set the compaction off was synced before it: every image must read
+	// the state with it.
+	want := asRecords(state)
+	if got := asRecords(stateAt); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the store compacted %d records, want the %d written", len(got), len(want))
+	}
+	old, compacted := at["synced"].journal, at["synced"].compact
+	if !bytes.Equal(at["written"].journal, old) || !bytes.Equal(at["written"].compact, compacted) ||
+		!bytes.Equal(at["renamed"].journal, compacted) || at["renamed"].compact != nil {
+		t.Fatal("the files at the compaction's steps are not the old journal and the new one")
+	}
+	if len(compacted) >= len(old) {
+		t.Fatalf("compacted to %d bytes from %d", len(compacted), len(old))
+	}
+	rng := rand.New(rand.NewSource(3))
+	junk := make([]byte, 100)
+	rng.Read(junk)
+	type image struct {
+		what             string
+		journal, compact []byte // nil: no such file
+	}
+	var images []image
+	// Written, not synced: of the new file, any prefix may be on disk, perhaps with
+	// garbage after it; the old journal is whole.
+	for _, n := range []int{0, 1, 4 + entryHeaderLen, len(compacted) / 3, len(compacted) / 2, len(compacted) - 1, len(compacted)} {
+		images = append(images,
+			image{fmt.Sprintf("written: %d bytes of the new file", n), old, compacted[:n]},
+			image{fmt.Sprintf("written: %d bytes of the new file and garbage", n), old, append(slices.Clone(compacted[:n]), junk...)})
+	}
+	images = append(images,
+		image{"synced: the new file whole beside the journal", old, compacted},
+		image{"renamed, the rename lost: as synced", old, compacted},
+		image{"renamed, the rename on disk, the directory not synced", compacted, nil},
+	)
+	for _, im := range images {
+		crashed := filepath.Join(t.TempDir(), "records")
+		if err := os.MkdirAll(crashed, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(crashed, journalFile), im.journal, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if im.compact != nil {
+			if err := os.WriteFile(filepath.Join(crashed, journalFile+".compact"), im.compact, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs, err := New(crashed)
+		if err != nil {
+			t.Fatalf("%s: open after the crash: %v", im.what, err)
+		}
+		got, damage := load(t, cs), cs.Damage()
+		cs.Close()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: read %d records after the crash, want the %d answered", im.what, len(got), len(want))
+			continue
+		}
+		if damage != "" {
+			t.Errorf("%s: damage reported: %s", im.what, damage)
+		}
+		if _, err := os.Stat(filepath.Join(crashed, journalFile+".compact")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the compaction's temporary is left: %v", im.what, err)
+		}
+		if err := openWrite(crashed); err != nil {
+			t.Errorf("%s: write after the crash: %v", im.what, err)
+		}
+	}
+	// The store itself goes on: a write after the compaction, read back by the next.
+	if err := s.Save("after", "meta", "x"); err != nil {
+		t.Fatal(err)
+	}
+	apply(state, entry{op: opPut, id: "after", meta: []byte(`"meta"`), status: []byte(`"x"`)})
+	if got := load(t, reopen(t, s, dir)); !reflect.DeepEqual(got, asRecords(state)) {
+		t.Errorf("after the compaction and a write: %d records, want %d", len(got), len(state))
+	}
 }
 
 // A journal grown past compactMin and four times its records is rewritten with one entry

@@ -45,6 +45,10 @@ type Store struct {
 	lost   []string
 	// syncHook, set by tests, runs before each sync and fails it with its error.
 	syncHook func() error
+	// compactHook, set by tests, is called at each step of a compaction as it is reached
+	// ("written", "synced", "renamed"), with s.mu held: a crash there leaves the files as
+	// they are then.
+	compactHook func(step string)
 }
 
 // New returns the store in dir, creating it, with the records of an earlier release's

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,9 +53,32 @@ type Service struct {
 	writable map[string]string
 
 	pulls singleflight.Group
-	// mu orders removals, rootfs creation and layer GC against pulls in flight.
+	// mu guards the bookkeeping below, never a call that may wait for containers/storage's
+	// locks (a pull holds its layer and container stores' for a layer's whole extraction)
+	// or delete files: every CreateContainer takes it (CreateRootfs). What a removal or a
+	// layer GC deletes is decided under it and deleted without it (remove.go).
 	mu       sync.Mutex
 	inFlight int
+	// collecting: a layer GC (collect) is under way; a pull waits for its end to start
+	// (gcDone), so that no GC takes a layer a pull has just made or reused.
+	collecting bool
+	gcDone     *sync.Cond
+	// deleting holds the images whose deletion is under way without mu: CreateRootfs and
+	// MountVolume refuse them, Status and List do not show them. The value says that a
+	// user of the image went meanwhile, so the deleter looks at the users again.
+	deleting map[string]bool
+	// pending maps what is being made through containers/storage on an image without mu
+	// (a rootfs with ID mappings, an image volume) to the image's ID: a user the store
+	// may not list yet.
+	pending map[string]string
+
+	// sizes caches each image's size (ImageSize) by ID: computed when a pull ends (or
+	// at start, or on first use), so that Status and List, on the create path, never
+	// read layer records, whose lock a pull holds for a layer's whole extraction. An
+	// image's size changes only by a pull (a manifest's big data) and by a layer
+	// containers/storage maps for a user namespace; both refresh it. Under sizeMu.
+	sizeMu sync.Mutex
+	sizes  map[string]uint64
 
 	fsCache fsCollector
 }
@@ -119,15 +143,20 @@ func New(opts Options) (*Service, error) {
 			}
 		}
 	}
-	s := &Service{store: store, opts: opts, pinned: map[string]bool{}}
+	s := &Service{store: store, opts: opts, pinned: map[string]bool{}, deleting: map[string]bool{}, pending: map[string]string{}, sizes: map[string]uint64{}}
+	s.gcDone = sync.NewCond(&s.mu)
 	if err := s.loadWritable(); err != nil {
 		_, _ = store.Shutdown(true)
 		return nil, err
 	}
 	// And what a crash left in the store: layers of a pull, an image half removed.
-	s.mu.Lock()
-	s.collect()
-	s.mu.Unlock()
+	s.collect(0)
+	// Every image's size, while no pull holds the layer store (sizes).
+	if imgs, err := store.Images(); err == nil {
+		for _, im := range imgs {
+			s.refreshSize(im.ID)
+		}
+	}
 	s.sys = types.SystemContext{BigFilesTemporaryDir: tmp, DockerRegistryUserAgent: "rtshimd"}
 	if err := s.setupRegistries(); err != nil {
 		s.closeWritable()
@@ -295,9 +324,7 @@ func (s *Service) describe(img *storage.Image) *Image {
 		}
 	}
 	slices.Sort(out.RepoDigests)
-	if size, err := s.store.ImageSize(img.ID); err == nil && size > 0 {
-		out.Size = uint64(size)
-	}
+	out.Size = s.imageSize(img.ID)
 	if cfg, err := s.configJSON(img); err == nil {
 		var c struct {
 			Config struct {
@@ -309,6 +336,50 @@ func (s *Service) describe(img *storage.Image) *Image {
 		}
 	}
 	return out
+}
+
+// imageSize is image id's size (0 where the store cannot tell), from the cache where it
+// is there (sizes).
+func (s *Service) imageSize(id string) uint64 {
+	s.sizeMu.Lock()
+	size, ok := s.sizes[id]
+	s.sizeMu.Unlock()
+	if ok {
+		return size
+	}
+	return s.refreshSize(id)
+}
+
+// refreshSize computes image id's size and caches it; an error is not cached (the next
+// describe asks again) and reads as 0, as it did before the cache.
+func (s *Service) refreshSize(id string) uint64 {
+	n, err := s.store.ImageSize(id)
+	if err != nil {
+		return 0
+	}
+	size := uint64(0)
+	if n > 0 {
+		size = uint64(n)
+	}
+	s.sizeMu.Lock()
+	s.sizes[id] = size
+	s.sizeMu.Unlock()
+	return size
+}
+
+// forgetSize drops image id's cached size, once it is deleted.
+func (s *Service) forgetSize(id string) {
+	s.sizeMu.Lock()
+	delete(s.sizes, id)
+	s.sizeMu.Unlock()
+}
+
+// isDeleting reports whether image id's deletion is under way (deleting).
+func (s *Service) isDeleting(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.deleting[id]
+	return ok
 }
 
 // configJSON is the image's config blob, as pulled.
@@ -331,7 +402,7 @@ func (s *Service) Status(ref string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if removed(img) {
+	if removed(img) || s.isDeleting(img.ID) {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
 	return s.describe(img), nil
@@ -353,9 +424,12 @@ func (s *Service) List(filter string) ([]*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
+	s.mu.Lock()
+	deleting := maps.Clone(s.deleting)
+	s.mu.Unlock()
 	out := make([]*Image, 0, len(imgs))
 	for i := range imgs {
-		if !removed(&imgs[i]) {
+		if _, gone := deleting[imgs[i].ID]; !gone && !removed(&imgs[i]) {
 			out = append(out, s.describe(&imgs[i]))
 		}
 	}

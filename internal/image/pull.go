@@ -57,13 +57,9 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 }
 
 func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.SystemContext) (string, error) {
-	s.mu.Lock()
-	s.inFlight++
-	s.mu.Unlock()
+	s.beginPull()
 	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
+		s.endPull()
 		s.fsCache.invalidate()
 	}()
 	log := logrus.WithField("image", named.String())
@@ -111,6 +107,7 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	if err != nil {
 		return "", fmt.Errorf("pulled %s but cannot find it in the store: %w", named, err)
 	}
+	s.refreshSize(img.ID) // before the pull answers: Status never reads layer records
 	mdigest, _ := manifest.Digest(manifestBytes)
 	log.WithFields(logrus.Fields{"id": img.ID, "manifest": mdigest, "duration": time.Since(start)}).Info("image pulled")
 	return "sha256:" + img.ID, nil

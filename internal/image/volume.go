@@ -58,23 +58,25 @@ func decodeVolumeMeta(s string) (volumeMeta, bool) {
 // by the mapped host ID, as for CreateRootfs: an overlay mount cannot be idmapped after
 // the fact, its layers can.
 func (s *Service) MountVolume(owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*Volume, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
-	img, err := s.lookup(ref)
-	if err != nil {
-		return nil, err
-	}
-	if removed(img) {
-		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
-	}
 	meta, err := json.Marshal(volumeMeta{Owner: owner, Mount: index})
 	if err != nil {
 		return nil, err
 	}
+	// The image's user from here (pending), so that no removal deletes it meanwhile; the
+	// storage container is made without s.mu (containers/storage waits for a pull's
+	// extraction).
+	key := fmt.Sprintf("volume %d of %s", index, owner)
+	img, err := s.use(key, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer s.unuse(key, img.ID)
 	opts := &storage.ContainerOptions{MountOpts: volumeMountOpts}
 	if len(uids) > 0 || len(gids) > 0 {
 		opts.IDMappingOptions = storage.IDMappingOptions{UIDMap: idtoolsMaps(uids), GIDMap: idtoolsMaps(gids)}
+		// The store may have mapped the image's layers for it: its size changes.
+		defer s.refreshSize(img.ID)
 	}
 	c, err := s.store.CreateContainer("", nil, img.ID, "", string(meta), opts)
 	if err != nil {
@@ -89,11 +91,53 @@ func (s *Service) MountVolume(owner string, index int, ref string, uids, gids []
 	return &Volume{ID: c.ID, ImageID: "sha256:" + img.ID, Path: path}, nil
 }
 
-// RemoveVolumes unmounts and deletes every image volume of container owner; none is not
-// an error. An image that RemoveImage hid while it was in use goes with its last user.
-func (s *Service) RemoveVolumes(owner string) error {
+// use finds image ref for a new user, key, and registers key as its user (pending) until
+// unuse: a removal from then on keeps the image. A removed image, or one being deleted,
+// is ErrNotFound.
+func (s *Service) use(key, ref string) (*storage.Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	img, err := s.usable(ref)
+	if err != nil {
+		return nil, err
+	}
+	if _, dup := s.pending[key]; dup {
+		return nil, fmt.Errorf("%s: %w", key, errdefs.ErrAlreadyExists)
+	}
+	s.pending[key] = img.ID
+	return img, nil
+}
+
+// usable looks ref up for a new user: a removed image is not found, and one being deleted
+// (deleting) says so. Callers hold s.mu; the lookup reads the image store alone, which no
+// pull holds for long.
+func (s *Service) usable(ref string) (*storage.Image, error) {
+	img, err := s.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	if removed(img) {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	if _, gone := s.deleting[img.ID]; gone {
+		return nil, fmt.Errorf("image %q (%s) is being removed: %w", ref, img.ID, errdefs.ErrNotFound)
+	}
+	return img, nil
+}
+
+// unuse ends use: the user is the store's container from now on, or none (then a
+// removed image goes, if it was its last user).
+func (s *Service) unuse(key, imageID string) {
+	s.mu.Lock()
+	delete(s.pending, key)
+	s.mu.Unlock()
+	s.deleteIfRemoved(imageID)
+}
+
+// RemoveVolumes unmounts and deletes every image volume of container owner; none is not
+// an error. An image that RemoveImage hid while it was in use goes with its last user.
+// Without s.mu: containers/storage locks its own stores.
+func (s *Service) RemoveVolumes(owner string) error {
 	defer s.fsCache.invalidate() // after the change, so no walk caches the state before it
 	ctrs, err := s.store.Containers()
 	if err != nil {
@@ -136,11 +180,24 @@ func (s *Service) VolumeOwners() ([]string, error) {
 	return out, nil
 }
 
-// users names the containers that use image id: the owners of its volumes and the
-// containers of its rootfs layers. Callers hold s.mu.
+// users names the containers that use image id: the owners of its volumes, the
+// containers of its rootfs layers and those being made (pending). s.mu is taken for our
+// own records only: the store's containers are read without it.
 func (s *Service) users(id string) []string {
-	ctrs, _ := s.store.Containers()
 	var out []string
+	s.mu.Lock()
+	for ctr, img := range s.writable {
+		if img == id {
+			out = append(out, ctr)
+		}
+	}
+	for key, img := range s.pending {
+		if img == id && !slices.Contains(out, key) {
+			out = append(out, key)
+		}
+	}
+	s.mu.Unlock()
+	ctrs, _ := s.store.Containers()
 	for _, c := range ctrs {
 		if c.ImageID != id {
 			continue
@@ -153,20 +210,27 @@ func (s *Service) users(id string) []string {
 			out = append(out, user)
 		}
 	}
-	for ctr, img := range s.writable {
-		if img == id && !slices.Contains(out, ctr) {
-			out = append(out, ctr)
-		}
-	}
 	slices.Sort(out)
 	return out
 }
 
 // deleteIfRemoved deletes image id if RemoveImage hid it while it was in use, now that
-// one of its users is gone (it stays while others remain). Callers hold s.mu.
+// one of its users is gone (it stays while others remain). Where its deletion is under
+// way already, that deleter looks at its users again (startDelete). Callers do not hold
+// s.mu.
 func (s *Service) deleteIfRemoved(id string) {
+	if id == "" {
+		return
+	}
+	s.mu.Lock()
+	if _, busy := s.deleting[id]; busy {
+		s.deleting[id] = true
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
 	img, err := s.store.Image(id)
-	if err != nil || !removed(img) || len(s.users(id)) > 0 {
+	if err != nil || !removed(img) || len(s.users(id)) > 0 || !s.startDelete(id) {
 		return
 	}
 	if err := s.deleteImage(img); err != nil {

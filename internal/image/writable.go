@@ -250,10 +250,8 @@ func (s *Service) removeWritable(id string) (ok bool, err error) {
 		return true, fmt.Errorf("delete rootfs of %s: %w", id, err)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.writable, id)
-	if imageID != "" {
-		s.deleteIfRemoved(imageID)
-	}
+	s.mu.Unlock()
+	s.deleteIfRemoved(imageID)
 	return true, nil
 }

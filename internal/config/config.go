@@ -210,7 +210,15 @@ type Image struct {
 	StorageDriver string `toml:"storage_driver"`
 	// MaxParallelDownloads bounds the layers one pull fetches at once (default 3).
 	MaxParallelDownloads int `toml:"max_parallel_downloads"`
+	// PullProgressTimeout ends a pull that has waited this long for the registry without
+	// a byte arriving (default DefaultPullProgressTimeout); 0 lets a pull wait up to its
+	// 30-minute bound.
+	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
 }
+
+// DefaultPullProgressTimeout is image.pull_progress_timeout when the file does not say:
+// containerd's image_pull_progress_timeout.
+const DefaultPullProgressTimeout = 5 * time.Minute
 
 // Registry is one [[registry]] entry, as in registries.conf.
 type Registry struct {
@@ -271,8 +279,10 @@ var lineErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)
 func Parse(name string, data []byte) (*Config, error) {
 	// Booleans whose default is true are set before decoding: the decoder leaves keys the
 	// file lacks as they are.
-	// So are defaults that may be set to zero (stats.collection_period = "0").
-	c := &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}}}
+	// So are defaults that may be set to zero (stats.collection_period = "0",
+	// image.pull_progress_timeout = "0").
+	c := &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}},
+		Image: Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}}}
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
 	if err != nil {
 		var pe toml.ParseError
@@ -437,6 +447,9 @@ func (c *Config) validate(p positions) error {
 	if c.Image.MaxParallelDownloads < 0 {
 		return p.errf("image.max_parallel_downloads", "image.max_parallel_downloads must be positive, got %d", c.Image.MaxParallelDownloads)
 	}
+	if d := c.Image.PullProgressTimeout.Duration; d < 0 {
+		return p.errf("image.pull_progress_timeout", "image.pull_progress_timeout must be \"0\" (no timeout) or positive, got %v", d)
+	}
 	for i, r := range c.Image.Registries {
 		if r.Prefix == "" && r.Location == "" {
 			return p.errf("image.registries", "image.registries[%d]: prefix or location is required", i)
@@ -589,6 +602,7 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("image.pinned", old.Image.Pinned, cfg.Image.Pinned)
 	differ("image.storage_driver", old.Image.StorageDriver, cfg.Image.StorageDriver)
 	differ("image.max_parallel_downloads", old.Image.MaxParallelDownloads, cfg.Image.MaxParallelDownloads)
+	differ("image.pull_progress_timeout", old.Image.PullProgressTimeout, cfg.Image.PullProgressTimeout)
 	differ("network", old.Network, cfg.Network)
 	differ("streaming", old.Streaming, cfg.Streaming)
 	differ("metrics", old.Metrics, cfg.Metrics)

@@ -367,3 +367,31 @@ func TestPrivilegedWithoutHostDevices(t *testing.T) {
 		t.Errorf("runc %v crun %v, want true and false (absent)", c.Handlers["runc"].PrivilegedWithoutHostDevices, c.Handlers["crun"].PrivilegedWithoutHostDevices)
 	}
 }
+
+// [image] pull_progress_timeout: 5m when absent (containerd's), "0" switches it off, a
+// negative value is refused by name; a change needs a restart.
+func TestImagePullProgressTimeout(t *testing.T) {
+	absent, err := Parse("cfg.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if absent.Image.PullProgressTimeout.Duration != 5*time.Minute {
+		t.Errorf("absent: %v, want 5m", absent.Image.PullProgressTimeout)
+	}
+	off, err := Parse("cfg.toml", []byte(base+"[image]\npull_progress_timeout = \"0\"\n"))
+	if err != nil || off.Image.PullProgressTimeout.Duration != 0 {
+		t.Fatalf("pull_progress_timeout = \"0\": %v, %v", off, err)
+	}
+	for _, bad := range []string{`"-1s"`, `"ten"`} {
+		_, err := Parse("cfg.toml", []byte(base+"[image]\npull_progress_timeout = "+bad+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "pull_progress_timeout") && !strings.Contains(err.Error(), "cfg.toml:7:") {
+			t.Errorf("pull_progress_timeout = %s: %v, want an error naming the key or its line", bad, err)
+		}
+	}
+	if got := RestartNeeded(absent, off); !reflect.DeepEqual(got, []string{"image.pull_progress_timeout"}) {
+		t.Errorf("RestartNeeded = %q, want image.pull_progress_timeout", got)
+	}
+	if Default().Image.PullProgressTimeout.Duration != DefaultPullProgressTimeout {
+		t.Errorf("shipped default: %v", Default().Image.PullProgressTimeout)
+	}
+}

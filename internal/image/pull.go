@@ -83,9 +83,15 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 		DestinationCtx:       sys,
 		MaxParallelDownloads: uint(s.opts.Config.MaxParallelDownloads),
 	}
-	copyCtx, pointErr, stopWatch := watchBlobs(ctx, opts)
-	manifestBytes, err := copy.Image(copyCtx, policy, destRef, srcRef, opts)
+	// A registry that stops sending ends the pull after image.pull_progress_timeout, not
+	// at the 30-minute bound (audit 2026-11-26, N8).
+	copyCtx, watchedSrc, stopProgress := watchProgress(ctx, srcRef, s.opts.Config.PullProgressTimeout.Duration)
+	copyCtx, pointErr, stopWatch := watchBlobs(copyCtx, opts)
+	manifestBytes, err := copy.Image(copyCtx, policy, destRef, watchedSrc, opts)
 	stopWatch()
+	if stall := stopProgress(); stall != nil && err != nil {
+		err = stall // the copy's own error is the cancel's
+	}
 	if perr := pointErr(); perr != nil {
 		if err == nil {
 			// The copy had no more I/O to notice the cancel by: what a pull broken at the
@@ -119,7 +125,11 @@ func pullError(named dockerref.Named, err error) error {
 	msg := err.Error()
 	low := strings.ToLower(msg)
 	why, kind := "", error(nil)
+	var stall *stallError
 	switch {
+	case errors.As(err, &stall):
+		why = "the transfer stalled"
+		kind = context.DeadlineExceeded
 	// Most specific first; never match bare status numbers (a port can contain "401").
 	case strings.Contains(low, "no image found in") || strings.Contains(low, "choosing image instance"):
 		why = "no image for this node's platform"

@@ -136,6 +136,16 @@ func (e *containerEnv) exec(id string, cmd ...string) (string, int32) {
 var criLogLine = regexp.MustCompile(`^(\S+) (stdout|stderr) ([PF]) (.*)$`)
 
 // readCRILog parses a CRI log file into (stream, tag, text) entries.
+// containerLogPath is the log path ContainerStatus gives for container id.
+func containerLogPath(t testing.TB, d *Daemon, id string) string {
+	t.Helper()
+	resp, err := d.RS.ContainerStatus(context.Background(), id, false)
+	if err != nil || resp.GetStatus().GetLogPath() == "" {
+		t.Fatalf("container %s: no log path (%v)", id[:12], err)
+	}
+	return resp.Status.LogPath
+}
+
 func readCRILog(t testing.TB, path string) [][3]string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -434,8 +444,12 @@ func TestStopSignalAndTimeout(t *testing.T) {
 		t.Errorf("stubborn container: exit %d after %v, want 137 after the 2s grace", st.ExitCode, time.Since(start))
 	}
 	// One that handles SIGTERM exits with its own code.
-	polite := e.run(podID, pod, e.ctrConfig("polite", "sh", "-c", "trap 'exit 42' TERM; while true; do sleep 0.1; done"))
-	time.Sleep(300 * time.Millisecond)
+	polite := e.run(podID, pod, e.ctrConfig("polite", "sh", "-c", "trap 'exit 42' TERM; echo trapped; while true; do sleep 0.1; done"))
+	logPath := containerLogPath(t, e.d, polite)
+	waitFor(t, 30*time.Second, "the TERM trap to be set", func() (bool, string) {
+		l := readCRILog(t, logPath)
+		return len(l) > 0 && l[0][2] == "trapped", fmt.Sprint(l)
+	})
 	if err := e.d.RS.StopContainer(ctx, polite, 30); err != nil {
 		t.Fatal(err)
 	}
@@ -501,9 +515,17 @@ func TestContainerSurvivesDaemonKill(t *testing.T) {
 			podID, pod := e.pod("survive-"+handler, handler)
 			id := e.run(podID, pod, e.ctrConfig("counter", "sh", "-c", "i=0; while [ $i -lt 40 ]; do echo line-$i; i=$((i+1)); sleep 0.1; done; exit 4"))
 			keeper := e.run(podID, pod, e.ctrConfig("keeper", "sleep", "1000"))
-			time.Sleep(time.Second)
+			// The counter logs while the daemon runs, then is killed.
+			logPath := containerLogPath(t, e.d, id)
+			waitFor(t, 30*time.Second, "the counter's first lines", func() (bool, string) {
+				n := len(readCRILog(t, logPath))
+				return n >= 3, fmt.Sprint(n, " lines")
+			})
+			p := runningProcess(t, e.d, id)
+			killed := time.Now()
 			e.d.Kill()
-			time.Sleep(4 * time.Second) // the counter finishes while no daemon runs
+			p.waitExitedWhileDown(t) // the counter logs on and finishes while no daemon runs
+			restarted := time.Now()
 			e.d.Start()
 			ctx := ctxT(t)
 			resp, err := e.d.RS.ContainerStatus(ctx, id, false)
@@ -514,8 +536,8 @@ func TestContainerSurvivesDaemonKill(t *testing.T) {
 			if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 4 {
 				t.Errorf("after restart: %v exit %d, want EXITED 4", st.State, st.ExitCode)
 			}
-			if fin := time.Unix(0, st.FinishedAt); fin.After(time.Now().Add(-500*time.Millisecond)) || st.FinishedAt == 0 {
-				t.Errorf("finish time %v is when the daemon noticed, not when it exited", fin)
+			if fin := time.Unix(0, st.FinishedAt); fin.Before(killed) || fin.After(restarted) {
+				t.Errorf("finish time %v is not when it exited, between the kill (%v) and the restart (%v)", fin, killed, restarted)
 			}
 			var lines []string
 			for _, l := range readCRILog(t, st.LogPath) {

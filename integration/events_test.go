@@ -22,17 +22,24 @@ func TestContainerEvents(t *testing.T) {
 	defer cancel()
 	subs := []chan *runtimeapi.ContainerEventResponse{make(chan *runtimeapi.ContainerEventResponse, 100), make(chan *runtimeapi.ContainerEventResponse, 100)}
 	for _, ch := range subs {
-		ready := make(chan struct{})
+		// The server sends the stream's header once it has subscribed: waiting for it
+		// orders the subscription before the pod below.
+		ready := make(chan error, 1)
 		go func() {
-			_ = e.d.RS.GetContainerEvents(ctx, ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) { close(ready) })
+			_ = e.d.RS.GetContainerEvents(ctx, ch, func(c runtimeapi.RuntimeService_GetContainerEventsClient) {
+				_, err := c.Header()
+				ready <- err
+			})
 		}()
 		select {
-		case <-ready:
+		case err := <-ready:
+			if err != nil {
+				t.Fatalf("event stream: %v", err)
+			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("event stream not established")
+			t.Fatal("event stream not subscribed")
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // the server side subscribes right after the stream opens
 
 	podID, pod := e.pod("events", "runc")
 	id := e.run(podID, pod, e.ctrConfig("short", "sh", "-c", "sleep 1; exit 2"))
@@ -94,9 +101,10 @@ func TestContainerEvents(t *testing.T) {
 func TestEventsAfterRestart(t *testing.T) {
 	e := newContainerEnv(t)
 	podID, pod := e.pod("events-restart", "runc")
-	id := e.run(podID, pod, e.ctrConfig("brief", "sh", "-c", "sleep 1; exit 4"))
+	id := e.run(podID, pod, e.ctrConfig("brief", "sh", "-c", "sleep 2; exit 4"))
+	p := runningProcess(t, e.d, id)
 	e.d.Kill()
-	time.Sleep(3 * time.Second)
+	p.waitExitedWhileDown(t)
 	e.d.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
@@ -439,8 +440,8 @@ func (d *Daemon) assertNothingLeft() {
 	if left := writableLayers(d.State); len(left) > 0 {
 		t.Errorf("containers' writable layers left: %v", left)
 	}
-	if left := pinnedPods(d.RunRoot); len(left) > 0 {
-		t.Errorf("pods' namespaces left pinned in the pin home: %v", left)
+	if left, err := pinnedPods(d.RunRoot); err != nil || len(left) > 0 {
+		t.Errorf("pods' namespaces left pinned in the pin home: %v (%v)", left, err)
 	}
 	waitFor(t, 15*time.Second, "processes of removed pods to end", func() (bool, string) {
 		daemon := 0
@@ -460,15 +461,44 @@ func isStoreMount(d *Daemon, p string) bool {
 		p == filepath.Join(d.RunRoot, "nshome") || p == filepath.Join(d.RunRoot, "nshome", "mnt")
 }
 
-// pinnedPods lists the pods with namespaces pinned in the daemon's pin home (readable
-// while the daemon that linked it runs).
-func pinnedPods(runRoot string) []string {
-	entries, _ := os.ReadDir(filepath.Join(runRoot, "pinned"))
-	var ids []string
-	for _, e := range entries {
-		ids = append(ids, e.Name())
+// pinnedPods lists the pods with namespaces pinned in the daemon's pin home, read in the
+// home itself: its mount namespace, pinned at <run root>/nshome/mnt, entered on a thread
+// of its own (as the daemon does). So it needs no daemon (a stopping daemon removes
+// <run root>/pinned, its way in), and finds what a stopped or killed one left: a home is
+// released from the node only once it holds no pod.
+func pinnedPods(runRoot string) ([]string, error) {
+	pin := filepath.Join(runRoot, "nshome", "mnt")
+	if !slices.Contains(mountsUnder(pin), pin) {
+		return nil, nil // no home on the node: nothing pinned
 	}
-	return ids
+	ns, err := os.Open(pin)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	type result struct {
+		ids []string
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // left locked: the thread, in the home, ends with the goroutine
+		var r result
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			r.err = fmt.Errorf("unshare fs: %w", err)
+		} else if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
+			r.err = fmt.Errorf("enter the pin home %s: %w", pin, err)
+		} else {
+			entries, err := os.ReadDir("/pods")
+			r.err = err
+			for _, e := range entries {
+				r.ids = append(r.ids, e.Name())
+			}
+		}
+		ch <- r
+	}()
+	r := <-ch
+	return r.ids, r.err
 }
 
 // mountsUnder lists mount points at or below dir.

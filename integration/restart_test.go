@@ -15,6 +15,9 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 )
 
 // A daemon restart, clean or kill -9, loses no pod: every sandbox is listed with its true
@@ -173,6 +176,7 @@ func TestCreatedRecordOfAStartedContainer(t *testing.T) {
 			podID, pod := e.pod("started-"+handler, handler)
 			running := e.run(podID, pod, e.ctrConfig("running", "sleep", "1000"))
 			exits := e.run(podID, pod, e.ctrConfig("exits", "sh", "-c", "sleep 2; exit 3"))
+			p := runningProcess(t, e.d, exits)
 			e.d.Kill()
 			for _, id := range []string{running, exits} {
 				editRecord(t, e.d, "containers", id, func(_, b []byte) ([]byte, []byte) {
@@ -186,7 +190,7 @@ func TestCreatedRecordOfAStartedContainer(t *testing.T) {
 					return nil, b
 				})
 			}
-			time.Sleep(3 * time.Second) // "exits" ends while the daemon is down
+			p.waitExitedWhileDown(t) // "exits" ends while the daemon is down
 			e.d.Start()
 			resp, err := e.d.RS.ContainerStatus(ctx, running, false)
 			if err != nil {
@@ -396,4 +400,62 @@ func layerDirs(t *testing.T, d *Daemon) []string {
 		}
 	}
 	return out
+}
+
+// ctrProcess is how a test tells, with no daemon running, whether a container's init has
+// exited: by its monitor's exit file (runc, runsc), or under a shim v2 (which keeps the
+// exit itself) by its pid.
+type ctrProcess struct {
+	id, dir, kind string
+	pid           int
+}
+
+// runningProcess reads container id's process from ContainerStatus verbose, while the
+// daemon runs; the container must be running.
+func runningProcess(t *testing.T, d *Daemon, id string) ctrProcess {
+	t.Helper()
+	resp, err := d.RS.ContainerStatus(ctxT(t), id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Pid      int `json:"pid"`
+		Metadata struct {
+			Dir  string `json:"dir"`
+			Kind string `json:"kind"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil || info.Metadata.Dir == "" || info.Pid == 0 {
+		t.Fatalf("container %s: no dir or pid in ContainerStatus verbose (%v): %s", id[:12], err, resp.Info["info"])
+	}
+	p := ctrProcess{id: id, dir: info.Metadata.Dir, kind: info.Metadata.Kind, pid: info.Pid}
+	if st := resp.Status.State; st != runtimeapi.ContainerState_CONTAINER_RUNNING || p.exited() {
+		t.Fatalf("container %s is %s (exited: %v), want it running", id[:12], st, p.exited())
+	}
+	return p
+}
+
+func (p ctrProcess) exited() bool {
+	if p.kind == kind.ShimV2 {
+		return !processAlive(p.pid)
+	}
+	_, err := os.Stat(filepath.Join(p.dir, monitor.ExitFile))
+	return err == nil
+}
+
+// waitExitedWhileDown is called once the daemon is down: the container must still have
+// been running when it went down, and has really exited when this returns (its monitor
+// wrote the exit, or its process is gone), so that the daemon started next finds an exit
+// that happened while none ran.
+func (p ctrProcess) waitExitedWhileDown(t *testing.T) {
+	t.Helper()
+	if p.exited() {
+		t.Fatalf("container %s exited before the daemon went down: the test shows nothing", p.id[:12])
+	}
+	waitFor(t, 60*time.Second, "container "+p.id[:12]+" to exit while the daemon is down", func() (bool, string) {
+		return p.exited(), "still running"
+	})
+	if !p.exited() {
+		t.FailNow()
+	}
 }

@@ -17,6 +17,11 @@ func (s *Server) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream grp
 	}
 	sub := s.Events.Subscribe()
 	defer s.Events.Unsubscribe(sub)
+	// The header says the subscription is in place: a client that waits for it
+	// (stream.Header()) is sent every event published from then on.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
 	for {
 		select {
 		case ev := <-sub.C:

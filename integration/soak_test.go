@@ -4,11 +4,13 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,9 +38,15 @@ func soakParam(t *testing.T, name string, def int) int {
 
 // TestSoak cycles pods — run, create and start a container, stop, remove — on every ready
 // handler with concurrent workers, as kubelet would, while the daemon is killed with -9 and
-// restarted. A worker whose call fails (the daemon was down) lists its pods again, as
-// kubelet relists, and finds every pod and container it was told exists; it removes them
-// and goes on. Afterwards the node is compared with before. `make test` runs a short
+// restarted. Each worker also keeps a resident pod with a running container for the whole
+// run. After each restart every worker checks everything it was told exists: each pod's
+// state (PodSandboxStatus: READY, or NOTREADY once stopped, as its last answered call
+// left it), each container's (ContainerStatus), and that a running container runs (an
+// ExecSync echo); one that is missing or in another state is lost. A worker whose call
+// fails (the daemon was down) does that check, where the call it was in may have gone
+// either way, then removes its cycling pods, as kubelet relists and removes pods it no
+// longer wants, and goes on. Afterwards the residents are checked once more and removed,
+// and the node is compared with before. `make test` runs a short
 // soak; `make soak` a long one (RTSHIMD_SOAK_CYCLES, _KILLS, _WORKERS).
 func TestSoak(t *testing.T) {
 	cycles := soakParam(t, "RTSHIMD_SOAK_CYCLES", 24)
@@ -73,6 +81,9 @@ func TestSoak(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		sw, err := newSoakWorker(ctx, e, w, &transitions)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sw.startResident(ctx, handlers[w%len(handlers)]); err != nil {
 			t.Fatal(err)
 		}
 		sws = append(sws, sw)
@@ -128,8 +139,22 @@ func TestSoak(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("soak: %d cycles on %v by %d workers, %d completed without a failed call, %d redone after one; daemon killed %d times",
-		cycles, handlers, workers, done.Load(), retried.Load(), killed)
+	// The last restart, checked by every worker whatever it was doing; then the
+	// residents go.
+	var checks, execs int
+	for _, sw := range sws {
+		sw.checked = -1
+		if err := sw.retryUnavailable(ctx, func() error { return sw.checkAfterRestart(ctx) }); err != nil {
+			t.Errorf("worker %d, after the soak: %v", sw.w, err)
+		}
+		if err := sw.retryUnavailable(ctx, func() error { return sw.removePod(ctx, sw.resident) }); err != nil {
+			t.Errorf("worker %d: remove its resident pod: %v", sw.w, err)
+		}
+		checks += sw.checks
+		execs += sw.execs
+	}
+	t.Logf("soak: %d cycles on %v by %d workers, %d completed without a failed call, %d redone after one; daemon killed %d times; %d checks of every pod and container after a restart, %d execs in running containers",
+		cycles, handlers, workers, done.Load(), retried.Load(), killed, checks, execs)
 	if killed < kills {
 		t.Errorf("the workers finished before %d kills (%d): make the soak longer", kills, killed)
 	}
@@ -152,22 +177,178 @@ type soakWorker struct {
 	w  int
 	rs internalapi.RuntimeService
 	// alive are the pods and containers the daemon said it made and that were not
-	// removed since, each with its pod's ID: each must be listed whenever the worker looks.
-	alive map[string]string
-	// transitions counts the daemon's kills and restarts.
+	// removed since, with the state the worker expects each in.
+	alive map[string]*soakObject
+	// resident is the pod the worker keeps for the whole soak.
+	resident string
+	// transitions counts the daemon's kills and restarts; checked is the count when the
+	// worker last checked alive.
 	transitions *atomic.Int64
+	checked     int64
+	// checks and execs count the checks after a restart and the execs they ran.
+	checks, execs int
 }
+
+// soakObject is a pod or a container as the worker expects it.
+type soakObject struct {
+	pod string // its pod's ID (its own, for a pod)
+	ctr bool
+	// state is what the last answered call left (a PodSandboxState or ContainerState);
+	// next, unless none, what the call under way would leave: until it is answered, the
+	// object may be in either.
+	state, next int32
+}
+
+const none = -1
 
 func newSoakWorker(ctx context.Context, e *containerEnv, w int, transitions *atomic.Int64) (*soakWorker, error) {
 	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + e.d.Socket).WithConnectionTimeout(2 * time.Minute).Build(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &soakWorker{e: e, w: w, rs: rs, alive: map[string]string{}, transitions: transitions}, nil
+	return &soakWorker{e: e, w: w, rs: rs, alive: map[string]*soakObject{}, transitions: transitions, checked: transitions.Load()}, nil
 }
 
-// cycle runs one pod through its life. It reports false when a call failed and the pod
-// was cleaned up by relisting instead; an error is a lost object or a failed cleanup.
+// startResident runs the worker's resident pod, with a running container, on handler.
+func (s *soakWorker) startResident(ctx context.Context, handler string) error {
+	name := fmt.Sprintf("soak-resident-%d", s.w)
+	pod := podConfig(name, runtimeapi.NamespaceMode_CONTAINER)
+	pod.LogDirectory = filepath.Join(s.e.logs, name)
+	podID, err := s.rs.RunPodSandbox(ctx, pod, handler)
+	if err != nil {
+		return err
+	}
+	s.resident = podID
+	s.alive[podID] = &soakObject{pod: podID, state: int32(runtimeapi.PodSandboxState_SANDBOX_READY), next: none}
+	ctrID, err := s.rs.CreateContainer(ctx, podID, s.e.ctrConfig("resident", "sleep", "100000"), pod)
+	if err != nil {
+		return err
+	}
+	s.alive[ctrID] = &soakObject{pod: podID, ctr: true, state: int32(runtimeapi.ContainerState_CONTAINER_CREATED), next: none}
+	return s.call(ctrID, int32(runtimeapi.ContainerState_CONTAINER_RUNNING), func() error { return s.rs.StartContainer(ctx, ctrID) })
+}
+
+// call makes a call that takes the object id (and, for a pod, its containers) to state:
+// until it is answered they may be in either state.
+func (s *soakWorker) call(id string, state int32, fn func() error) error {
+	objs := []*soakObject{s.alive[id]}
+	next := []int32{state}
+	if stop := int32(runtimeapi.PodSandboxState_SANDBOX_NOTREADY); !objs[0].ctr && next[0] == stop {
+		for _, o := range s.alive {
+			if o.ctr && o.pod == id {
+				objs, next = append(objs, o), append(next, int32(runtimeapi.ContainerState_CONTAINER_EXITED))
+			}
+		}
+	}
+	for i, o := range objs {
+		o.next = next[i]
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	for _, o := range objs {
+		o.state, o.next = o.next, none
+	}
+	return nil
+}
+
+// lostError is an object found missing or in a state the worker did not leave it in.
+type lostError struct{ error }
+
+// checkAfterRestart checks every pod and container the worker has, once after each
+// restart of the daemon (a daemon that is down fails the calls that do it).
+func (s *soakWorker) checkAfterRestart(ctx context.Context) error {
+	now := s.transitions.Load()
+	if now == s.checked || now%2 == 1 {
+		return nil // checked since the last restart, or killed and not yet back
+	}
+	for id, o := range s.alive {
+		if err := s.check(ctx, id, o); err != nil {
+			return err
+		}
+	}
+	s.checked = now
+	s.checks++
+	return nil
+}
+
+// check compares one object with what the worker expects of it: its state, and for a
+// running container an exec's output.
+func (s *soakWorker) check(ctx context.Context, id string, o *soakObject) error {
+	lost := func(format string, args ...any) error {
+		return lostError{fmt.Errorf("%s (pod %s) after a restart: "+format+": lost", append([]any{id[:12], o.pod[:12]}, args...)...)}
+	}
+	var got int32
+	var what string
+	if o.ctr {
+		resp, err := s.rs.ContainerStatus(ctx, id, false)
+		if status.Code(err) == codes.NotFound {
+			return lost("not found")
+		} else if err != nil {
+			return err
+		}
+		got, what = int32(resp.GetStatus().GetState()), resp.GetStatus().GetState().String()
+	} else {
+		resp, err := s.rs.PodSandboxStatus(ctx, id, false)
+		if status.Code(err) == codes.NotFound {
+			return lost("not found")
+		} else if err != nil {
+			return err
+		}
+		got, what = int32(resp.GetStatus().GetState()), resp.GetStatus().GetState().String()
+	}
+	if got != o.state && got != o.next {
+		name := func(v int32) string {
+			if o.ctr {
+				return runtimeapi.ContainerState(v).String()
+			}
+			return runtimeapi.PodSandboxState(v).String()
+		}
+		want := name(o.state)
+		if o.next != none {
+			want += " or " + name(o.next)
+		}
+		return lost("%s, want %s", what, want)
+	}
+	if o.ctr && got == int32(runtimeapi.ContainerState_CONTAINER_RUNNING) {
+		token := fmt.Sprintf("alive-%d-%d", s.w, s.transitions.Load())
+		stdout, stderr, err := s.rs.ExecSync(ctx, id, []string{"echo", token}, 30*time.Second)
+		if isUnavailable(err) {
+			return err
+		}
+		if err != nil || strings.TrimSpace(string(stdout)) != token {
+			return lost("RUNNING, but an exec echoed %q (%v, %q)", stdout, err, stderr)
+		}
+		s.execs++
+	}
+	return nil
+}
+
+// retryUnavailable calls fn until the daemon answers it.
+func (s *soakWorker) retryUnavailable(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := fn()
+		if err == nil || !isUnavailable(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// removePod stops and removes a pod, forgetting it and its containers first: a removal
+// the daemon died in may have taken any of them.
+func (s *soakWorker) removePod(ctx context.Context, podID string) error {
+	if err := s.rs.StopPodSandbox(ctx, podID); err != nil {
+		return err
+	}
+	s.forget(podID)
+	return s.rs.RemovePodSandbox(ctx, podID)
+}
+
+// cycle runs one pod through its life, checking what the worker has after each restart
+// it sees between calls. It reports false when a call failed and the pod was cleaned up
+// by relisting instead; an error is a lost object or a failed cleanup.
 func (s *soakWorker) cycle(ctx context.Context, handler string, i int) (bool, error) {
 	name := fmt.Sprintf("soak-%d-%d", s.w, i)
 	pod := podConfig(name, runtimeapi.NamespaceMode_CONTAINER)
@@ -181,73 +362,71 @@ func (s *soakWorker) cycle(ctx context.Context, handler string, i int) (bool, er
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	seen := s.transitions.Load()
-	podID, err := s.rs.RunPodSandbox(cctx, pod, handler)
-	if err == nil {
-		s.alive[podID] = podID
-		var ctrID string
-		ctrID, err = s.rs.CreateContainer(cctx, podID, ctr, pod)
-		if err == nil {
-			s.alive[ctrID] = podID
-			err = s.rs.StartContainer(cctx, ctrID)
-		}
-		if err == nil {
-			err = s.rs.StopPodSandbox(cctx, podID)
-		}
-		if err == nil {
+	var podID, ctrID string
+	steps := []func() error{
+		func() (err error) {
+			if podID, err = s.rs.RunPodSandbox(cctx, pod, handler); err == nil {
+				s.alive[podID] = &soakObject{pod: podID, state: int32(runtimeapi.PodSandboxState_SANDBOX_READY), next: none}
+			}
+			return err
+		},
+		func() (err error) {
+			if ctrID, err = s.rs.CreateContainer(cctx, podID, ctr, pod); err == nil {
+				s.alive[ctrID] = &soakObject{pod: podID, ctr: true, state: int32(runtimeapi.ContainerState_CONTAINER_CREATED), next: none}
+			}
+			return err
+		},
+		func() error {
+			return s.call(ctrID, int32(runtimeapi.ContainerState_CONTAINER_RUNNING), func() error { return s.rs.StartContainer(cctx, ctrID) })
+		},
+		func() error {
+			return s.call(podID, int32(runtimeapi.PodSandboxState_SANDBOX_NOTREADY), func() error { return s.rs.StopPodSandbox(cctx, podID) })
+		},
+		func() error {
 			s.forget(podID)
-			err = s.rs.RemovePodSandbox(cctx, podID)
+			return s.rs.RemovePodSandbox(cctx, podID)
+		},
+	}
+	var err error
+	for _, step := range steps {
+		if err = s.checkAfterRestart(cctx); err != nil {
+			break
 		}
-		if err == nil {
-			return true, nil
+		if err = step(); err != nil {
+			break
 		}
+	}
+	if err == nil {
+		return true, nil
+	}
+	var lost lostError
+	if errors.As(err, &lost) {
+		return false, fmt.Errorf("%s on %s: %w", name, handler, err)
 	}
 	if s.transitions.Load() == seen {
 		return false, fmt.Errorf("a call failed while the daemon was up (%s on %s): %w", name, handler, err)
 	}
-	return false, s.relist(ctx)
+	return false, s.retryUnavailable(ctx, func() error { return s.relistOnce(ctx) })
 }
 
-// relist waits for the daemon to answer, checks that everything it said it made is still
-// listed, and removes this worker's pods, as kubelet does with pods it no longer wants.
-func (s *soakWorker) relist(ctx context.Context) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		err := s.relistOnce(ctx)
-		if err == nil || !isUnavailable(err) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
+// relistOnce checks that everything the daemon said it made is still there as the
+// worker left it, and removes this worker's cycling pods, as kubelet does with pods it no
+// longer wants.
 func (s *soakWorker) relistOnce(ctx context.Context) error {
+	if s.transitions.Load()%2 == 1 {
+		return status.Error(codes.Unavailable, "the daemon is being restarted") // check once it is back
+	}
+	s.checked = -1 // a call failed: check, whenever the last check was
+	if err := s.checkAfterRestart(ctx); err != nil {
+		return err
+	}
 	filter := &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"soak-worker": strconv.Itoa(s.w)}}
 	pods, err := s.rs.ListPodSandbox(ctx, filter)
 	if err != nil {
 		return err
 	}
-	ctrs, err := s.rs.ListContainers(ctx, nil)
-	if err != nil {
-		return err
-	}
-	listed := map[string]bool{}
 	for _, p := range pods {
-		listed[p.Id] = true
-	}
-	for _, c := range ctrs {
-		listed[c.Id] = true
-	}
-	for id := range s.alive {
-		if !listed[id] {
-			return fmt.Errorf("%s was made (the daemon said so) and is not listed after a restart: lost", id[:12])
-		}
-	}
-	for _, p := range pods {
-		if err := s.rs.StopPodSandbox(ctx, p.Id); err != nil {
-			return err
-		}
-		s.forget(p.Id)
-		if err := s.rs.RemovePodSandbox(ctx, p.Id); err != nil {
+		if err := s.removePod(ctx, p.Id); err != nil {
 			return err
 		}
 	}
@@ -257,8 +436,8 @@ func (s *soakWorker) relistOnce(ctx context.Context) error {
 // forget drops a pod and its containers from alive before its removal is asked for: a
 // removal the daemon died in may have taken any of them.
 func (s *soakWorker) forget(podID string) {
-	for id, pod := range s.alive {
-		if pod == podID {
+	for id, o := range s.alive {
+		if o.pod == podID {
 			delete(s.alive, id)
 		}
 	}

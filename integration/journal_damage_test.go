@@ -97,6 +97,11 @@ func TestJournalDamageKeepsRunning(t *testing.T) {
 			if _, err := e.d.RS.PodSandboxStatus(ctx, podB, false); status.Code(err) != codes.NotFound {
 				t.Errorf("pod after restart: %v, want NotFound (no record)", err)
 			}
+			// The pin home keeps what it holds for the kept pod (audit N9: its collection at
+			// start released every pod not listed).
+			if pinned, err := pinnedPods(e.d.RunRoot); err != nil || !slices.Contains(pinned, podB) {
+				t.Errorf("the kept pod's pins after restart: %v (%v), want %s among them", pinned, err, podB[:12])
+			}
 			st, err := e.d.RS.Status(ctx, true)
 			if err != nil {
 				t.Fatal(err)

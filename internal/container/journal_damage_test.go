@@ -123,7 +123,7 @@ func TestJournalDamageKeepsRunningContainer(t *testing.T) {
 			}
 
 			// A second restart keeps it under the same entry.
-			sbs, m = e.Managers()
+			_, m = e.Managers()
 			if q, _ := e.CtrStore.ListQuarantined(); len(q) != 1 {
 				t.Errorf("after a second restart: %+v, want the one entry", q)
 			}

@@ -36,7 +36,7 @@ func holdIn(t *testing.T, dir string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "held\n" {
 		t.Fatalf("the holder did not take the lock: %q", line)
 	}
@@ -59,8 +59,8 @@ func TestSecondHolderRefused(t *testing.T) {
 	if Held(state) {
 		t.Errorf("a refused Acquire left state locked")
 	}
-	first.Process.Kill()
-	first.Wait()
+	_ = first.Process.Kill()
+	_ = first.Wait()
 	l, err := Acquire(state, run)
 	if err != nil {
 		t.Fatalf("Acquire after the holder died: %v", err)
@@ -85,7 +85,7 @@ func TestLockNotKeptByChildren(t *testing.T) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { child.Process.Kill(); child.Wait() }()
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
 	l.Release()
 	if Held(dir) {
 		t.Fatalf("the lock is held by the child after its holder let go")

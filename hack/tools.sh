@@ -11,6 +11,9 @@
 #   golangci-lint             github.com/golangci/golangci-lint/v2 (make vet; not in the default set)
 #   systemd-node-rootfs.tar   a Debian 12 root with systemd, made by mmdebstrap from Debian's
 #                             packages: the node container of TestSystemdNode (make systemd-node)
+#   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
+#                             linux-source-6.12 and hack/v2-node/uml.config: the cgroup-v2
+#                             node's (issue 39; not in the default set)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -224,6 +227,72 @@ build_systemd_node_rootfs() {
 	ln -sfn "systemd-node-rootfs-$key.tar" "$BIN/systemd-node-rootfs.tar"
 }
 
+# The cgroup-v2 node's kernel: User-Mode Linux (this machine has no KVM) built from Debian's
+# linux-source package, defconfig plus hack/v2-node/uml.config, everything built in. Named
+# by the source package's version and a hash of the fragment: either changing builds anew.
+# The source is unpacked and built in the cache, outside the checkout; the build runs at
+# nice 19 (about half an hour on 2 cores), and fails when an option of the fragment did not
+# end in the .config as written (UML drops what it cannot have without a word).
+UML_SOURCE_PKG=linux-source-6.12
+UML_BUILD_PKGS="$UML_SOURCE_PKG bc flex bison libelf-dev build-essential xz-utils"
+build_uml_kernel() {
+	local here fragment missing="" p
+	here=$(cd "$(dirname "$0")" && pwd)
+	fragment=$here/v2-node/uml.config
+	for p in $UML_BUILD_PKGS; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		log "installing:$missing"
+		# shellcheck disable=SC2086 # a list of package names
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing; } >&2
+	fi
+	local srcver key name
+	srcver=$(dpkg-query -W -f='${Version}' "$UML_SOURCE_PKG")
+	key=$(sha256sum <"$fragment" | cut -c1-12)
+	name=linux-uml-${srcver%%-*}-$key
+	if [ ! -x "$BIN/$name" ]; then
+		local src=$TOOLS/src/$UML_SOURCE_PKG-$srcver out=$TOOLS/src/$name
+		if [ ! -f "$src/.unpacked" ]; then
+			log "unpacking /usr/src/$UML_SOURCE_PKG.tar.xz ($srcver)"
+			rm -rf "$src" && mkdir -p "$src"
+			nice -n 19 tar -xJf "/usr/src/$UML_SOURCE_PKG.tar.xz" -C "$src" --strip-components=1
+			touch "$src/.unpacked"
+		fi
+		log "building $name (make ARCH=um, nice 19; about half an hour on 2 cores)"
+		rm -rf "$out" && mkdir -p "$out"
+		local mk=(nice -n 19 make -C "$src" O="$out" ARCH=um)
+		"${mk[@]}" defconfig >&2
+		"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "$fragment" >&2
+		"${mk[@]}" olddefconfig >&2
+		uml_config_check "$fragment" "$out/.config" || exit 1
+		"${mk[@]}" -j"$(nproc)" linux >&2
+		cp "$out/.config" "$BIN/$name.config"
+		cp "$out/linux" "$BIN/$name.tmp" && mv "$BIN/$name.tmp" "$BIN/$name"
+		rm -rf "$out"
+	fi
+	ln -sfn "$name" "$BIN/linux-uml"
+	ln -sfn "$name.config" "$BIN/linux-uml.config"
+}
+
+# uml_config_check FRAGMENT CONFIG: each CONFIG_X=V of the fragment is in the final config as
+# written, each "# CONFIG_X is not set" is not set there.
+uml_config_check() {
+	local line opt bad=0
+	while IFS= read -r line; do
+		case $line in
+		CONFIG_*=*)
+			grep -qxF "$line" "$2" || { log "config: $line wanted, got: $(grep -E "^(# )?${line%%=*}[= ]" "$2" || echo "${line%%=*} absent")"; bad=1; } ;;
+		"# CONFIG_"*" is not set")
+			opt=${line#\# }
+			opt=${opt%% *}
+			! grep -q "^$opt=" "$2" || { log "config: $opt wanted unset, got: $(grep "^$opt=" "$2")"; bad=1; } ;;
+		esac
+	done <"$1"
+	[ "$bad" = 0 ] && log "config: every option of $(basename "$1") ended as written"
+	return "$bad"
+}
+
 [ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs
 for t in "$@"; do
 	case $t in
@@ -240,6 +309,7 @@ for t in "$@"; do
 	runsc-shim) build_runsc_shim ;;
 	install-runsc-shim) install_runsc_shim ;;
 	systemd-node-rootfs) build_systemd_node_rootfs ;;
+	uml-kernel) build_uml_kernel ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac
 done

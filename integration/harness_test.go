@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -275,11 +276,13 @@ func (d *Daemon) Start() {
 		t.Fatal(err)
 	}
 	d.logf = logf
-	bin := d.Bin
+	bin, cfgPath := d.Bin, d.Config
 	if bin == "" {
 		bin = filepath.Join(binDir, "rtshimd")
+	} else {
+		cfgPath = d.earlierConfig()
 	}
-	d.cmd = exec.Command(bin, "--config", d.Config)
+	d.cmd = exec.Command(bin, "--config", cfgPath)
 	d.cmd.Env = append(os.Environ(), d.Env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -352,6 +355,23 @@ func connect(ctx context.Context, endpoint string) (internalapi.RuntimeService, 
 }
 
 // Stop sends SIGTERM and waits for the daemon to exit.
+// newerKeys are config keys added after the earlier releases the upgrade tests run, which
+// refuse keys they do not know: an earlier daemon gets the config without them.
+var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout)\s*=.*\n`)
+
+// earlierConfig writes d's config without newerKeys beside it and returns its path.
+func (d *Daemon) earlierConfig() string {
+	b, err := os.ReadFile(d.Config)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	p := d.Config + ".earlier"
+	if err := os.WriteFile(p, newerKeys.ReplaceAll(b, nil), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	return p
+}
+
 func (d *Daemon) Stop() { d.signal(syscall.SIGTERM) }
 
 // Kill sends SIGKILL, as a crash would.

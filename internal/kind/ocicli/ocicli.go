@@ -95,9 +95,13 @@ func (r *Runtime) Plan() kind.PodPlan {
 	return kind.PodPlan{PinIPCUTS: true, HostNamespaces: true, DeleteSandboxAtStop: true, DetachRootfs: true}
 }
 
-// AdjustSpec: a sandbox runtime's containers join its sandbox, not host namespaces: only
-// the network namespace's path is passed on (runsc reads it), the others are new inside
-// the sandbox, and there is no cgroup namespace to make.
+// AdjustSpec: a sandbox runtime's containers join its sandbox, not host namespaces: the
+// network namespace's path is passed on (runsc reads it), IPC and UTS are new inside the
+// sandbox, and there is no cgroup namespace to make. A PID namespace's path stays: runsc
+// reads /proc/<sandbox pid>/ns/pid (a pod-shared PID namespace: the sandbox container's
+// pid is the sandbox's) as "join the sandbox's root PID namespace" (Sandbox.fixPidns), and
+// an entry without a path as "a new one" — blanking it gave every container of a
+// shareProcessNamespace pod a PID namespace of its own.
 func (r *Runtime) AdjustSpec(spec *specs.Spec) {
 	if !r.sandboxed || spec.Linux == nil {
 		return
@@ -107,7 +111,7 @@ func (r *Runtime) AdjustSpec(spec *specs.Spec) {
 		switch n.Type {
 		case specs.CgroupNamespace:
 			continue
-		case specs.IPCNamespace, specs.UTSNamespace, specs.PIDNamespace:
+		case specs.IPCNamespace, specs.UTSNamespace:
 			n.Path = ""
 		}
 		ns = append(ns, n)

@@ -34,11 +34,12 @@ func TestAdjustSpec(t *testing.T) {
 	if !reflect.DeepEqual(s, runcShape()) {
 		t.Errorf("oci kind changed the spec: %+v", s.Linux.Namespaces)
 	}
-	// A sandbox runtime's containers join its sandbox: only the netns path stays.
+	// A sandbox runtime's containers join its sandbox: the netns path stays, and a shared
+	// PID namespace's (runsc joins its root PID namespace by it; without a path, a new one).
 	s = runcShape()
 	NewSandbox(row, Options{}).AdjustSpec(s)
 	want := []specs.LinuxNamespace{
-		{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: "/run/rtshimd/sb1/ns/net"},
+		{Type: specs.PIDNamespace, Path: "/proc/42/ns/pid"}, {Type: specs.NetworkNamespace, Path: "/run/rtshimd/sb1/ns/net"},
 		{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 	}
 	if !reflect.DeepEqual(s.Linux.Namespaces, want) {

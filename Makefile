@@ -137,7 +137,7 @@ systemd-node: deps-test build
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 20m -run '^TestSystemdNode$$' -v ./integration/
 
 # The cgroup-v2 node's foundation (issue 39, docs/v2-node.md): its User-Mode Linux kernel,
-# built once into the tools cache (about half an hour here), booted by hack/v2-node/smoke.sh.
+# built once into the tools cache (about 11 minutes cold here), booted by hack/v2-node/smoke.sh.
 # Not part of `make test` yet.
 .PHONY: v2-node-smoke
 v2-node-smoke: deps-test

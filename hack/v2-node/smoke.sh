@@ -8,15 +8,16 @@
 #   capbnd         init's CapBnd
 #   stack          init's stack mapping (how high the user address space reaches)
 #   runc_*         Debian's runc: a busybox bundle (busybox-static) with a 64 MiB memory
-#                  limit, run with `runc run`; runc_memory_max is memory.max read inside it
+#                  limit (and cpus "0" where there is a cpuset controller), run with `runc
+#                  run`; runc_memory_max and runc_cpuset_cpus are read inside it
 #   runsc_*        the pinned runsc (/usr/local/bin/runsc): --version, then `runsc do true`
 #                  on systrap, then on ptrace with --ignore-cgroups; each run's exit status
 #                  and the panic or error it printed
 # then powers off (poweroff -f). Exits 0 when the kernel booted, init ran to its end and
-# the controllers cpu io memory pids, PSI and runc's memory.max were there; runsc's result
-# is reported, not required.
+# the controllers cpuset cpu io memory pids, PSI, and runc's memory.max and cpuset.cpus
+# were there; runsc's result is reported, not required.
 #
-#   hack/v2-node/smoke.sh                 (root) the kernel from hack/tools.sh's cache
+#   hack/v2-node/smoke.sh                 (root) the kernel hack/tools.sh uml-kernel built
 #   UML_KERNEL=/path/to/linux ...         another kernel
 #   SMOKE_TIMEOUT=300 ...                 seconds before the kernel is killed
 #   SMOKE_LOG=/path ...                   keep the whole console log there
@@ -27,14 +28,10 @@
 # tap is made on this machine (the node's mounts are inside UML).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
 [ "$(id -u)" = 0 ] || { echo "smoke.sh: run as root" >&2; exit 2; }
-kernel=${UML_KERNEL:-}
-if [ -z "$kernel" ]; then
-	kernel=$("$here/../tools.sh" uml-kernel)/linux-uml
-fi
-kernel=$(readlink -f "$kernel")
-[ -x "$kernel" ] || { echo "smoke.sh: no kernel at $kernel" >&2; exit 2; }
+# The kernel is built beforehand (minutes: not on a smoke's account).
+kernel=$(readlink -f "${UML_KERNEL:-${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}/bin/linux-uml}")
+[ -x "$kernel" ] || { echo "smoke.sh: no kernel at $kernel: run hack/tools.sh uml-kernel" >&2; exit 2; }
 timeout=${SMOKE_TIMEOUT:-300}
 
 work=$(mktemp -d /tmp/v2-node-smoke.XXXXXX)
@@ -82,14 +79,18 @@ mkdir -p /run/bundle /run/runc
 cp -a "$work/bundle/rootfs" /run/bundle/
 cd /run/bundle
 if runc spec; then
+	# With a cpuset controller, the container is pinned to CPU 0 too.
+	cpus=""
+	grep -qw cpuset /sys/fs/cgroup/cgroup.controllers && cpus='"cpu": {"cpus": "0"},'
 	sed -i -e 's/"terminal": true/"terminal": false/' \
-		-e 's|^\(\s*\)"sh"$|\1"/bin/busybox", "cat", "/sys/fs/cgroup/memory.max"|' \
-		-e 's/"resources": {/"resources": {"memory": {"limit": 67108864},/' config.json
+		-e 's|^\(\s*\)"sh"$|\1"/bin/busybox", "sh", "-c", "cat /sys/fs/cgroup/memory.max; cat /sys/fs/cgroup/cpuset.cpus"|' \
+		-e "s/\"resources\": {/\"resources\": {\"memory\": {\"limit\": 67108864}, $cpus/" config.json
 	start=$(date +%s%N)
 	out=$(timeout 120 runc --root /run/runc run smoke </dev/null 2>&1)
 	rc=$?
 	say "runc_rc=$rc runc_ms=$((($(date +%s%N) - start) / 1000000))"
-	say "runc_memory_max=$(echo "$out" | tail -n1)"
+	say "runc_memory_max=$(echo "$out" | sed -n 1p)"
+	say "runc_cpuset_cpus=$(echo "$out" | sed -n 2p)"
 	[ "$rc" = 0 ] || echo "$out" | sed 's/^/runc: /'
 else
 	say "runc_rc=spec-failed"
@@ -136,11 +137,12 @@ cat "$work/smoke.out"
 
 fail=""
 grep -q '^SMOKE done$' "$work/smoke.out" || fail="$fail init-did-not-finish"
-for c in cpu io memory pids; do
+for c in cpuset cpu io memory pids; do
 	grep -E -q "^SMOKE controllers=(.* )?$c( |$)" "$work/smoke.out" || fail="$fail no-$c-controller"
 done
 grep -q '^SMOKE psi=yes' "$work/smoke.out" || fail="$fail no-psi"
 grep -q '^SMOKE runc_memory_max=67108864$' "$work/smoke.out" || fail="$fail runc-memory-max"
+grep -q '^SMOKE runc_cpuset_cpus=0$' "$work/smoke.out" || fail="$fail runc-cpuset-cpus"
 if [ -n "$fail" ]; then
 	echo "SMOKE FAIL:$fail" >&2
 	[ -n "${SMOKE_LOG:-}" ] || tail -n 40 "$log" | tr -d '\r' >&2

@@ -265,7 +265,9 @@ func (m *Manager) StopRequested(ctx context.Context, pods []string) []string {
 		if !e.Kept {
 			continue
 		}
-		if !e.StopRequested && !slices.Contains(pods, m.unrecordedTask(e.ID).PodID) {
+		// The pod's ID is read from the bundle only when a pod's stop is asked: the daemon
+		// looks for requests every 2 s, and most have none.
+		if !e.StopRequested && (len(pods) == 0 || !slices.Contains(pods, m.unrecordedTask(e.ID).PodID)) {
 			continue
 		}
 		log := logrus.WithFields(logrus.Fields{"container": e.ID, "quarantined_at": e.Path})
@@ -284,8 +286,8 @@ func (m *Manager) StopRequested(ctx context.Context, pods []string) []string {
 	return done
 }
 
-// keptOf says whether some container is kept without a usable record (perhaps of pod).
-func (m *Manager) keptOf(string) bool {
+// anyKept says whether some container is kept without a usable record.
+func (m *Manager) anyKept() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return len(m.kept) > 0

@@ -90,7 +90,7 @@ func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
 	}
 	// Containers of the pod kept without a usable record: the pod's stop is the decision
 	// an operator's would be, and they must not outlive its namespaces.
-	if m.keptOf(sandboxID) {
+	if m.anyKept() {
 		m.StopRequested(ctx, []string{sandboxID})
 	}
 	return errors.Join(errs...)

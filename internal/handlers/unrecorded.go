@@ -53,18 +53,22 @@ func (t *Table) StopUnrecorded(ctx context.Context, task kind.Task) ([]string, e
 func (t *Table) FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error) {
 	var found []string
 	var errs []error
-	for _, h := range t.List() {
-		if !h.Ready || h.Kind == nil {
-			continue
-		}
+	t.eachReady(func(h *Handler) {
 		st, err := h.Kind.Status(ctx, task)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("handler %q: %w", h.Name, err))
-			continue
-		}
-		if st != kind.TaskStopped {
+		} else if st != kind.TaskStopped {
 			found = append(found, h.Name)
 		}
-	}
+	})
 	return found, errors.Join(errs...)
+}
+
+// eachReady calls f with each ready row that has a runtime.
+func (t *Table) eachReady(f func(h *Handler)) {
+	for _, h := range t.List() {
+		if h.Ready && h.Kind != nil {
+			f(h)
+		}
+	}
 }

@@ -14,6 +14,8 @@
 #   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
 #                             linux-source-6.12 and hack/v2-node/uml.config: the cgroup-v2
 #                             node's (issue 39; not in the default set)
+#   v2-node-root.img          the cgroup-v2 node's root: Debian 12 with systemd, runc, crun,
+#                             the runc shim and docker-registry, an ext4 image (not default)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -227,6 +229,44 @@ build_systemd_node_rootfs() {
 	ln -sfn "systemd-node-rootfs-$key.tar" "$BIN/systemd-node-rootfs.tar"
 }
 
+# The cgroup-v2 node's root (hack/v2-node/run.sh): Debian 12 as the systemd node's, plus what
+# runs inside a node with no network: crun, containerd's runc shim v2 (Debian's containerd),
+# Debian's docker-registry (the tests' registry on the node's loopback) and jq, with
+# hack/v2-node/image/ baked in (the boot script and its unit), as an ext4 disk image
+# (mkfs.ext4 -d: no loop device or mount here). A run boots it through a copy-on-write file of
+# its own, so the image is never written. Made anew when the list or the baked files change.
+V2_NODE_PKGS=$NODE_PKGS,crun,containerd,docker-registry,jq,util-linux
+V2_NODE_IMAGE_SIZE=8G
+build_v2_node_root() {
+	local here key dir tar
+	here=$(cd "$(dirname "$0")" && pwd)
+	key=$({ echo "$NODE_SUITE $V2_NODE_PKGS $V2_NODE_IMAGE_SIZE"; cat "$here"/v2-node/image/*; } | sha256sum | cut -c1-12)
+	if [ ! -f "$BIN/v2-node-root-$key.img" ]; then
+		tar=$TOOLS/src/v2-node-root-$key.tar
+		if [ ! -f "$tar" ]; then
+			log "making the cgroup-v2 node's root ($NODE_SUITE: $V2_NODE_PKGS; about a minute)"
+			rm -f "${tar%.tar}.new.tar"
+			mmdebstrap --quiet --variant=minbase --include="$V2_NODE_PKGS" "$NODE_SUITE" \
+				"${tar%.tar}.new.tar" http://deb.debian.org/debian >&2 || { rm -f "${tar%.tar}.new.tar"; exit 1; }
+			mv "${tar%.tar}.new.tar" "$tar"
+		fi
+		dir=$(mktemp -d "$TOOLS/src/v2-node-root.XXXXXX")
+		tar -C "$dir" --numeric-owner -xf "$tar"
+		install -m 0755 "$here/v2-node/image/v2-node-boot" "$dir/usr/local/sbin/v2-node-boot"
+		install -m 0644 "$here/v2-node/image/v2-node-boot.service" "$dir/etc/systemd/system/"
+		ln -sf /etc/systemd/system/v2-node-boot.service "$dir/etc/systemd/system/multi-user.target.wants/"
+		echo "/dev/ubda / ext4 defaults 0 1" >"$dir/etc/fstab"
+		echo "v2-node" >"$dir/etc/hostname"
+		rm -f "$BIN/v2-node-root-$key.img.new"
+		mkfs.ext4 -q -F -L v2-node -d "$dir" "$BIN/v2-node-root-$key.img.new" "$V2_NODE_IMAGE_SIZE" >&2 ||
+			{ rm -rf "$dir" "$BIN/v2-node-root-$key.img.new"; exit 1; }
+		rm -rf "$dir"
+		mv "$BIN/v2-node-root-$key.img.new" "$BIN/v2-node-root-$key.img"
+		rm -f "$tar"
+	fi
+	ln -sfn "v2-node-root-$key.img" "$BIN/v2-node-root.img"
+}
+
 # The cgroup-v2 node's kernel: User-Mode Linux (this machine has no KVM) built from Debian's
 # linux-source package, defconfig plus hack/v2-node/uml.config, with the patches in
 # hack/v2-node/patches/ (if any), everything built in. Named by the source package's version
@@ -323,6 +363,7 @@ for t in "$@"; do
 	install-runsc-shim) install_runsc_shim ;;
 	systemd-node-rootfs) build_systemd_node_rootfs ;;
 	uml-kernel) build_uml_kernel ;;
+	v2-node-root) build_v2_node_root ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac
 done

@@ -246,9 +246,9 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 }
 
 // oomKilled says whether the kernel OOM-killed in the container's memory cgroup: as it
-// was notified while the container ran (cgroup v1; the cgroup may be gone by now: systemd
-// removes a container's scope once it is empty), or by the cgroup's OOM-kill count, for
-// either cgroup driver and version.
+// was notified while the container ran (the cgroup may be gone by now: systemd removes a
+// container's scope once it is empty), or by the cgroup's OOM-kill count, for either
+// cgroup driver and version.
 func (m *Manager) oomKilled(c *Container) bool {
 	c.mu.Lock()
 	w := c.oom
@@ -263,14 +263,20 @@ func (m *Manager) oomKilled(c *Container) bool {
 	return m.cgroups().OOMKills(dir) > 0
 }
 
-// watchOOM registers for the OOM notifications of the container's v1 memory cgroup
-// (none on cgroup v2, or where the runtime keeps no cgroup of the container's own).
+// watchOOM follows the OOM kills of the container's memory cgroup: v1's notification, or
+// on cgroup v2 changes of memory.events (none where the runtime keeps no cgroup of the
+// container's own).
 func (m *Manager) watchOOM(c *Container) *oomevent.Watcher {
 	dir, err := cgpath.Dir(c.CgroupsPath)
 	if err != nil {
 		return nil
 	}
-	w, err := oomevent.Watch(filepath.Join("/sys/fs/cgroup/memory", dir))
+	var w *oomevent.Watcher
+	if m.cgroups().V2() {
+		w, err = oomevent.WatchEvents(filepath.Join(m.cgroups().Root, dir))
+	} else {
+		w, err = oomevent.Watch(filepath.Join("/sys/fs/cgroup/memory", dir))
+	}
 	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Debug("no OOM notifications")
 		return nil

@@ -119,6 +119,9 @@ func (r *Reader) ReadScope(path string, scope Scope) (Stats, error) {
 	return readV1Usage(r.Root, path)
 }
 
+// V2 says whether the root is a unified (cgroup v2) hierarchy.
+func (r *Reader) V2() bool { return r.v2 }
+
 // OOMKills reads only the OOM-kill count of the cgroup at path (one file, where Read reads
 // them all): what a container's exit needs.
 func (r *Reader) OOMKills(path string) uint64 {

@@ -191,7 +191,7 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 	if err != nil {
 		return kind.Created{}, r.errorf("create", t.ID, err)
 	}
-	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal}
+	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal, SystemdCgroup: r.row.SystemdCgroup}
 	if !t.Sandbox {
 		if opts.Stdin, opts.Stdout, opts.Stderr, err = r.startLogger(ctx, t); err != nil {
 			return kind.Created{}, r.errorf("create", t.ID, err)

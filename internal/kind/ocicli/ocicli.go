@@ -605,38 +605,54 @@ func (p *execProcess) Wait() (int, error) {
 
 // Kill kills the exec'd process first and lets the runtime's exec reap it and return:
 // killing the runtime first would orphan the process to the container's init, which may
-// never reap it. If the runtime does not return, it is killed too.
+// never reap it. A runtime that has not yet written the process's pid (a slow start: seen
+// on the cgroup-v2 node, where `runc exec` takes over a second) is watched until it does,
+// rather than killed: the process it was starting would run on in the container. If the
+// runtime does not return, it is killed too.
 func (p *execProcess) Kill() {
-	p.killProcess()
 	go func() {
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			_ = p.cmd.Process.Kill()
+		deadline := time.NewTimer(5 * time.Second)
+		defer deadline.Stop()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		killed := p.killProcess()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+				if !killed {
+					killed = p.killProcess()
+				}
+			case <-deadline.C:
+				_ = p.cmd.Process.Kill()
+				return
+			}
 		}
 	}()
 }
 
 // killProcess: a host pid for the runc family; for a sandbox runtime the pid inside the
-// sandbox, through the runtime.
-func (p *execProcess) killProcess() {
+// sandbox, through the runtime. false: the runtime has not written the pid yet.
+func (p *execProcess) killProcess() bool {
 	b, err := os.ReadFile(p.pidFile)
 	if err != nil {
-		return
+		return false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 0 {
-		return
+		return false // being written
 	}
 	if !p.r.sandboxed {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.r.rt.KillPid(ctx, p.id, pid, "KILL"); err != nil {
 		logrus.WithError(err).WithField("container", p.id).Warnf("kill exec'd process %d", pid)
 	}
+	return true
 }
 
 // openPTY allocates a pseudo-terminal pair.

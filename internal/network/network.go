@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 )
@@ -397,7 +398,9 @@ func restoreAddresses(netnsPath string, result types.Result) error {
 		return err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	// Route sockets only: with no family named, netlink opens XFRM and netfilter sockets
+	// too, and a kernel without XFRM_USER (the cgroup-v2 node's) refuses the handle.
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
 	}

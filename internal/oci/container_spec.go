@@ -126,6 +126,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 		},
 	}
 	o.IDMappings.apply(spec.Linux)
+	spec.Annotations = scopeIsCgroup(spec.Annotations, o.CgroupsPath)
 	const scField = "config.linux.security_context"
 	if spec.Process.ApparmorProfile, err = o.LSM.AppArmorProfile(scField, sc.GetApparmor(), sc.GetApparmorProfile(), privileged); err != nil {
 		return nil, err

@@ -196,6 +196,7 @@ func SandboxContainerSpec(o SandboxContainerOptions) *specs.Spec {
 		},
 	}
 	o.IDMappings.apply(spec.Linux)
+	spec.Annotations = scopeIsCgroup(spec.Annotations, o.CgroupsPath)
 	spec.Process.ApparmorProfile, spec.Process.SelinuxLabel, spec.Linux.MountLabel = o.ApparmorProfile, o.SelinuxLabel, o.MountLabel
 	spec.Linux.Seccomp = o.Seccomp
 	return spec
@@ -234,4 +235,28 @@ func ReadBundle(dir string) (*specs.Spec, error) {
 		return nil, fmt.Errorf("read bundle %s: %w", dir, err)
 	}
 	return &spec, nil
+}
+
+// crunSubgroupAnnotation names the cgroup crun makes below a systemd scope and puts the
+// container in, with the limits ("container" by default on cgroup v2; crun(1)).
+const crunSubgroupAnnotation = "run.oci.systemd.subgroup"
+
+// scopeIsCgroup sets crun's subgroup empty where cgroupsPath is systemd's
+// slice:prefix:name: crun then puts the container in the scope itself, as runc and the
+// runc shim do, and the scope is where rtshimd reads stats, limits and OOM kills
+// (cgpath.Dir) whatever the runtime. Other runtimes ignore the annotation; one the pod or
+// container sets is kept. a is copied, not changed.
+func scopeIsCgroup(a map[string]string, cgroupsPath string) map[string]string {
+	if cgroupsPath == "" || strings.HasPrefix(cgroupsPath, "/") || strings.Count(cgroupsPath, ":") != 2 {
+		return a
+	}
+	if _, set := a[crunSubgroupAnnotation]; set {
+		return a
+	}
+	out := make(map[string]string, len(a)+1)
+	for k, v := range a {
+		out[k] = v
+	}
+	out[crunSubgroupAnnotation] = ""
+	return out
 }

@@ -121,3 +121,38 @@ func TestWriteBundle(t *testing.T) {
 		t.Errorf("config.json = %s", b)
 	}
 }
+
+// Under the systemd driver crun is told to keep the container in its scope (no
+// "container" subgroup), as runc does; a value the pod set is kept, and the cgroupfs
+// driver's paths get no annotation.
+func TestScopeIsCgroup(t *testing.T) {
+	base := SandboxContainerOptions{ID: "id1", Rootfs: "/r", Args: []string{"/pause"},
+		Annotations: map[string]string{AnnotationContainerType: ContainerTypeSandbox}}
+	for _, tt := range []struct {
+		path, set string
+		want      string
+		has       bool
+	}{
+		{path: "kubepods-pod1.slice:rtshimd:id1", want: "", has: true},
+		{path: "kubepods-pod1.slice:rtshimd:id1", set: "mine", want: "mine", has: true},
+		{path: "/kubepods/id1", has: false},
+	} {
+		o := base
+		o.CgroupsPath = tt.path
+		o.Annotations = map[string]string{AnnotationContainerType: ContainerTypeSandbox}
+		if tt.set != "" {
+			o.Annotations[crunSubgroupAnnotation] = tt.set
+		}
+		s := SandboxContainerSpec(o)
+		got, has := s.Annotations[crunSubgroupAnnotation]
+		if has != tt.has || got != tt.want {
+			t.Errorf("%s (set %q): annotation %q %v, want %q %v", tt.path, tt.set, got, has, tt.want, tt.has)
+		}
+		if s.Annotations[AnnotationContainerType] != ContainerTypeSandbox {
+			t.Errorf("%s: other annotations lost: %v", tt.path, s.Annotations)
+		}
+	}
+	if _, has := base.Annotations[crunSubgroupAnnotation]; has {
+		t.Error("the caller's annotations were changed")
+	}
+}

@@ -320,6 +320,11 @@ func (svc *Service) statsFrom(c *container.Container, e statscache.Entry[sample]
 	protocache.SetField(out, "attributes", c.StatsAttributes())
 	if s.cgOK {
 		fillUsage(out.Cpu, out.Memory, s.cg, e.NanoCores, now)
+		out.Swap = swapUsage(s.cg, now)
+		if p := s.cg.Pressure; p != nil {
+			out.Cpu.Psi, out.Memory.Psi = psiStats(p.CPU), psiStats(p.Memory)
+			out.Io = &runtimeapi.IoUsage{Timestamp: now.UnixNano(), Psi: psiStats(p.IO)}
+		}
 	}
 	if uerr == nil {
 		out.WritableLayer = &runtimeapi.FilesystemUsage{
@@ -341,6 +346,33 @@ func fillUsage(cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage, s cgstats.
 			avail = s.MemoryLimit - s.WorkingSet
 		}
 		mem.AvailableBytes = u64(avail)
+	}
+}
+
+// swapUsage is the container's swap, where its cgroup accounts it (cgroup v2); nil else.
+// Available is the limit's remainder, where there is a limit (kubelet reads none as
+// unknown).
+func swapUsage(s cgstats.Stats, now time.Time) *runtimeapi.SwapUsage {
+	if !s.SwapKnown {
+		return nil
+	}
+	sw := &runtimeapi.SwapUsage{Timestamp: now.UnixNano(), SwapUsageBytes: u64(s.MemorySwap)}
+	if s.SwapLimit > 0 {
+		avail := uint64(0)
+		if s.SwapLimit > s.MemorySwap {
+			avail = s.SwapLimit - s.MemorySwap
+		}
+		sw.SwapAvailableBytes = u64(avail)
+	}
+	return sw
+}
+
+// psiStats is one resource's pressure as the CRI carries it: totals in microseconds,
+// averages in percent, as the kernel writes them.
+func psiStats(p cgstats.PSI) *runtimeapi.PsiStats {
+	return &runtimeapi.PsiStats{
+		Some: &runtimeapi.PsiData{Total: p.SomeMicros, Avg10: p.SomeAvg10, Avg60: p.SomeAvg60, Avg300: p.SomeAvg300},
+		Full: &runtimeapi.PsiData{Total: p.FullMicros, Avg10: p.FullAvg10, Avg60: p.FullAvg60, Avg300: p.FullAvg300},
 	}
 }
 

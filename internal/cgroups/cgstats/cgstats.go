@@ -35,10 +35,14 @@ type Stats struct {
 	MemoryCache      uint64 // page cache
 	MemoryMappedFile uint64
 	MemorySwap       uint64
-	MemoryKernel     uint64
-	MemoryMaxUsage   uint64 // peak usage (v2: memory.peak, kernels 5.19 and later)
-	MemoryFailcnt    uint64 // times usage hit the limit
-	OOMKills         uint64 // processes the OOM killer ended in the cgroup
+	// SwapKnown: MemorySwap was read from the cgroup's own swap account (v2's
+	// memory.swap.current), and SwapLimit is its memory.swap.max (0: none).
+	SwapKnown      bool
+	SwapLimit      uint64
+	MemoryKernel   uint64
+	MemoryMaxUsage uint64 // peak usage (v2: memory.peak, kernels 5.19 and later)
+	MemoryFailcnt  uint64 // times usage hit the limit
+	OOMKills       uint64 // processes the OOM killer ended in the cgroup
 
 	PidsLimit uint64 // 0: no limit
 
@@ -69,6 +73,9 @@ type Hugetlb struct {
 // task waited on it, Full time all non-idle tasks were stalled at once.
 type PSI struct {
 	SomeMicros, FullMicros uint64
+	// The kernel's running averages, percent of the last 10, 60 and 300 seconds.
+	SomeAvg10, SomeAvg60, SomeAvg300 float64
+	FullAvg10, FullAvg60, FullAvg300 float64
 }
 
 // Pressure is a cgroup's pressure stall information.
@@ -275,7 +282,22 @@ func readV2Usage(dir string) (Stats, error) {
 	})
 	s.WorkingSet = sub(s.MemoryUsage, inactiveFile)
 	s.Processes, _ = readUint(filepath.Join(dir, "pids.current"))
+	readV2Swap(dir, &s)
+	// The CRI's stats carry PSI (kubelet's summary API, KubeletPSI).
+	s.Pressure = readPressure(dir)
 	return s, nil
+}
+
+// readV2Swap reads the cgroup's swap usage and limit, where the kernel accounts swap.
+func readV2Swap(dir string, s *Stats) {
+	sw, err := readUint(filepath.Join(dir, "memory.swap.current"))
+	if err != nil {
+		return
+	}
+	s.MemorySwap, s.SwapKnown = sw, true
+	if limit, err := readUint(filepath.Join(dir, "memory.swap.max")); err == nil && limit < 1<<62 {
+		s.SwapLimit = limit
+	}
 }
 
 func readV2(dir string) (Stats, error) {
@@ -302,7 +324,7 @@ func readV2(dir string) (Stats, error) {
 	} else {
 		s.MemoryKernel = stat["kernel_stack"] + stat["slab"] + stat["sock"] + stat["percpu"] + stat["vmalloc"]
 	}
-	s.MemorySwap, _ = readUint(filepath.Join(dir, "memory.swap.current"))
+	readV2Swap(dir, &s)
 	s.MemoryMaxUsage, _ = readUint(filepath.Join(dir, "memory.peak"))
 	events := readKV(filepath.Join(dir, "memory.events"))
 	s.MemoryFailcnt, s.OOMKills = events["max"], events["oom_kill"]
@@ -493,16 +515,27 @@ func readPSI(path string) (PSI, bool) {
 			continue
 		}
 		var total uint64
+		var avg [3]float64
 		for _, kv := range f[1:] {
-			if v, ok := strings.CutPrefix(kv, "total="); ok {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "total":
 				total, _ = strconv.ParseUint(v, 10, 64)
+			case "avg10":
+				avg[0], _ = strconv.ParseFloat(v, 64)
+			case "avg60":
+				avg[1], _ = strconv.ParseFloat(v, 64)
+			case "avg300":
+				avg[2], _ = strconv.ParseFloat(v, 64)
 			}
 		}
 		switch f[0] {
 		case "some":
 			p.SomeMicros = total
+			p.SomeAvg10, p.SomeAvg60, p.SomeAvg300 = avg[0], avg[1], avg[2]
 		case "full":
 			p.FullMicros = total
+			p.FullAvg10, p.FullAvg60, p.FullAvg300 = avg[0], avg[1], avg[2]
 		}
 	}
 	return p, true

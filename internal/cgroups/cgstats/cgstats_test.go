@@ -20,6 +20,11 @@ func write(t *testing.T, path, content string) {
 }
 
 // psiFixture is a {cpu,memory,io}.pressure file as the kernel writes it.
+// psi is what psiFixture's lines read as.
+func psi(some, full uint64) PSI {
+	return PSI{SomeMicros: some, FullMicros: full, SomeAvg60: 0.12, SomeAvg300: 0.05}
+}
+
 func psiFixture(some, full string) string {
 	return "some avg10=0.00 avg60=0.12 avg300=0.05 total=" + some + "\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=" + full + "\n"
 }
@@ -73,12 +78,12 @@ func TestReadV1(t *testing.T) {
 				Ops:   map[string]uint64{"Read": 1, "Write": 2, "Sync": 3, "Async": 0, "Discard": 0, "Total": 3}},
 			{Major: 253, Minor: 1, Bytes: map[string]uint64{"Read": 512, "Write": 0}, Ops: map[string]uint64{"Read": 1, "Write": 0}},
 		},
-		Pressure: &Pressure{CPU: PSI{1500000, 900000}, Memory: PSI{20, 10}, IO: PSI{300, 200}},
+		Pressure: &Pressure{CPU: psi(1500000, 900000), Memory: psi(20, 10), IO: psi(300, 200)},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("v1 =\n%+v\nwant\n%+v", s, want)
 	}
-	checkUsage(t, New(root), p, want)
+	checkUsage(t, New(root), p, want, false)
 	if _, err := New(root).Read("/gone"); err == nil {
 		t.Error("a missing cgroup read without error")
 	}
@@ -136,6 +141,7 @@ func TestReadV2(t *testing.T) {
 	write(t, filepath.Join(d, "memory.max"), "134217728\n")
 	write(t, filepath.Join(d, "memory.peak"), "70000000\n")
 	write(t, filepath.Join(d, "memory.swap.current"), "8192\n")
+	write(t, filepath.Join(d, "memory.swap.max"), "1048576\n")
 	write(t, filepath.Join(d, "memory.events"), "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\noom_group_kill 0\n")
 	write(t, filepath.Join(d, "memory.stat"), "anon 33554432\nfile 1000\nkernel 3000\nkernel_stack 100\nslab 200\nfile_mapped 400\ninactive_file 4194304\npgfault 700\npgmajfault 7\n")
 	write(t, filepath.Join(d, "pids.current"), "5\n")
@@ -155,19 +161,19 @@ func TestReadV2(t *testing.T) {
 	want := Stats{
 		CPUUsageNanos: 2500000000, MemoryUsage: 67108864, MemoryLimit: 134217728, WorkingSet: 67108864 - 4194304, RSS: 33554432, PageFaults: 700, MajorPageFaults: 7, Processes: 5,
 		CPUUserNanos: 2000000000, CPUSystemNanos: 500000000, CPUPeriods: 50, CPUThrottledPeriods: 5, CPUThrottledNanos: 750000000,
-		MemoryCache: 1000, MemoryMappedFile: 400, MemorySwap: 8192, MemoryKernel: 3000, MemoryMaxUsage: 70000000, MemoryFailcnt: 9, OOMKills: 1,
+		MemoryCache: 1000, MemoryMappedFile: 400, MemorySwap: 8192, SwapKnown: true, SwapLimit: 1048576, MemoryKernel: 3000, MemoryMaxUsage: 70000000, MemoryFailcnt: 9, OOMKills: 1,
 		Pids: []int{1, 2, 3},
 		Blkio: []BlkioDevice{
 			{Major: 8, Minor: 0, Bytes: map[string]uint64{"Read": 0, "Write": 4096, "Discard": 0}, Ops: map[string]uint64{"Read": 0, "Write": 1, "Discard": 0}},
 			{Major: 259, Minor: 0, Bytes: map[string]uint64{"Read": 1048576, "Write": 2097152, "Discard": 0}, Ops: map[string]uint64{"Read": 16, "Write": 32, "Discard": 0}},
 		},
 		Hugetlb:  []Hugetlb{{Pagesize: "2MB", Usage: 2097152}},
-		Pressure: &Pressure{CPU: PSI{100, 50}, Memory: PSI{7, 3}, IO: PSI{11, 9}},
+		Pressure: &Pressure{CPU: psi(100, 50), Memory: psi(7, 3), IO: psi(11, 9)},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("v2 =\n%+v\nwant\n%+v", s, want)
 	}
-	checkUsage(t, New(root), "/kubepods.slice/ctr", want)
+	checkUsage(t, New(root), "/kubepods.slice/ctr", want, true)
 	if pids, err := New(root).Procs("/kubepods.slice/ctr"); err != nil || len(pids) != 3 {
 		t.Errorf("Procs = %v, %v", pids, err)
 	}
@@ -191,7 +197,7 @@ func TestReadV2KernelParts(t *testing.T) {
 
 // checkUsage reads path in the Usage scope: the fields it covers as the full read has
 // them, the others zero; a missing cgroup is an error there too.
-func checkUsage(t *testing.T, r *Reader, path string, full Stats) {
+func checkUsage(t *testing.T, r *Reader, path string, full Stats, v2 bool) {
 	t.Helper()
 	got, err := r.ReadScope(path, Usage)
 	if err != nil {
@@ -200,6 +206,9 @@ func checkUsage(t *testing.T, r *Reader, path string, full Stats) {
 	want := Stats{
 		CPUUsageNanos: full.CPUUsageNanos, MemoryUsage: full.MemoryUsage, MemoryLimit: full.MemoryLimit, WorkingSet: full.WorkingSet,
 		RSS: full.RSS, PageFaults: full.PageFaults, MajorPageFaults: full.MajorPageFaults, Processes: full.Processes,
+	}
+	if v2 { // and what the CRI's stats carry of v2's: swap and PSI
+		want.MemorySwap, want.SwapKnown, want.SwapLimit, want.Pressure = full.MemorySwap, full.SwapKnown, full.SwapLimit, full.Pressure
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("usage =\n%+v\nwant\n%+v", got, want)

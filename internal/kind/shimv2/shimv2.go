@@ -508,7 +508,7 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string, sc
 		return cgstats.Stats{}, err
 	}
 	s, err := c.Stats(ctx, t.ID)
-	if err != nil || scope == cgstats.Usage {
+	if err != nil {
 		return s, err
 	}
 	dir, err := cgpath.Dir(cgroupsPath)
@@ -516,6 +516,13 @@ func (r *Runtime) Stats(ctx context.Context, t kind.Task, cgroupsPath string, sc
 		return s, nil
 	}
 	r.cgOnce.Do(func() { r.cg = cgstats.New("/sys/fs/cgroup") })
+	if scope == cgstats.Usage {
+		// The CRI's stats carry PSI; the shim's metrics may not (the runc shim's v1 do not).
+		if s.Pressure == nil && r.cg.V2() {
+			s.Pressure = r.cg.Pressure(dir)
+		}
+		return s, nil
+	}
 	if pids, err := r.cg.Procs(dir); err == nil && len(pids) > 0 {
 		s.Pids = pids
 		if s.Pressure == nil {

@@ -95,6 +95,10 @@ func fromV2(m *v2.Metrics) cgstats.Stats {
 		s.RSS = mem.Anon
 		s.PageFaults, s.MajorPageFaults = mem.Pgfault, mem.Pgmajfault
 		s.MemoryCache, s.MemoryMappedFile, s.MemorySwap = mem.File, mem.FileMapped, mem.SwapUsage
+		s.SwapKnown = true
+		if mem.SwapLimit < noLimit {
+			s.SwapLimit = mem.SwapLimit
+		}
 		s.MemoryKernel = mem.KernelStack + mem.Slab + mem.Sock
 		s.MemoryMaxUsage = mem.MaxUsage
 	}

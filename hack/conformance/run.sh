@@ -13,6 +13,13 @@
 #   CONFORMANCE_VERBOSE=1 ...            list the specs skipped or failing as expected, too
 #   CONFORMANCE_HOLD=1 ...               start registry and daemon, then wait (debugging);
 #                                        SIGTERM to the script cleans up
+#   CONFORMANCE_EXPECTED=DIR ...         the expected lists (default conformance/expected;
+#                                        the cgroup-v2 node's: conformance/expected-v2)
+#   CONFORMANCE_PREBUILD=DIR ...         only build what a machine without Go needs into
+#                                        DIR (critest, crictl, ginkgo, the stand-ins, the
+#                                        image builder, the checker), then exit
+#   CONFORMANCE_PREBUILT=DIR ...         run with DIR's binaries: no Go, no apt, no network
+#                                        (the cgroup-v2 node, hack/v2-node/inside.sh)
 #
 # What it does, all of it undone on exit whatever happens (trap):
 #   1. critest (hack/tools.sh) and a ginkgo CLI for parallel runs (same source and version)
@@ -38,6 +45,9 @@ HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc runsc-debian runc-shim}
 PARALLEL=${CONFORMANCE_PARALLEL:-4}
 FOCUS=${CONFORMANCE_FOCUS:-}
 UPDATE=${CONFORMANCE_UPDATE:-}
+EXPECTED=${CONFORMANCE_EXPECTED:-conformance/expected}
+PREBUILD=${CONFORMANCE_PREBUILD:-}
+PREBUILT=${CONFORMANCE_PREBUILT:-}
 TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
 NET_NAME=rtshimd-conformance
 BRIDGE=rtshimcf0
@@ -49,14 +59,43 @@ T0=$(date +%s)
 LOG_TAG=conformance
 . hack/lib/harness.sh
 
+# build_helpers DIR: critest, crictl, the ginkgo CLI of critest's go.mod (critest --parallel
+# runs the ginkgo in PATH), the stand-ins, the image builder and the checker, into DIR.
+build_helpers() {
+	local dir=$1 toolbin src gv s
+	mkdir -p "$dir"
+	toolbin=$(hack/tools.sh critest crictl)
+	cp -L "$toolbin/critest" "$toolbin/crictl" "$dir/"
+	src=$(ls -d "$TOOLS"/src/cri-tools-"$(readlink "$toolbin/critest" | sed 's/^critest-//')")
+	gv=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2}' "$src/go.mod")
+	if [ ! -x "$toolbin/ginkgo-$gv" ]; then
+		log "building ginkgo $gv"
+		(cd "$src" && GOFLAGS=-buildvcs=false CGO_ENABLED=0 go build -trimpath -o "$toolbin/ginkgo-$gv.tmp" github.com/onsi/ginkgo/v2/ginkgo)
+		mv "$toolbin/ginkgo-$gv.tmp" "$toolbin/ginkgo-$gv"
+	fi
+	cp "$toolbin/ginkgo-$gv" "$dir/ginkgo"
+	for s in nginx labutils nnp; do
+		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$dir/$s" "./hack/conformance/standins/$s"
+	done
+	CGO_ENABLED=0 go build -o "$dir/conformance-images" ./hack/conformance/images
+	CGO_ENABLED=0 go build -o "$dir/conformance-check" ./hack/conformance/check
+}
+if [ -n "$PREBUILD" ]; then
+	build_helpers "$PREBUILD"
+	fetch_busybox "$TOOLS/conformance/busybox"
+	exit 0
+fi
+
 [ "$(id -u)" = 0 ] || die "needs root (namespaces, mounts, cgroups, CNI)"
 [ -x bin/rtshimd ] && [ -x bin/rtshim-monitor ] && [ -x bin/rtshim-pause ] || die "run make build first (make conformance does)"
 
 # --- 0. Debian packages --------------------------------------------------------------------
-pkgs="docker-registry runc runsc containerd containernetworking-plugins iptables iproute2 jq"
-# The current runsc the runsc row names (pinned in hack/tools.sh).
-hack/tools.sh install-runsc >/dev/null || die "building the pinned runsc failed"
-apt_need $pkgs
+if [ -z "$PREBUILT" ]; then
+	pkgs="docker-registry runc runsc containerd containernetworking-plugins iptables iproute2 jq"
+	# The current runsc the runsc row names (pinned in hack/tools.sh).
+	hack/tools.sh install-runsc >/dev/null || die "building the pinned runsc failed"
+	apt_need $pkgs
+fi
 
 W=$(mktemp -d /tmp/rtshimd-conformance.XXXXXX)
 chmod 0711 "$W"
@@ -95,9 +134,10 @@ cleanup() {
 	# processes run from our rootfs or bundles), runtime state, mounts, cgroups, network.
 	log "cleanup: checking for leaks"
 	kill_run_pids
-	for h in runc runsc runsc-debian; do
+	for h in runc runsc runsc-debian crun; do
 		[ -d "$W/run/$h" ] || continue
 		bin=/usr/sbin/runc
+		[ $h = crun ] && bin=/usr/bin/crun
 		[ $h = runsc ] && bin=/usr/local/bin/runsc
 		[ $h = runsc-debian ] && bin="/usr/bin/runsc --network=host"
 		ids=$($bin --root "$W/run/$h" list -q 2>/dev/null)
@@ -129,21 +169,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# --- 1. critest, crictl, ginkgo ------------------------------------------------------------
-TOOLBIN=$(hack/tools.sh critest crictl)
-CRITEST=$TOOLBIN/critest
-CRICTL=$TOOLBIN/crictl
-if [ "$PARALLEL" -gt 1 ]; then
-	# critest --parallel runs the ginkgo CLI from PATH: build the one of critest's own go.mod.
-	src=$(ls -d "$TOOLS"/src/cri-tools-"$(readlink "$CRITEST" | sed 's/^critest-//')")
-	gv=$(awk '$1 == "github.com/onsi/ginkgo/v2" {print $2}' "$src/go.mod")
-	if [ ! -x "$TOOLBIN/ginkgo-$gv" ]; then
-		log "building ginkgo $gv"
-		(cd "$src" && GOFLAGS=-buildvcs=false CGO_ENABLED=0 go build -trimpath -o "$TOOLBIN/ginkgo-$gv.tmp" github.com/onsi/ginkgo/v2/ginkgo)
-		mv "$TOOLBIN/ginkgo-$gv.tmp" "$TOOLBIN/ginkgo-$gv"
-	fi
-	ln -sfn "$TOOLBIN/ginkgo-$gv" "$W/bin/ginkgo"
+# --- 1. critest, crictl, ginkgo, the stand-ins, the image builder, the checker --------------
+if [ -n "$PREBUILT" ]; then
+	cp "$PREBUILT"/* "$W/bin/"
+else
+	log "building the stand-ins, the image builder and the checker"
+	build_helpers "$W/bin"
 fi
+CRITEST=$W/bin/critest
+CRICTL=$W/bin/crictl
 export PATH=$W/bin:$PATH
 cat >"$W/crictl.yaml" <<EOF
 runtime-endpoint: unix://$SOCK
@@ -155,13 +189,7 @@ crictl_() { "$CRICTL" --config "$W/crictl.yaml" "$@"; }
 # --- 2. images ------------------------------------------------------------------------------
 BB_DIR=$TOOLS/conformance/busybox
 fetch_busybox "$BB_DIR"
-log "building the stand-ins and the image builder"
-for s in nginx labutils nnp; do
-	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$W/bin/$s" "./hack/conformance/standins/$s"
-done
 cp bin/rtshim-pause "$W/bin/pause"
-go build -o "$W/bin/conformance-images" ./hack/conformance/images
-go build -o "$W/bin/conformance-check" ./hack/conformance/check
 
 start_registry "$W/registry"
 "$W/bin/conformance-images" -registry "$REG" -busybox "$BB_DIR/bin/busybox" -bin "$W/bin" -out "$OUT/images.txt"
@@ -199,6 +227,9 @@ runtime_type = "oci-sandbox"
 [handlers.runsc-debian]
 runtime_path = "/usr/bin/runsc"
 runtime_type = "oci-sandbox"
+
+[handlers.crun]
+runtime_path = "/usr/bin/crun"
 
 [handlers.runc-shim]
 runtime_type = "shim-v2"
@@ -259,7 +290,7 @@ fi
 # --- 4. critest per handler -----------------------------------------------------------------
 status=0
 for h in $HANDLERS; do
-	skip=$("$W/bin/conformance-check" -skip-regex -handler "$h" -dir conformance/expected)
+	skip=$("$W/bin/conformance-check" -skip-regex -handler "$h" -dir "$EXPECTED")
 	args=(-config "$W/crictl.yaml" -runtime-endpoint "unix://$SOCK" -image-endpoint "unix://$SOCK"
 		-ginkgo.no-color -ginkgo.json-report "$OUT/$h.json" -ginkgo.timeout 40m
 		-ginkgo.poll-progress-after 120s -ginkgo.poll-progress-interval 60s)
@@ -273,7 +304,7 @@ for h in $HANDLERS; do
 	(cd "$W" && "$CRITEST" "${args[@]}") >"$OUT/$h.log" 2>&1 || crc=$?
 	log "critest on $h: exit $crc in $(($(date +%s) - t))s"
 	[ -s "$OUT/$h.json" ] || { tail -30 "$OUT/$h.log" >&2; die "critest wrote no report for $h"; }
-	cargs=(-handler "$h" -dir conformance/expected -report "$OUT/$h.json" -results "$OUT/$h-results.txt")
+	cargs=(-handler "$h" -dir "$EXPECTED" -report "$OUT/$h.json" -results "$OUT/$h-results.txt")
 	[ -n "${CONFORMANCE_VERBOSE:-}" ] && cargs+=(-v)
 	[ -n "$FOCUS" ] && cargs+=(-partial)
 	[ -n "$UPDATE" ] && cargs+=(-update)

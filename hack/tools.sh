@@ -13,9 +13,9 @@
 #                             packages: the node container of TestSystemdNode (make systemd-node)
 #   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
 #                             linux-source-6.12 and hack/v2-node/uml.config: the cgroup-v2
-#                             node's (issue 39; not in the default set)
+#                             node's (TestV2Node; about 11 minutes cold)
 #   v2-node-root.img          the cgroup-v2 node's root: Debian 12 with systemd, runc, crun,
-#                             the runc shim and docker-registry, an ext4 image (not default)
+#                             the runc shim and docker-registry, an ext4 image
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -231,11 +231,12 @@ build_systemd_node_rootfs() {
 
 # The cgroup-v2 node's root (hack/v2-node/run.sh): Debian 12 as the systemd node's, plus what
 # runs inside a node with no network: crun, containerd's runc shim v2 (Debian's containerd),
+# busybox-static (the tests' images),
 # Debian's docker-registry (the tests' registry on the node's loopback) and jq, with
 # hack/v2-node/image/ baked in (the boot script and its unit), as an ext4 disk image
 # (mkfs.ext4 -d: no loop device or mount here). A run boots it through a copy-on-write file of
 # its own, so the image is never written. Made anew when the list or the baked files change.
-V2_NODE_PKGS=$NODE_PKGS,crun,containerd,docker-registry,jq,util-linux
+V2_NODE_PKGS=$NODE_PKGS,crun,containerd,docker-registry,jq,util-linux,busybox-static
 V2_NODE_IMAGE_SIZE=8G
 build_v2_node_root() {
 	local here key dir tar
@@ -346,7 +347,7 @@ uml_config_check() {
 	return "$bad"
 }
 
-[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs
+[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs uml-kernel v2-node-root
 for t in "$@"; do
 	case $t in
 	kubelet | kube-apiserver) build_kube "$t" ;;

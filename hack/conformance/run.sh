@@ -304,7 +304,7 @@ for h in $HANDLERS; do
 	(cd "$W" && "$CRITEST" "${args[@]}") >"$OUT/$h.log" 2>&1 || crc=$?
 	log "critest on $h: exit $crc in $(($(date +%s) - t))s"
 	[ -s "$OUT/$h.json" ] || { tail -30 "$OUT/$h.log" >&2; die "critest wrote no report for $h"; }
-	cargs=(-handler "$h" -dir "$EXPECTED" -report "$OUT/$h.json" -results "$OUT/$h-results.txt")
+	cargs=(-handler "$h" -dir "$EXPECTED" -report "$OUT/$h.json" -results "$OUT/$h-results.txt" -exit-code "$crc")
 	[ -n "${CONFORMANCE_VERBOSE:-}" ] && cargs+=(-v)
 	[ -n "$FOCUS" ] && cargs+=(-partial)
 	[ -n "$UPDATE" ] && cargs+=(-update)

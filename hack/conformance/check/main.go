@@ -5,12 +5,16 @@
 //	check -handler runc -dir conformance/expected -report runc.json [-partial] [-update] [-v] [-results FILE]
 //	check -handler runsc -dir conformance/expected -skip-regex
 //
-// It fails (exit 1) when a spec expected to pass did not pass (naming it and why), and when
-// a spec failed that no list explains. A spec that passed but is not expected to is reported
-// as "newly passing: raise the list" without failing. -skip-regex prints the regular
-// expression of the handler's skip entries, for critest's -ginkgo.skip. -update rewrites
-// <handler>.txt with the specs that passed (flaky ones left out). -partial (a focused run)
-// ignores expected specs that did not run.
+// It fails (exit 1) when a spec expected to pass did not pass (naming it and why), when a
+// spec failed that no list explains, when a spec listed "skipped" ran and failed, when the
+// suite skipped a spec at run time that no "skipped" entry names, when a suite node
+// (BeforeSuite, AfterSuite, ReportAfterSuite, ...) failed, and when the suite's exit status
+// (-exit-code) says it failed while no spec did (a dead ginkgo process, a failed report).
+// A spec that passed but is not expected to is reported as "newly passing: raise the list"
+// without failing. -skip-regex prints the regular expression of the handler's skip
+// entries, for critest's -ginkgo.skip. -update rewrites <handler>.txt with the specs that
+// passed (flaky ones left out). -partial (a focused run) ignores expected specs that did
+// not run, except those -selected names: a subset's specs must all have run.
 package main
 
 import (
@@ -74,6 +78,24 @@ type report struct {
 	SpecReports      []specReport
 }
 
+// run is what a report says, with how the suite ended and what the run selected.
+type run struct {
+	specs   []specReport
+	runTime time.Duration
+	// suiteFailures are the suite nodes (BeforeSuite, ReportAfterSuite, ...) that failed.
+	suiteFailures []string
+	// exitCode is the suite's exit status; -1: not known.
+	exitCode int
+	// selected are the specs a focused run selected (its subset); nil: not known.
+	selected map[string]bool
+}
+
+// options say how to compare.
+type options struct {
+	partial, update, verbose bool
+	listPath, resultsPath    string
+}
+
 func (s specReport) name() string {
 	return strings.Join(append(append([]string{}, s.ContainerHierarchyTexts...), s.LeafNodeText), " ")
 }
@@ -87,6 +109,8 @@ func main() {
 	update := flag.Bool("update", false, "rewrite <dir>/<handler>.txt with the specs that passed")
 	verbose := flag.Bool("v", false, "list every spec that is skipped or fails as exceptions.txt expects")
 	results := flag.String("results", "", "write every spec's state, name and reason to this file")
+	exitCode := flag.Int("exit-code", -1, "the suite's exit status (-1: not known)")
+	selectedPath := flag.String("selected", "", "with -partial: a file of the specs the focused run selected (one full name a line), every one of which must have run")
 	suite := flag.String("suite", "critest", "the suite of the report: critest, or node-e2e (whose report also lists, as skipped, the thousands of specs its focus left out: only those a skip exception names are counted)")
 	flag.Parse()
 	if *handler == "" {
@@ -115,14 +139,21 @@ func main() {
 	if err != nil && !(*update && os.IsNotExist(err)) {
 		fatalf("%v", err)
 	}
-	specs, runTime, err := readReport(*reportPath)
+	r, err := readReport(*reportPath)
 	if err != nil {
 		fatalf("%v", err)
 	}
-	if *suite == "node-e2e" {
-		specs = dropFiltered(specs, mine)
+	r.exitCode = *exitCode
+	if *selectedPath != "" {
+		if r.selected, err = readList(*selectedPath); err != nil {
+			fatalf("%v", err)
+		}
 	}
-	if !check(os.Stdout, *suite, *handler, specs, runTime, expected, mine, *partial, *update, *verbose, listPath, *results) {
+	if *suite == "node-e2e" {
+		r.specs = dropFiltered(r.specs, mine)
+	}
+	o := options{partial: *partial, update: *update, verbose: *verbose, listPath: listPath, resultsPath: *results}
+	if !check(os.Stdout, *suite, *handler, r, expected, mine, o) {
 		os.Exit(1)
 	}
 }
@@ -138,8 +169,8 @@ func forHandler(exceptions []exception, handler string) []exception {
 }
 
 // check prints the comparison and reports whether it holds.
-func check(w *os.File, suite, handler string, specs []specReport, runTime time.Duration, expected map[string]bool,
-	exceptions []exception, partial, update, verbose bool, listPath, resultsPath string) bool {
+func check(w *os.File, suite, handler string, r run, expected map[string]bool, exceptions []exception, o options) bool {
+	specs, runTime, partial, update, verbose, listPath, resultsPath := r.specs, r.runTime, o.partial, o.update, o.verbose, o.listPath, o.resultsPath
 	find := func(name string) *exception {
 		for i := range exceptions {
 			if exceptions[i].matches(name) {
@@ -186,8 +217,11 @@ func check(w *os.File, suite, handler string, specs []specReport, runTime time.D
 				bad = append(bad, fmt.Sprintf("FAIL %s (expected to pass, skipped: %s)", n, why(s, ex)))
 			case ex != nil:
 				notes = append(notes, fmt.Sprintf("skipped (%s): %s\n      %s", ex.kind, n, ex.reason))
+			case s.Failure.Message == "":
+				// Left out by the run's filter (-ginkgo.skip of a skip entry, a focus).
+				notes = append(notes, fmt.Sprintf("not selected: %s", n))
 			default:
-				notes = append(notes, fmt.Sprintf("skipped by critest: %s\n      %s", n, firstLine(s.Failure.Message)))
+				bad = append(bad, fmt.Sprintf("FAIL %s (skipped by the suite at run time, in no list: add a \"skipped\" entry with the reason)\n      %s", n, firstLine(s.Failure.Message)))
 			}
 		default: // failed, panicked, timedout, interrupted, aborted
 			failed++
@@ -198,6 +232,8 @@ func check(w *os.File, suite, handler string, specs []specReport, runTime time.D
 			switch {
 			case expected[n]:
 				bad = append(bad, fmt.Sprintf("FAIL %s\n      %s", n, detail))
+			case ex != nil && ex.kind == kindSkipped:
+				bad = append(bad, fmt.Sprintf("FAIL %s (exceptions.txt:%d says the suite skips it, but it ran and failed)\n      %s", n, ex.line, detail))
 			case ex != nil && ex.kind != kindSkip:
 				notes = append(notes, fmt.Sprintf("expected %s: %s\n      %s", ex.kind, n, ex.reason))
 			default:
@@ -214,8 +250,27 @@ func check(w *os.File, suite, handler string, specs []specReport, runTime time.D
 		}
 		sort.Strings(missing)
 		for _, n := range missing {
-			bad = append(bad, fmt.Sprintf("FAIL %s (expected to pass, not in the report: renamed or removed in critest?)", n))
+			bad = append(bad, fmt.Sprintf("FAIL %s (expected to pass, not in the report: renamed or removed in %s?)", n, suite))
 		}
+	} else if r.selected != nil {
+		// A subset: each spec it selected ran (a renamed spec or a dead ginkgo process
+		// leaves one out).
+		var missing []string
+		for n := range r.selected {
+			if !seen[n] {
+				missing = append(missing, n)
+			}
+		}
+		sort.Strings(missing)
+		for _, n := range missing {
+			bad = append(bad, fmt.Sprintf("FAIL %s (selected by the subset, did not run: renamed in %s, or its process died?)", n, suite))
+		}
+	}
+	for _, f := range r.suiteFailures {
+		bad = append(bad, "FAIL "+f)
+	}
+	if r.exitCode > 0 && failed == 0 && len(r.suiteFailures) == 0 {
+		bad = append(bad, fmt.Sprintf("FAIL %s exited %d, and no spec or suite node failed in its report (a process died, or the report is not the run's)", suite, r.exitCode))
 	}
 	sort.Strings(notes)
 	if verbose {
@@ -299,34 +354,36 @@ func firstLine(s string) string {
 }
 
 // readReport returns the It specs of a ginkgo JSON report, without the benchmarks critest
-// leaves out of validation runs.
-func readReport(path string) ([]specReport, time.Duration, error) {
+// leaves out of validation runs, and the suite nodes that failed.
+func readReport(path string) (run, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, err
+		return run{}, err
 	}
 	var reports []report
 	if err := json.Unmarshal(data, &reports); err != nil {
-		return nil, 0, fmt.Errorf("%s: %v", path, err)
+		return run{}, fmt.Errorf("%s: %v", path, err)
 	}
-	var out []specReport
-	var total time.Duration
+	out := run{exitCode: -1}
 	for _, r := range reports {
-		total += r.RunTime
+		out.runTime += r.RunTime
 		for _, s := range r.SpecReports {
 			if s.LeafNodeType != "It" {
+				if s.State != "passed" && s.State != "skipped" && s.State != "" {
+					out.suiteFailures = append(out.suiteFailures, fmt.Sprintf("%s %s: %s", s.LeafNodeType, s.State, firstLine(s.Failure.Message)))
+				}
 				continue
 			}
 			if s.State == "skipped" && strings.Contains(s.name(), "benchmark") {
 				continue
 			}
-			out = append(out, s)
+			out.specs = append(out.specs, s)
 		}
 	}
-	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("%s: no specs", path)
+	if len(out.specs) == 0 {
+		return run{}, fmt.Errorf("%s: no specs", path)
 	}
-	return out, total, nil
+	return out, nil
 }
 
 // readList reads one name a line; blank lines and lines starting with # are ignored.

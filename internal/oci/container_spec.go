@@ -63,7 +63,8 @@ type ContainerOptions struct {
 //
 // Where it differs from containerd: HOSTNAME is set in the environment like containerd does;
 // masked and read-only paths default to DefaultMaskedPaths/DefaultReadonlyPaths when the
-// security context leaves them nil; a host path that is missing is an error, never created;
+// security context leaves them nil, except in a pod with a user namespace, where nil lists
+// are kubelet's procMount: Unmasked and nothing is masked; a host path that is missing is an error, never created;
 // an unknown mount propagation is an error; the swap limit is only set when the config sets
 // it (kubelet does so when the node's swap controller exists); user annotations under
 // io.kubernetes.cri. and io.kubernetes.cri-o. are dropped so a pod cannot claim another's
@@ -181,8 +182,13 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	}
 	spec.Linux.Devices = devs
 
-	// Masked and read-only paths.
-	if !privileged {
+	// Masked and read-only paths: as sent. kubelet always sends both lists, except for
+	// procMount: Unmasked, which it sends as two empty lists, and protobuf delivers empty
+	// as nil. Unmasked is allowed only in a user namespace (hostUsers: false), so nil
+	// lists in a pod with a user namespace are Unmasked: nothing masked. Elsewhere nil
+	// lists (crictl, a client that sends none) get the defaults.
+	unmasked := sc.GetMaskedPaths() == nil && sc.GetReadonlyPaths() == nil && o.IDMappings != nil && len(o.IDMappings.UIDs) > 0
+	if !privileged && !unmasked {
 		spec.Linux.MaskedPaths = slices.Clone(DefaultMaskedPaths)
 		if p := sc.GetMaskedPaths(); p != nil {
 			spec.Linux.MaskedPaths = slices.Clone(p)

@@ -13,6 +13,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgcontrollers"
@@ -708,19 +709,36 @@ func TestPrivileged(t *testing.T) {
 }
 
 func TestMaskedAndReadonlyPaths(t *testing.T) {
+	userns := &IDMappings{UIDs: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}},
+		GIDs: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}}
 	tests := []struct {
 		name             string
 		masked, readonly []string
+		ids              *IDMappings
 		wantM, wantR     []string
 	}{
-		{"defaults", nil, nil, DefaultMaskedPaths, DefaultReadonlyPaths},
-		{"unmasked proc mount", []string{}, []string{}, []string{}, []string{}},
-		{"custom", []string{"/proc/x"}, nil, []string{"/proc/x"}, DefaultReadonlyPaths},
+		{"defaults", nil, nil, nil, DefaultMaskedPaths, DefaultReadonlyPaths},
+		// kubelet's procMount: Unmasked sends two empty lists; only allowed with a user
+		// namespace (hostUsers: false).
+		{"unmasked proc mount", []string{}, []string{}, userns, nil, nil},
+		{"empty lists without a user namespace", []string{}, []string{}, nil, DefaultMaskedPaths, DefaultReadonlyPaths},
+		{"kubelet's default in a user namespace", []string{"/proc/kcore"}, []string{"/proc/sys"}, userns, []string{"/proc/kcore"}, []string{"/proc/sys"}},
+		{"custom", []string{"/proc/x"}, nil, nil, []string{"/proc/x"}, DefaultReadonlyPaths},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := testOptions(t)
 			o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{MaskedPaths: tt.masked, ReadonlyPaths: tt.readonly}
+			// As the daemon gets it: through protobuf, which delivers an empty list as nil.
+			b, err := proto.Marshal(o.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Config = &runtimeapi.ContainerConfig{}
+			if err := proto.Unmarshal(b, o.Config); err != nil {
+				t.Fatal(err)
+			}
+			o.IDMappings = tt.ids
 			s := mustSpec(t, o)
 			if !reflect.DeepEqual(s.Linux.MaskedPaths, tt.wantM) || !reflect.DeepEqual(s.Linux.ReadonlyPaths, tt.wantR) {
 				t.Errorf("masked %q readonly %q, want %q %q", s.Linux.MaskedPaths, s.Linux.ReadonlyPaths, tt.wantM, tt.wantR)
@@ -728,7 +746,7 @@ func TestMaskedAndReadonlyPaths(t *testing.T) {
 			if len(s.Linux.MaskedPaths) > 0 {
 				old := s.Linux.MaskedPaths[0]
 				s.Linux.MaskedPaths[0] = "/changed"
-				if slices.Contains(DefaultMaskedPaths, "/changed") || (tt.masked != nil && tt.masked[0] == "/changed") {
+				if slices.Contains(DefaultMaskedPaths, "/changed") {
 					t.Error("masked paths are not a copy")
 				}
 				s.Linux.MaskedPaths[0] = old

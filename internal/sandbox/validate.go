@@ -54,6 +54,11 @@ func validate(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateSysctls(cfg.GetLinux().GetSysctls()); err != nil {
 		return err
 	}
+	// The CRI: run_as_group "should only be specified when run_as_user is specified;
+	// otherwise, the runtime MUST error" (as for containers, internal/oci).
+	if sc := cfg.GetLinux().GetSecurityContext(); sc.GetRunAsGroup() != nil && sc.GetRunAsUser() == nil {
+		return invalid("config.linux.security_context.run_as_group %d is set without run_as_user", sc.GetRunAsGroup().GetValue())
+	}
 	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	if ns.GetPid() == runtimeapi.NamespaceMode_TARGET {
 		return invalid("config.linux.security_context.namespace_options.pid TARGET is only valid for containers, not sandboxes")

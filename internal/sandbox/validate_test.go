@@ -88,6 +88,18 @@ func TestValidate(t *testing.T) {
 			}}
 			return c
 		}, "namespace_options.pid TARGET"},
+		{"run_as_group without run_as_user", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux = &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				RunAsGroup: &runtimeapi.Int64Value{Value: 1000},
+			}}
+			return c
+		}, "config.linux.security_context.run_as_group 1000 is set without run_as_user"},
+		{"run_as_group with run_as_user", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
+			c.Linux = &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				RunAsUser: &runtimeapi.Int64Value{Value: 1000}, RunAsGroup: &runtimeapi.Int64Value{Value: 1000},
+			}}
+			return c
+		}, ""},
 		{"relative log_directory", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
 			c.LogDirectory = "var/log/pods/x"
 			return c

@@ -13,6 +13,8 @@
 #   CONFORMANCE_VERBOSE=1 ...            list the specs skipped or failing as expected, too
 #   CONFORMANCE_HOLD=1 ...               start registry and daemon, then wait (debugging);
 #                                        SIGTERM to the script cleans up
+#   CONFORMANCE_SUBSET=FILE ...          only the specs FILE names (full texts, one a line);
+#                                        every one of them must run (the check's -selected)
 #   CONFORMANCE_EXPECTED=DIR ...         the expected lists (default conformance/expected;
 #                                        the cgroup-v2 node's: conformance/expected-v2)
 #   CONFORMANCE_PREBUILD=DIR ...         only build what a machine without Go needs into
@@ -44,6 +46,7 @@ HANDLERS=${CONFORMANCE_HANDLERS:-runc runsc runsc-debian runc-shim}
 # end). Measured on 2 cores: see conformance/expected/README.md.
 PARALLEL=${CONFORMANCE_PARALLEL:-4}
 FOCUS=${CONFORMANCE_FOCUS:-}
+SUBSET=${CONFORMANCE_SUBSET:-}
 UPDATE=${CONFORMANCE_UPDATE:-}
 EXPECTED=${CONFORMANCE_EXPECTED:-conformance/expected}
 PREBUILD=${CONFORMANCE_PREBUILD:-}
@@ -296,6 +299,8 @@ for h in $HANDLERS; do
 		-ginkgo.poll-progress-after 120s -ginkgo.poll-progress-interval 60s)
 	[ "$h" = runc ] || args+=(-runtime-handler "$h")
 	[ -n "$skip" ] && args+=(-ginkgo.skip "$skip")
+	# A subset: its full spec texts, quoted into one regular expression.
+	[ -n "$SUBSET" ] && [ -z "$FOCUS" ] && args+=(-ginkgo.focus "$(grep -v -e '^#' -e '^$' "$SUBSET" | sed 's/[][\\.*^$()+?{}|]/\\&/g' | paste -sd'|')")
 	[ -n "$FOCUS" ] && args+=(-ginkgo.focus "$FOCUS")
 	[ "$PARALLEL" -gt 1 ] && args+=(-parallel "$PARALLEL")
 	log "critest on $h (log: $OUT/$h.log)"
@@ -306,7 +311,8 @@ for h in $HANDLERS; do
 	[ -s "$OUT/$h.json" ] || { tail -30 "$OUT/$h.log" >&2; die "critest wrote no report for $h"; }
 	cargs=(-handler "$h" -dir "$EXPECTED" -report "$OUT/$h.json" -results "$OUT/$h-results.txt" -exit-code "$crc")
 	[ -n "${CONFORMANCE_VERBOSE:-}" ] && cargs+=(-v)
-	[ -n "$FOCUS" ] && cargs+=(-partial)
+	[ -n "$FOCUS$SUBSET" ] && cargs+=(-partial)
+	[ -n "$SUBSET" ] && [ -z "$FOCUS" ] && cargs+=(-selected "$SUBSET")
 	[ -n "$UPDATE" ] && cargs+=(-update)
 	"$W/bin/conformance-check" "${cargs[@]}" | tee "$OUT/$h-check.txt" || status=1
 	# Nothing of one handler's run may leak into the next.

@@ -8,7 +8,8 @@
 #   2. critest on runc, crun and the runc shim (hack/conformance/run.sh with the helpers
 #      built outside in $V2_NODE_OUT/conformance-bin), checked against
 #      conformance/expected-v2/ (conformance.log, reports in conformance/);
-#      V2_NODE_CRITEST_HANDLERS=... picks others, "none" skips it
+#      V2_NODE_CRITEST_HANDLERS=... picks others, "none" skips it;
+#      V2_NODE_CRITEST_SUBSET=1 runs only conformance/expected-v2/subset.txt
 #   3. the unit tests that need cgroup v2: each test binary in $V2_NODE_OUT/unit/ (built
 #      outside by go test -c; unit-tests.log)
 # Exits non-zero when any part failed.
@@ -34,8 +35,10 @@ fi
 handlers=${V2_NODE_CRITEST_HANDLERS:-runc crun runc-shim}
 if [ "$handlers" != none ]; then
 	echo "v2-node: critest on $handlers"
+	subset=""
+	[ "${V2_NODE_CRITEST_SUBSET:-}" = 1 ] && subset=conformance/expected-v2/subset.txt
 	CONFORMANCE_PREBUILT=$out/conformance-bin CONFORMANCE_EXPECTED=conformance/expected-v2 \
-		CONFORMANCE_OUT=$out/conformance CONFORMANCE_HANDLERS=$handlers \
+		CONFORMANCE_OUT=$out/conformance CONFORMANCE_HANDLERS=$handlers CONFORMANCE_SUBSET=$subset \
 		hack/conformance/run.sh >"$out/conformance.log" 2>&1 || rc=1
 	grep -E '^\[conformance\]|^(PASS|FAIL|ok|newly|unexpected)' "$out/conformance.log" | tail -n 30
 fi

@@ -207,3 +207,45 @@ func grepLine(s, prefix string) string {
 	}
 	return ""
 }
+
+// procMount: Unmasked as kubelet sends it: empty masked and read-only lists, which reach
+// the daemon through gRPC as none at all. In a pod with a user namespace (Unmasked needs
+// hostUsers: false) nothing is masked; kubelet's Default lists still mask; and a pod
+// without a user namespace whose client sends no lists gets the defaults.
+func TestProcMountUnmasked(t *testing.T) {
+	e := newContainerEnv(t)
+	masks := func(id string) string {
+		t.Helper()
+		out, _ := e.exec(id, "sh", "-c", "grep -c -e ' /proc/keys ' -e ' /proc/sys proc ro' /proc/mounts || true")
+		return out
+	}
+	pod := podConfig("unmasked", runtimeapi.NamespaceMode_POD)
+	pod.Linux.SecurityContext.NamespaceOptions.UsernsOptions = usernsOptions(330000)
+	podID, err := e.d.RS.RunPodSandbox(ctxT(t), pod, "runc")
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	unmasked := e.ctrConfig("unmasked", "sleep", "1000")
+	unmasked.Linux.SecurityContext.NamespaceOptions = pod.Linux.SecurityContext.NamespaceOptions
+	unmasked.Linux.SecurityContext.MaskedPaths, unmasked.Linux.SecurityContext.ReadonlyPaths = []string{}, []string{}
+	if got := masks(e.run(podID, pod, unmasked)); got != "0" {
+		t.Errorf("procMount Unmasked in a user namespace: %s masks over /proc, want none", got)
+	}
+	def := e.ctrConfig("default", "sleep", "1000")
+	def.Linux.SecurityContext.NamespaceOptions = pod.Linux.SecurityContext.NamespaceOptions
+	def.Linux.SecurityContext.MaskedPaths, def.Linux.SecurityContext.ReadonlyPaths = []string{"/proc/keys"}, []string{"/proc/sys"}
+	if got := masks(e.run(podID, pod, def)); got != "2" {
+		t.Errorf("kubelet's Default lists in a user namespace: %s of /proc/keys and /proc/sys masked, want 2", got)
+	}
+
+	plain := podConfig("no-lists", runtimeapi.NamespaceMode_POD)
+	plainID, err := e.d.RS.RunPodSandbox(ctxT(t), plain, "runc")
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	none := e.ctrConfig("none", "sleep", "1000")
+	none.Linux.SecurityContext.MaskedPaths, none.Linux.SecurityContext.ReadonlyPaths = []string{}, []string{}
+	if got := masks(e.run(plainID, plain, none)); got != "2" {
+		t.Errorf("no lists without a user namespace: %s of /proc/keys and /proc/sys masked, want the defaults (2)", got)
+	}
+}

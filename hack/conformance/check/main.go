@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,8 +46,11 @@ type exception struct {
 	kind     string
 	spec     string         // full spec text (fail, flaky) or a regular expression (skip, skipped)
 	re       *regexp.Regexp // skip and skipped only
-	reason   string
-	line     int
+	// at pins where a fail entry's spec fails ("container.go:233"; several: "a.go:1|b.go:2"):
+	// a failure elsewhere is a new reason and fails the run. Empty: not pinned.
+	at     []string
+	reason string
+	line   int
 }
 
 func (e exception) matches(name string) bool {
@@ -232,6 +236,9 @@ func check(w *os.File, suite, handler string, r run, expected map[string]bool, e
 			switch {
 			case expected[n]:
 				bad = append(bad, fmt.Sprintf("FAIL %s\n      %s", n, detail))
+			case ex != nil && ex.kind == kindFail && len(ex.at) > 0 && !slices.Contains(ex.at, failedAt(s)):
+				bad = append(bad, fmt.Sprintf("FAIL %s (exceptions.txt:%d says it fails at %s; it failed at %s: a new reason?)\n      %s",
+					n, ex.line, strings.Join(ex.at, "|"), failedAt(s), detail))
 			case ex != nil && ex.kind == kindSkipped:
 				bad = append(bad, fmt.Sprintf("FAIL %s (exceptions.txt:%d says the suite skips it, but it ran and failed)\n      %s", n, ex.line, detail))
 			case ex != nil && ex.kind != kindSkip:
@@ -443,12 +450,32 @@ func readExceptions(path string) ([]exception, error) {
 			}
 			e.re = re
 		case kindFail, kindFlaky:
+			// SPEC @file.go:NNN[|...]: where it fails.
+			if i := strings.LastIndex(e.spec, " @"); i >= 0 && e.kind == kindFail {
+				e.at = strings.Split(strings.TrimSpace(e.spec[i+2:]), "|")
+				e.spec = strings.TrimSpace(e.spec[:i])
+				for _, a := range e.at {
+					if !locRE.MatchString(a) {
+						return nil, fmt.Errorf("%s:%d: failure location %q: want file.go:LINE", path, n, a)
+					}
+				}
+			}
 		default:
 			return nil, fmt.Errorf("%s:%d: kind %q: want skip, skipped, fail or flaky", path, n, e.kind)
 		}
 		out = append(out, e)
 	}
 	return out, sc.Err()
+}
+
+var locRE = regexp.MustCompile(`^[\w.-]+\.go:\d+$`)
+
+// failedAt is where a spec failed, as a fail entry pins it: "file.go:LINE"; "" if unknown.
+func failedAt(s specReport) string {
+	if loc := s.Failure.Location; loc.FileName != "" {
+		return fmt.Sprintf("%s:%d", filepath.Base(loc.FileName), loc.LineNumber)
+	}
+	return ""
 }
 
 func fatalf(format string, a ...any) {

@@ -192,3 +192,29 @@ func TestCheckHoles(t *testing.T) {
 		t.Errorf("a subset whose specs all ran:\n%s", out)
 	}
 }
+
+// A fail entry pinned to where its spec fails: failing elsewhere is a new reason.
+func TestFailPinned(t *testing.T) {
+	const exc = "runc fail [k8s.io] Area known bad @container.go:233|util.go:9 # the reason\n"
+	at := func(s specReport, file string, line int) specReport {
+		s.Failure.Location.FileName, s.Failure.Location.LineNumber = "/src/pkg/validate/"+file, line
+		return s
+	}
+	good := []specReport{spec("a", "passed", "")}
+	if ok, out := runCheck(t, []string{"[k8s.io] Area a"}, exc, append(good, at(spec("known bad", "failed", "x"), "container.go", 233)), false); !ok {
+		t.Errorf("failing where pinned:\n%s", out)
+	}
+	if ok, out := runCheck(t, []string{"[k8s.io] Area a"}, exc, append(good, at(spec("known bad", "failed", "x"), "util.go", 9)), false); !ok {
+		t.Errorf("failing at the second pinned place:\n%s", out)
+	}
+	ok, out := runCheck(t, []string{"[k8s.io] Area a"}, exc, append(good, at(spec("known bad", "failed", "other"), "image.go", 74)), false)
+	if ok || !strings.Contains(out, "says it fails at container.go:233|util.go:9; it failed at image.go:74") {
+		t.Errorf("failing elsewhere must fail: ok=%v\n%s", ok, out)
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "exceptions.txt")
+	writeFile(t, p, "runc fail [k8s.io] Area x @not a place # why\n")
+	if _, err := readExceptions(p); err == nil || !strings.Contains(err.Error(), "exceptions.txt:1") {
+		t.Errorf("a bad location: %v", err)
+	}
+}

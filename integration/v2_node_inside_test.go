@@ -140,9 +140,10 @@ func TestInV2Node(t *testing.T) {
 
 // v2NodeKubelet runs kubelet 1.37.2 in the node as a systemd service with its own defaults
 // (failCgroupV1 not overridden), cgroupDriver: systemd and swap on with LimitedSwap,
-// standalone (static pods), and asserts the QoS classes' slices and scopes in cgroup v2's
-// files, the swap limit kubelet gives static pods (none: they are critical), OOMKilled,
-// kubelet's /stats/summary, and that a removed pod leaves no slice or scope.
+// registered with a kube-apiserver run in the node, and asserts the QoS classes' slices
+// and scopes in cgroup v2's files (static pods), the swap kubelet gives static pods (none:
+// they are critical) and a Burstable API pod (its share), that pod resized in place,
+// OOMKilled, kubelet's /stats/summary, and that a removed pod leaves no slice or scope.
 func v2NodeKubelet(t *testing.T, image string) {
 	k := &Kubelet{
 		t: t, Dir: "/var/lib/kubelet", Manifests: "/etc/kubernetes/manifests", Root: "/var/lib/kubelet",
@@ -160,6 +161,9 @@ func v2NodeKubelet(t *testing.T, image string) {
 			t.Fatal(err)
 		}
 	}
+	// A real API server (etcd and kube-apiserver from the tools cache): a pod that is not
+	// static gets LimitedSwap's swap share and can be resized in place.
+	api := startAPIServer(t)
 	if _, err := os.Stat("/etc/resolv.conf"); err != nil {
 		write("/etc/resolv.conf", "nameserver 127.0.0.1\n") // the node has no network; kubelet wants the file
 	}
@@ -180,7 +184,6 @@ authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
-registerNode: false
 `)
 	if err := os.MkdirAll(k.Manifests, 0o755); err != nil {
 		t.Fatal(err)
@@ -191,10 +194,10 @@ After=rtshimd.service
 Wants=rtshimd.service
 
 [Service]
-ExecStart=%s --config /etc/kubernetes/kubelet.yaml --hostname-override %s --v=2
+ExecStart=%s --config /etc/kubernetes/kubelet.yaml --kubeconfig %s --hostname-override %s --v=2
 Restart=always
 RestartSec=2
-`, toolPath(t, "kubelet"), k.NodeName))
+`, toolPath(t, "kubelet"), api.Kubeconfig, k.NodeName))
 	systemctl := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("systemctl", args...).CombinedOutput(); err != nil {
@@ -212,6 +215,7 @@ RestartSec=2
 		for _, e := range entries {
 			_ = os.Remove(filepath.Join(k.Manifests, e.Name()))
 		}
+		_, _ = api.Do(http.MethodDelete, "/api/v1/namespaces/default/pods/resizable", "")
 		waitFor(t, 2*time.Minute, "kubelet to tear every pod down", func() (bool, string) {
 			pods, err := k.Pods()
 			return err == nil && len(pods) == 0, fmt.Sprint(len(pods), " pods ", err)
@@ -226,18 +230,38 @@ RestartSec=2
 		t.FailNow()
 	}
 
+	waitFor(t, 2*time.Minute, "the node to register", func() (bool, string) {
+		_, err := api.Do(http.MethodGet, "/api/v1/nodes/"+k.NodeName, "")
+		return err == nil, fmt.Sprint(err)
+	})
 	node := "-" + k.NodeName
+	// Burstable, through the API server: LimitedSwap gives it swap in proportion to its
+	// memory request; it is resized in place below.
+	api.Create("/api/v1/namespaces/default/pods", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: resizable, namespace: default}
+spec:
+  nodeName: %s
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: %s
+    command: ["sleep", "3600"]
+    resources: {requests: {cpu: 50m, memory: 16Mi}, limits: {cpu: 200m, memory: 64Mi}}
+`, k.NodeName, image))
 	k.AddStaticPod("guaranteed.yaml", onePod("guaranteed", image, "", "{limits: {cpu: 100m, memory: 32Mi}}", "sleep", "3600"))
 	k.AddStaticPod("burstable.yaml", onePod("burstable", image, "", "{requests: {cpu: 50m, memory: 16Mi}, limits: {memory: 64Mi}}",
 		"sh", "-c", "while true; do echo tick; sleep 1; done"))
 	k.AddStaticPod("besteffort.yaml", onePod("besteffort", image, "", "", "sleep", "3600"))
 	k.AddStaticPod("hog.yaml", onePod("hog", image, "Never", "{limits: {memory: 24Mi}}",
-		"sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c"))
+		"sh", "-c", "x=$(yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa); echo ${#x}"))
 	gu := k.WaitPod("guaranteed"+node, 4*time.Minute, "Running and Ready", runningReady)
 	if t.Failed() {
 		t.FailNow()
 	}
 	bu := k.WaitPod("burstable"+node, 2*time.Minute, "Running and Ready", runningReady)
+	rz := k.WaitPod("resizable", 2*time.Minute, "Running and Ready", runningReady)
 	be := k.WaitPod("besteffort"+node, 2*time.Minute, "Running and Ready", runningReady)
 	hog := k.WaitPod("hog"+node, 3*time.Minute, "Failed", func(p *kubePod) bool { return p.Status.Phase == "Failed" })
 	if t.Failed() {
@@ -286,6 +310,35 @@ RestartSec=2
 		}
 		if got := read(podSlice(gu), "cpu.max"); got != "10000 100000" {
 			t.Errorf("guaranteed pod slice cpu.max %q, want \"10000 100000\"", got)
+		}
+	})
+
+	t.Run("LimitedSwap share and in-place resize", func(t *testing.T) {
+		scope := scopeOf(rz)
+		// (request / node memory) * node swap: some, and under the 1 GiB swap disk.
+		sw, err := strconv.ParseInt(read(scope, "memory.swap.max"), 10, 64)
+		if err != nil || sw <= 0 || sw >= 1<<30 {
+			t.Errorf("a Burstable pod's container scope memory.swap.max %d (%v) under LimitedSwap, want its share", sw, err)
+		}
+		if got := read(scope, "cpu.max"); got != "20000 100000" {
+			t.Errorf("cpu.max %q before the resize", got)
+		}
+		patch := `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"50m","memory":"16Mi"},"limits":{"cpu":"300m","memory":"96Mi"}}}]}}`
+		req, err := http.NewRequest(http.MethodPatch, api.URL+"/api/v1/namespaces/default/pods/resizable/resize", strings.NewReader(patch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+api.Token)
+		req.Header.Set("Content-Type", "application/strategic-merge-patch+json")
+		if _, err := send(api.client, req); err != nil {
+			t.Fatalf("resize: %v", err)
+		}
+		waitFor(t, 2*time.Minute, "kubelet to resize the container in place", func() (bool, string) {
+			cpu, mem := read(scope, "cpu.max"), read(scope, "memory.max")
+			return cpu == "30000 100000" && mem == fmt.Sprint(96<<20), "cpu.max " + cpu + " memory.max " + mem
+		})
+		if p := k.WaitPod("resizable", 10*time.Second, "still running", runningReady); p.container("main").RestartCount != 0 {
+			t.Errorf("the resize restarted the container: %s", p.summary())
 		}
 	})
 
@@ -532,7 +585,7 @@ func v2NodeHandlerChecks(ctx context.Context, t *testing.T, rs internalapi.Runti
 	t.Run("OOMKilled", func(t *testing.T) {
 		// No swap (the swap limit is the memory limit): the hog is killed, not swapped.
 		hog := ctr("hog", &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 24 * mi, MemorySwapLimitInBytes: 24 * mi},
-			"sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo $x | wc -c")
+			"sh", "-c", "x=$(yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa); echo ${#x}")
 		var st *runtimeapi.ContainerStatus
 		waitFor(t, 2*time.Minute, "the memory hog to exit", func() (bool, string) {
 			r, err := rs.ContainerStatus(ctx, hog, false)

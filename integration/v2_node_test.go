@@ -182,6 +182,17 @@ func TestV2Node(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TestInV2Node left no log: %v", err)
 	}
+	// What ran in the node and how long each part took.
+	var summary []string
+	for _, f := range []string{"inside-test.log", "conformance.log"} {
+		b, _ := os.ReadFile(filepath.Join(out, f))
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "--- ") || strings.HasPrefix(line, "    --- ") || regexp.MustCompile(`^\S+: \d+ passed`).MatchString(line) {
+				summary = append(summary, line)
+			}
+		}
+	}
+	t.Logf("in the node:\n%s", strings.Join(summary, "\n"))
 	// Every handler's checks ran and passed (a skipped or missing subtest fails here).
 	for _, h := range []string{"runc", "crun", "runc-shim"} {
 		for _, sub := range []string{"limits", "resize", "stats", "OOMKilled", "removal_leaves_no_scope_or_cgroup"} {
@@ -192,7 +203,7 @@ func TestV2Node(t *testing.T) {
 		}
 	}
 
-	for _, sub := range []string{"QoS_slices,_scopes_and_swap", "OOMKilled", "stats_summary", "pod_removal_leaves_no_slice_or_scope"} {
+	for _, sub := range []string{"QoS_slices,_scopes_and_swap", "LimitedSwap_share_and_in-place_resize", "OOMKilled", "stats_summary", "pod_removal_leaves_no_slice_or_scope"} {
 		want := fmt.Sprintf("--- PASS: TestInV2Node/kubelet/%s ", sub)
 		if !strings.Contains(string(log), want) {
 			t.Errorf("in the node: no %q", strings.TrimSpace(want))

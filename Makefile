@@ -138,7 +138,7 @@ systemd-node: deps-test build
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 20m -run '^TestSystemdNode$$' -v ./integration/
 
 # The cgroup-v2 node (issue 39, docs/v2-node.md): a User-Mode Linux kernel built from Debian's
-# linux-source (about 11 minutes cold) booting the node's Debian root with systemd on the
+# linux-source (about 9 minutes cold) booting the node's Debian root with systemd on the
 # unified hierarchy; TestV2Node (part of `make integration`) runs hack/v2-node/inside.sh
 # in it. v2-node-smoke boots the bare kernel only (hack/v2-node/smoke.sh).
 .PHONY: v2-node v2-node-full v2-node-smoke

@@ -13,7 +13,7 @@
 #                             packages: the node container of TestSystemdNode (make systemd-node)
 #   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
 #                             linux-source-6.12 and hack/v2-node/uml.config: the cgroup-v2
-#                             node's (TestV2Node; about 11 minutes cold)
+#                             node's (TestV2Node; about 9 minutes cold)
 #   v2-node-root.img          the cgroup-v2 node's root: Debian 12 with systemd, runc, crun,
 #                             the runc shim and docker-registry, an ext4 image
 #
@@ -274,7 +274,7 @@ build_v2_node_root() {
 # and a hash of the fragment and the patches: changing any builds anew. The source is
 # unpacked (and patched) and built in the cache, outside the checkout; the build directory
 # is kept per source version, so a changed fragment or patch rebuilds only what it touches.
-# The build runs at nice 19 (about 11 minutes cold on 2 cores, beside a test run) and fails
+# The build runs at nice 19 (about 9 minutes cold on 2 cores) and fails
 # when an option of the fragment did not end in the .config as written (UML drops what it
 # cannot have without a word).
 UML_SOURCE_PKG=linux-source-6.12
@@ -313,7 +313,7 @@ build_uml_kernel() {
 			done
 			echo "$applied" >"$src/.applied"
 		fi
-		log "building $name (make ARCH=um, nice 19; about 11 minutes cold on 2 cores)"
+		log "building $name (make ARCH=um, nice 19; about 9 minutes cold on 2 cores)"
 		mkdir -p "$out"
 		local mk=(nice -n 19 make -C "$src" O="$out" ARCH=um)
 		"${mk[@]}" defconfig >&2

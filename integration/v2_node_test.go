@@ -157,7 +157,7 @@ func TestV2Node(t *testing.T) {
 		t.Fatalf("CONFORMANCE_PREBUILD: %v\n%s", err, b)
 	}
 	// critest on crun by default, the part of it in conformance/expected-v2/subset.txt
-	// (about 2 minutes in the node; the whole takes 6.5 a row): crun is the row no other run
+	// (about 2 minutes in the node; the whole takes 6 to 10 a row): crun is the row no other run
 	// has ready. RTSHIMD_V2_NODE_CRITEST names rows to run the whole of critest on (make
 	// v2-node-full: runc, crun and the runc shim).
 	critest, subset := "crun", 1

@@ -27,9 +27,7 @@ import (
 //
 // RTSHIMD_V2_NODE=0 skips it, as it does TestV2Node.
 func TestV2NodeKernelBoots(t *testing.T) {
-	if os.Getenv("RTSHIMD_V2_NODE") == "0" {
-		t.Skip("RTSHIMD_V2_NODE=0")
-	}
+	skipWithoutV2Node(t)
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Dir(filepath.Dir(file))
 	kernel := toolPath(t, "linux-uml")
@@ -115,9 +113,7 @@ var v2NodeUnitPackages = []string{"./internal/cgroups/oomevent"}
 // left here: no process of the kernel, no mount, and the run's scratch directory gone.
 // RTSHIMD_V2_NODE=0 skips it (the kernel takes about 9 minutes to build cold).
 func TestV2Node(t *testing.T) {
-	if os.Getenv("RTSHIMD_V2_NODE") == "0" {
-		t.Skip("RTSHIMD_V2_NODE=0")
-	}
+	skipWithoutV2Node(t)
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Dir(filepath.Dir(file))
 	kernel := toolPath(t, "linux-uml")
@@ -246,5 +242,13 @@ func TestV2Node(t *testing.T) {
 	}
 	if m := mountsUnder("/tmp/v2-node."); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
+	}
+}
+
+// skipWithoutV2Node skips a test of the cgroup-v2 node when RTSHIMD_V2_NODE=0.
+func skipWithoutV2Node(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RTSHIMD_V2_NODE") == "0" {
+		t.Skip("RTSHIMD_V2_NODE=0")
 	}
 }

@@ -80,7 +80,10 @@ func (r *Runtime) run(ctx context.Context, op, id string, args ...string) ([]byt
 	// A sandbox process the runtime leaves behind may hold these pipes for ever; never
 	// wait for their EOF beyond this.
 	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Run(); err != nil {
+	// A runtime that exited 0 did its work even when a child it left still holds the pipes:
+	// Run then reports ErrWaitDelay, and counting that as a failure left RemovePodSandbox
+	// with the container and its rootfs mounts behind (runc delete, seen in the v2 node).
+	if err := cmd.Run(); err != nil && !(errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success()) {
 		text := strings.TrimSpace(stderr.String())
 		if text == "" {
 			text = strings.TrimSpace(stdout.String())

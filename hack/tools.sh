@@ -45,8 +45,13 @@ have() {
 	ln -sfn "$1-$2" "$BIN/$1"
 }
 
+# kube_module [e2e]: a scratch module requiring k8s.io/kubernetes. The test suite's programs
+# (built with -mod=mod, which may rewrite go.mod) get a module of their own, so that they can
+# build while kubelet builds from the other one.
 kube_module() {
-	local dir=$TOOLS/src/kubernetes-$KUBE_VERSION staging=v0${KUBE_VERSION#v1}
+	local dir=$TOOLS/src/kubernetes${1:+-$1}-$KUBE_VERSION staging=v0${KUBE_VERSION#v1} lock
+	exec {lock}>"$dir.lock"
+	flock "$lock"
 	if [ ! -f "$dir/go.sum.done" ]; then
 		log "resolving k8s.io/kubernetes@$KUBE_VERSION (staging modules at $staging)"
 		rm -rf "$dir" && mkdir -p "$dir"
@@ -62,6 +67,7 @@ kube_module() {
 		(cd "$dir" && go get "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION") >&2
 		touch "$dir/go.sum.done"
 	fi
+	exec {lock}>&-
 	echo "$dir"
 }
 
@@ -84,7 +90,7 @@ build_kube() { # kubelet | kube-apiserver
 build_e2e_node() {
 	have e2e_node.test "$KUBE_VERSION" && return
 	local dir minor=${KUBE_VERSION#v1.}
-	dir=$(kube_module)
+	dir=$(kube_module e2e)
 	minor=${minor%%.*}
 	local v=k8s.io/component-base/version
 	log "building e2e_node.test $KUBE_VERSION (ten minutes or more on 2 cores)"
@@ -98,7 +104,7 @@ build_e2e_node() {
 build_kube_cmd() { # name package
 	local name=$1 pkg=$2 dir
 	have "$name" "$KUBE_VERSION" && return
-	dir=$(kube_module)
+	dir=$(kube_module e2e)
 	log "building $name ($pkg, from k8s.io/kubernetes $KUBE_VERSION's go.mod)"
 	(cd "$dir" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags '-s -w' -o "$BIN/$name-$KUBE_VERSION.tmp" "$pkg")
 	mv "$BIN/$name-$KUBE_VERSION.tmp" "$BIN/$name-$KUBE_VERSION"
@@ -292,16 +298,14 @@ build_uml_kernel() {
 	if [ -n "$missing" ]; then
 		log "installing:$missing"
 		# shellcheck disable=SC2086 # a list of package names
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing; } >&2
+		# The lock timeout: `make test` may run this beside another apt-get.
+		{ apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing; } >&2
 	fi
-	local srcver key name applied lock
+	local srcver key name applied
 	srcver=$(dpkg-query -W -f='${Version}' "$UML_SOURCE_PKG")
 	key=$(cat "$fragment" ${patches[@]+"${patches[@]}"} | sha256sum | cut -c1-12)
 	applied=$({ echo "$srcver"; cat ${patches[@]+"${patches[@]}"} </dev/null; } | sha256sum | cut -c1-12)
 	name=linux-uml-${srcver%%-*}-$key
-	# One build at a time: a second would unpack the source under the first.
-	exec {lock}>"$TOOLS/src/linux-uml.lock"
-	flock "$lock"
 	if [ ! -x "$BIN/$name" ]; then
 		local src=$TOOLS/src/$UML_SOURCE_PKG-$srcver out=$TOOLS/src/linux-uml-build-$srcver
 		if [ "$(cat "$src/.applied" 2>/dev/null)" != "$applied" ]; then
@@ -326,7 +330,6 @@ build_uml_kernel() {
 	fi
 	ln -sfn "$name" "$BIN/linux-uml"
 	ln -sfn "$name.config" "$BIN/linux-uml.config"
-	exec {lock}>&-
 }
 
 # uml_config_check FRAGMENT CONFIG: each CONFIG_X=V of the fragment is in the final config as
@@ -348,7 +351,23 @@ uml_config_check() {
 }
 
 [ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs uml-kernel v2-node-root
+# tool_lock TOOL: the lock a build of TOOL holds. `make test` builds the tools its last parts
+# need in the background while its foreground asks for them too (and two runs may share the
+# cache): a second caller waits for the build under way and then finds the tool made. Tools
+# built from one source tree or one scratch module share a lock.
+tool_lock() {
+	case $1 in
+	crictl | critest) echo cri-tools ;;
+	runsc | install-runsc) echo runsc ;;
+	runsc-shim | install-runsc-shim) echo runsc-shim ;;
+	e2e-node | ginkgo | agnhost) echo kubernetes-e2e ;;
+	*) echo "$1" ;;
+	esac
+}
+
 for t in "$@"; do
+	exec {lockfd}>"$TOOLS/src/$(tool_lock "$t").build.lock"
+	flock "$lockfd"
 	case $t in
 	kubelet | kube-apiserver) build_kube "$t" ;;
 	etcd) build_etcd ;;
@@ -367,5 +386,6 @@ for t in "$@"; do
 	v2-node-root) build_v2_node_root ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac
+	exec {lockfd}>&-
 done
 echo "$BIN"

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // toolPath finds a real client the suite drives (crictl, critest, kubelet, kube-apiserver,
@@ -47,4 +49,21 @@ func toolFile(t testing.TB, name string) string {
 		t.Fatalf("%s not in %s/bin: run hack/tools.sh (make test does)", name, toolsDir())
 	}
 	return p
+}
+
+// ensureTools runs hack/tools.sh for names: it builds what is missing, or waits for the
+// build `make test` runs in the background (its locks), so a test that needs a tool only it
+// uses (the cgroup-v2 node's kernel and root) does not hold up the rest of the run.
+func ensureTools(t testing.TB, names ...string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Dir(filepath.Dir(file))
+	cmd := exec.Command(filepath.Join(repo, "hack/tools.sh"), names...)
+	cmd.Dir = repo
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hack/tools.sh %v: %v\n%s", names, err, lastLines(string(out), 40))
+	}
+	t.Logf("hack/tools.sh %v: ready after %s", names, time.Since(start).Round(time.Second))
 }

@@ -28,6 +28,7 @@ import (
 // RTSHIMD_V2_NODE=0 skips it, as it does TestV2Node.
 func TestV2NodeKernelBoots(t *testing.T) {
 	skipWithoutV2Node(t)
+	ensureTools(t, "uml-kernel")
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Dir(filepath.Dir(file))
 	kernel := toolPath(t, "linux-uml")
@@ -114,6 +115,7 @@ var v2NodeUnitPackages = []string{"./internal/cgroups/oomevent"}
 // RTSHIMD_V2_NODE=0 skips it (the kernel takes about 9 minutes to build cold).
 func TestV2Node(t *testing.T) {
 	skipWithoutV2Node(t)
+	ensureTools(t, "uml-kernel", "v2-node-root")
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Dir(filepath.Dir(file))
 	kernel := toolPath(t, "linux-uml")

@@ -34,7 +34,9 @@ out=${V2_NODE_OUT:-$(mktemp -d /tmp/v2-node-out.XXXXXX)}
 mkdir -p "$out"
 out=$(readlink -f "$out")
 rm -f "$out/rc" "$out/console.log"
-printf '%s\n' "$1" >"$out/cmd"
+# The node mounts the tools cache at the same path; its tests and scripts find it through
+# RTSHIMD_TOOLS, as here (a cache away from the default path was not found there).
+printf "export RTSHIMD_TOOLS='%s'\n%s\n" "$TOOLS" "$1" >"$out/cmd"
 
 work=$(mktemp -d /tmp/v2-node.XXXXXX)
 chmod 0755 "$work"

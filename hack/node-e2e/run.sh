@@ -202,6 +202,10 @@ for d in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
 	done
 done
 ln -sfn "$TOOLBIN/ginkgo" "$W/bin/ginkgo"
+# ginkgo runs a compiled suite in the suite's directory and, without --output-dir, writes
+# each process's report below it (it left a tmp/ tree in the tools cache): the suite runs
+# from here, its reports go to $OUT.
+ln -sfn "$TOOLBIN/e2e_node.test" "$W/bin/e2e_node.test"
 
 # --- 2. images ------------------------------------------------------------------------------
 BB_DIR=$TOOLS/conformance/busybox
@@ -345,8 +349,8 @@ for pass in $PASSES; do
 		cd "$W/suite-$pass"
 		exec setsid env PATH="$W/bin:$W/path" "$W/bin/ginkgo" --procs="$PARALLEL" --no-color \
 			--focus="$focus" --skip="$skip" --timeout=2h --poll-progress-after=300s \
-			--json-report="$OUT/$pass.json" \
-			"$TOOLBIN/e2e_node.test" -- \
+			--output-dir="$OUT" --json-report="$pass.json" \
+			"$W/bin/e2e_node.test" -- \
 			--container-runtime-endpoint="unix://$SOCK" \
 			--container-runtime-process-name=rtshimd --container-runtime-pid-file="$W/rtshimd.pid" \
 			--prepull-images=false --node-name="$NODE_NAME" --report-dir="$OUT/reports/$pass" \

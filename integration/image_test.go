@@ -319,3 +319,91 @@ func TestConcurrentPullsShareWork(t *testing.T) {
 		t.Errorf("6 identical concurrent pulls did the work %d times, want once", pulled)
 	}
 }
+
+// ImageSpec.runtime_handler (images per RuntimeClass, KEP-4216), through the real client: a
+// configured handler pulls, finds, lists and removes the one image every handler shares; a
+// handler the node does not have is refused by name in every image call and in a
+// container's image and image volume, and nothing is pulled or removed for it.
+func TestImageRuntimeHandler(t *testing.T) {
+	reg := startRegistry(t, nil)
+	d := newDaemon(t, withRegistries(reg.Addr))
+	ctx := ctxT(t)
+	_, cdig := reg.Push(t, "tools/busybox", "1.0", ImageSpec{Layers: []Layer{busyboxLayer(t)}, Config: ocispec.ImageConfig{Cmd: []string{"sh"}}}, nil)
+	ref := reg.Ref("tools/busybox", "1.0")
+	on := func(handler string) *runtimeapi.ImageSpec {
+		return &runtimeapi.ImageSpec{Image: ref, RuntimeHandler: handler}
+	}
+	refused := func(what string, err error, field string) {
+		t.Helper()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), `"no-such-handler"`) {
+			t.Errorf("%s with an unknown handler: %v, want InvalidArgument naming %s and the handler", what, err, field)
+		}
+	}
+
+	_, err := d.IS.PullImage(ctx, on("no-such-handler"), nil, nil)
+	refused("PullImage", err, "image.runtime_handler")
+	if imgs, _ := d.IS.ListImages(ctx, nil); len(imgs) != 0 {
+		t.Fatalf("a refused pull stored %d images", len(imgs))
+	}
+
+	id, err := d.IS.PullImage(ctx, on("runsc"), nil, nil)
+	if err != nil || id != cdig {
+		t.Fatalf("PullImage(runtime_handler runsc) = %s, %v; want %s", id, err, cdig)
+	}
+	if id2, err := d.IS.PullImage(ctx, on(""), nil, nil); err != nil || id2 != id {
+		t.Errorf("PullImage(default handler) = %s, %v; want the same image %s", id2, err, id)
+	}
+	for _, h := range []string{"runsc", "runc", ""} {
+		st, err := d.IS.ImageStatus(ctx, on(h), false)
+		if err != nil || st.GetImage().GetId() != id {
+			t.Errorf("ImageStatus(runtime_handler %q) = %v, %v; want %s", h, st, err, id)
+		}
+		imgs, err := d.IS.ListImages(ctx, &runtimeapi.ImageFilter{Image: on(h)})
+		if err != nil || len(imgs) != 1 {
+			t.Errorf("ListImages(runtime_handler %q) = %v, %v; want the image", h, imgs, err)
+		}
+	}
+	_, err = d.IS.ImageStatus(ctx, on("no-such-handler"), false)
+	refused("ImageStatus", err, "image.runtime_handler")
+	_, err = d.IS.ListImages(ctx, &runtimeapi.ImageFilter{Image: on("no-such-handler")})
+	refused("ListImages", err, "filter.image.runtime_handler")
+	err = d.IS.RemoveImage(ctx, on("no-such-handler"))
+	refused("RemoveImage", err, "image.runtime_handler")
+	if st, err := d.IS.ImageStatus(ctx, on(""), false); err != nil || st.GetImage() == nil {
+		t.Fatalf("the image is gone after a refused RemoveImage: %v %v", st, err)
+	}
+
+	// A container's image and its image volumes.
+	podCfg := podConfig("image-handler", runtimeapi.NamespaceMode_CONTAINER)
+	podID, err := d.RS.RunPodSandbox(ctx, podCfg, "runc")
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
+		Image:    on("no-such-handler"),
+		Command:  []string{"sleep", "60"},
+	}
+	_, err = d.RS.CreateContainer(ctx, podID, cfg, podCfg)
+	refused("CreateContainer", err, "config.image.runtime_handler")
+	cfg.Image = on("runc")
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/img", Image: on("no-such-handler")}}
+	_, err = d.RS.CreateContainer(ctx, podID, cfg, podCfg)
+	refused("CreateContainer", err, "config.mounts[0].image.runtime_handler")
+	if cs, err := d.RS.ListContainers(ctx, nil); err != nil || len(cs) != 0 {
+		t.Errorf("refused creates left containers: %v %v", cs, err)
+	}
+	if err := d.RS.StopPodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RS.RemovePodSandbox(ctx, podID); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := d.IS.RemoveImage(ctx, on("runsc")); err != nil {
+		t.Fatalf("RemoveImage(runtime_handler runsc): %v", err)
+	}
+	if imgs, _ := d.IS.ListImages(ctx, nil); len(imgs) != 0 {
+		t.Errorf("%d images left after RemoveImage(runtime_handler runsc)", len(imgs))
+	}
+}

@@ -8,6 +8,9 @@ import (
 
 // ListImages lists images, or the one the filter names.
 func (s *Server) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	if err := s.checkImageHandler("filter.image", req.GetFilter().GetImage()); err != nil {
+		return nil, err
+	}
 	imgs, err := s.Images.List(req.GetFilter().GetImage().GetImage())
 	if err != nil {
 		return nil, err

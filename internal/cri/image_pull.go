@@ -12,6 +12,9 @@ import (
 
 // PullImage pulls an image with the request's credentials and returns its ID.
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	if err := s.checkImageHandler("image", req.GetImage()); err != nil {
+		return nil, err
+	}
 	a := req.GetAuth()
 	start := time.Now()
 	id, err := s.Images.Pull(ctx, req.GetImage().GetImage(), image.Auth{

@@ -13,6 +13,9 @@ import (
 // ImageStatus describes one image; an absent image is an empty answer, not an error.
 // verbose adds the image config as JSON under "info".
 func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	if err := s.checkImageHandler("image", req.GetImage()); err != nil {
+		return nil, err
+	}
 	ref := req.GetImage().GetImage()
 	im, err := s.Images.Status(ref)
 	if errors.Is(err, errdefs.ErrNotFound) {

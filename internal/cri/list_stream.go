@@ -51,6 +51,9 @@ func (s *Server) StreamPodSandboxStats(req *runtimeapi.StreamPodSandboxStatsRequ
 
 // StreamImages is ListImages in pages.
 func (s *Server) StreamImages(req *runtimeapi.StreamImagesRequest, stream grpc.ServerStreamingServer[runtimeapi.StreamImagesResponse]) error {
+	if err := s.checkImageHandler("filter.image", req.GetFilter().GetImage()); err != nil {
+		return err
+	}
 	imgs, err := s.Images.List(req.GetFilter().GetImage().GetImage())
 	if err != nil {
 		return err

@@ -156,6 +156,20 @@ func (t *Table) Lookup(name string) (*Handler, error) {
 	return h, nil
 }
 
+// ImageHandler checks the handler an ImageSpec names (runtime_handler, KEP-4216). Every
+// handler shares one image store, so any configured row, ready or not, and "" (the default)
+// are accepted; a name the node does not have is ErrInvalidArgument naming the configured
+// ones. The caller adds the field's name.
+func (t *Table) ImageHandler(name string) error {
+	if name == "" {
+		return nil
+	}
+	if _, ok := t.byName[name]; !ok {
+		return fmt.Errorf("%q is not a runtime handler of this node (configured: %s): %w", name, t.names(), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // CheckPod refuses a pod that asks for something the handler cannot do, naming the
 // feature and the handler.
 func (h *Handler) CheckPod(cfg *runtimeapi.PodSandboxConfig) error {

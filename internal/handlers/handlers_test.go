@@ -116,6 +116,25 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// An ImageSpec may name any configured row, ready or not (one store serves them all); an
+// unknown name is refused as invalid, naming the configured ones.
+func TestImageHandler(t *testing.T) {
+	tb, hs := table(t)
+	hs["crun"].Ready = false
+	for _, name := range []string{"", "runc", "runsc", "crun"} {
+		if err := tb.ImageHandler(name); err != nil {
+			t.Errorf("ImageHandler(%q) = %v", name, err)
+		}
+	}
+	err := tb.ImageHandler("gvisor")
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("ImageHandler(unknown) = %v, want ErrInvalidArgument", err)
+	}
+	if !strings.Contains(err.Error(), `"gvisor"`) || !strings.Contains(err.Error(), "crun, kata, runc") {
+		t.Errorf("ImageHandler(unknown) = %q, want the name and the configured ones", err)
+	}
+}
+
 func TestNew(t *testing.T) {
 	cfg := config.Default()
 	cfg.CgroupDriver = config.SystemdDriver

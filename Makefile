@@ -122,24 +122,25 @@ host-tools:
 integration: build host-tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 40m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-# The tools only the last parts use (TestV2Node near the end of integration, node-e2e-short)
-# build in the background from the start, at nice 19, in what the tests leave of the CPUs:
-# cold, built one after the other, they took the run to about 80 minutes. hack/tools.sh
-# locks each build, so a part that asks for a tool under way waits for it. A failed
-# background build fails the run; `make test LATE_TOOLS=` builds nothing in the background.
-LATE_TOOLS ?= uml-kernel v2-node-root e2e-node ginkgo agnhost
-LATE_LOG := /tmp/rtshimd-late-tools.log
+# The tools build in the background from the start, at nice 19, in what vet and the tests
+# leave of the CPUs: first what the integration tests need, then what only the last parts use
+# (TestV2Node near the end of integration, node-e2e-short). Built one after the other in the
+# foreground, a cold run took about 80 minutes. hack/tools.sh locks each build, so a part
+# that asks for a tool under way waits for it. A failed background build fails the run;
+# `make test BG_TOOLS=` builds each tool when its part first asks for it.
+BG_TOOLS ?= $(HOST_TOOLS) uml-kernel v2-node-root e2e-node ginkgo agnhost
+BG_LOG := /tmp/rtshimd-bg-tools.log
 test: deps-test
-	@late=""; \
-	if [ -n "$(strip $(LATE_TOOLS))" ]; then \
-		echo "building in the background: $(strip $(LATE_TOOLS)) (log: $(LATE_LOG))"; \
-		setsid nice -n 19 hack/tools.sh $(LATE_TOOLS) >$(LATE_LOG) 2>&1 </dev/null & late=$$!; \
-		trap 'kill -- -'$$late' 2>/dev/null; exit 130' INT TERM; \
+	@bg=""; \
+	if [ -n "$(strip $(BG_TOOLS))" ]; then \
+		echo "building in the background: $(strip $(BG_TOOLS)) (log: $(BG_LOG))"; \
+		setsid nice -n 19 hack/tools.sh $(BG_TOOLS) >$(BG_LOG) 2>&1 </dev/null & bg=$$!; \
+		trap 'kill -- -'$$bg' 2>/dev/null; exit 130' INT TERM; \
 	fi; \
 	$(MAKE) --no-print-directory vet unit fuzz-short integration conformance node-e2e-short; rc=$$?; \
-	if [ -n "$$late" ]; then \
-		if [ $$rc -ne 0 ]; then kill -- -$$late 2>/dev/null; wait $$late 2>/dev/null; \
-		elif ! wait $$late; then echo "background tool build failed (hack/tools.sh $(strip $(LATE_TOOLS))):"; tail -n 40 $(LATE_LOG); rc=1; fi; \
+	if [ -n "$$bg" ]; then \
+		if [ $$rc -ne 0 ]; then kill -- -$$bg 2>/dev/null; wait $$bg 2>/dev/null; \
+		elif ! wait $$bg; then echo "background tool build failed (hack/tools.sh $(strip $(BG_TOOLS))):"; tail -n 40 $(BG_LOG); rc=1; fi; \
 	fi; \
 	exit $$rc
 

@@ -515,8 +515,8 @@ func TestMountErrors(t *testing.T) {
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, MountOptions: []string{"ro,exec"}}, `config.mounts[1].mount_options[0] "ro,exec" is not a mount option`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"noatime", "exec"}},
-			`config.mounts[1].mount_options[1] "exec" would undo the image volume's nosuid, nodev, noexec or read-only mount of config.mounts[1].image.image "busybox"`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"noatime", "defaults"}},
+			`config.mounts[1].mount_options[1] "defaults" would undo the image volume's nosuid, nodev or read-only mount of config.mounts[1].image.image "busybox"`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"suid"}}, `config.mounts[1].mount_options[0] "suid" would undo`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"dev"}}, `config.mounts[1].mount_options[0] "dev" would undo`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"rw"}}, `config.mounts[1].mount_options[0] "rw" would undo`},
@@ -563,9 +563,9 @@ func TestImageMounts(t *testing.T) {
 	o.ImageVolumes = map[int]string{0: vol, 1: sub, 2: vol}
 	s := mustSpec(t, o)
 	for dst, w := range map[string]specs.Mount{
-		"/vol":     {Destination: "/vol", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec"}},
-		"/sub":     {Destination: "/sub", Type: "bind", Source: sub, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec", "noatime"}},
-		"/vol/rro": {Destination: "/vol/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rro", "nosuid", "nodev", "noexec"}},
+		"/vol":     {Destination: "/vol", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev"}},
+		"/sub":     {Destination: "/sub", Type: "bind", Source: sub, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noatime"}},
+		"/vol/rro": {Destination: "/vol/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rro", "nosuid", "nodev"}},
 	} {
 		if got := mountAt(s, dst); got == nil || !reflect.DeepEqual(*got, w) {
 			t.Errorf("mount %s = %+v, want %+v", dst, got, w)

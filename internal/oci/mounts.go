@@ -54,14 +54,14 @@ func defaultMounts(privileged, privateShm bool) []specs.Mount {
 func IsImageMount(m *runtimeapi.Mount) bool { return m.GetImage().GetImage() != "" }
 
 // imageVolumeOptions are the options of every image volume's bind: it is read-only (set
-// apart), and carries neither devices, set-user-ID nor executables, as CRI-O mounts image
-// volumes and as the Kubernetes documentation says runtimes typically do; kubelet's
-// mount_options may add to them.
-var imageVolumeOptions = []string{"nosuid", "nodev", "noexec"}
+// apart) and carries neither devices nor set-user-ID programs; kubelet's mount_options may
+// add to them. Not noexec: KEP-4639 dropped it (kubernetes/enhancements#5354), since shipping
+// tools to a pod is what image volumes are for, and critest v1.37 runs a program from one.
+var imageVolumeOptions = []string{"nosuid", "nodev"}
 
 // imageVolumeUndo are the mount options that would undo imageVolumeOptions or the
 // read-only bind: refused on an image volume.
-var imageVolumeUndo = []string{"suid", "dev", "exec", "rw", "defaults"}
+var imageVolumeUndo = []string{"suid", "dev", "rw", "defaults"}
 
 // criMounts checks config.mounts: container_path absolute, host_path present (created as a
 // directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with
@@ -136,7 +136,7 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, 
 			// mount_options add to an image volume's options, never undo them.
 			for j, o := range m.GetMountOptions() {
 				if slices.Contains(imageVolumeUndo, o) {
-					return nil, invalidf("%s[%d] %q would undo the image volume's nosuid, nodev, noexec or read-only mount of %s %q",
+					return nil, invalidf("%s[%d] %q would undo the image volume's nosuid, nodev or read-only mount of %s %q",
 						field("mount_options"), j, o, field("image.image"), m.GetImage().GetImage())
 				}
 			}

@@ -36,7 +36,7 @@ func TestImageVolumes(t *testing.T) {
 	}}}}, nil)
 	ref := e.reg.Ref("test/data", "1")
 	imageMount := func(path, image, sub string) *runtimeapi.Mount {
-		return &runtimeapi.Mount{ContainerPath: path, Image: &runtimeapi.ImageSpec{Image: image}, ImageSubPath: sub}
+		return &runtimeapi.Mount{ContainerPath: path, Image: &runtimeapi.ImageSpec{Image: image}, ImageSubPath: sub, Readonly: true}
 	}
 
 	t.Run("bad-input", func(t *testing.T) {

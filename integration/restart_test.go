@@ -280,7 +280,7 @@ func TestRestartAfterReboot(t *testing.T) {
 	podID, pod := e.pod("reboot", "runc")
 	// With an image volume: a containers/storage container, whose record is transient.
 	withVolume := e.ctrConfig("running", "sleep", "100000")
-	withVolume.Mounts = []*runtimeapi.Mount{{ContainerPath: "/vol", Image: imgSpec(e.image)}}
+	withVolume.Mounts = []*runtimeapi.Mount{{ContainerPath: "/vol", Image: imgSpec(e.image), Readonly: true}}
 	running := e.run(podID, pod, withVolume)
 	exited := e.run(podID, pod, e.ctrConfig("exited", "sh", "-c", "exit 3"))
 	e.waitExit(exited)

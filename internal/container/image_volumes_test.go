@@ -62,7 +62,7 @@ func TestImageSubPath(t *testing.T) {
 func TestStatusMounts(t *testing.T) {
 	cfg := &runtimeapi.ContainerConfig{Mounts: []*runtimeapi.Mount{
 		{ContainerPath: "/host", HostPath: "/srv"},
-		{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}, ImageSubPath: "data"},
+		{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}, ImageSubPath: "data", Readonly: true},
 	}}
 	c := &Container{config: cfg}
 	if got := statusMounts(c); len(got) != 2 || got[1].GetImage().GetImageRef() != "" {

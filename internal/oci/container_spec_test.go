@@ -508,6 +508,8 @@ func TestMountErrors(t *testing.T) {
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Image: &runtimeapi.ImageSpec{Image: "busybox"}},
 			`config.mounts[1].host_path "` + vol + `" and config.mounts[1].image.image "busybox" are both set`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{}}, `config.mounts[1].image.image is empty`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}},
+			`config.mounts[1].readonly is false for config.mounts[1].image.image "busybox": an image volume is read-only`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, ImageSubPath: "data"}, `config.mounts[1].image_sub_path "data" is set but config.mounts[1].image.image is not`},
 		{&runtimeapi.Mount{ContainerPath: "/", Image: &runtimeapi.ImageSpec{Image: "busybox"}}, `config.mounts[1].container_path "/": cannot mount over the root filesystem`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, RecursiveReadOnly: true}, `config.mounts[1].recursive_read_only is set but readonly is not`},
@@ -515,15 +517,15 @@ func TestMountErrors(t *testing.T) {
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, MountOptions: []string{"ro,exec"}}, `config.mounts[1].mount_options[0] "ro,exec" is not a mount option`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"noatime", "defaults"}},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, MountOptions: []string{"noatime", "defaults"}},
 			`config.mounts[1].mount_options[1] "defaults" would undo the image volume's nosuid, nodev or read-only mount of config.mounts[1].image.image "busybox"`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"suid"}}, `config.mounts[1].mount_options[0] "suid" would undo`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"dev"}}, `config.mounts[1].mount_options[0] "dev" would undo`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"rw"}}, `config.mounts[1].mount_options[0] "rw" would undo`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, MountOptions: []string{"suid"}}, `config.mounts[1].mount_options[0] "suid" would undo`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, MountOptions: []string{"dev"}}, `config.mounts[1].mount_options[0] "dev" would undo`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, MountOptions: []string{"rw"}}, `config.mounts[1].mount_options[0] "rw" would undo`},
 		// No SELinux and strict_selinux (strict below): selinux_relabel is refused, not dropped.
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: filepath.Join(vol, "never"), SelinuxRelabel: true},
 			`config.mounts[1].selinux_relabel is set for config.mounts[1].host_path "` + filepath.Join(vol, "never") + `": SELinux is not enabled on this node`},
-		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, SelinuxRelabel: true},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, SelinuxRelabel: true},
 			`config.mounts[1].selinux_relabel is set for config.mounts[1].image.image "busybox": SELinux is not enabled on this node`},
 	}
 	for _, tt := range tests {
@@ -556,7 +558,7 @@ func TestImageMounts(t *testing.T) {
 	vol, sub := t.TempDir(), t.TempDir()
 	o := testOptions(t)
 	o.Config.Mounts = []*runtimeapi.Mount{
-		{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}},
+		{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}, Readonly: true},
 		{ContainerPath: "/sub/", Image: &runtimeapi.ImageSpec{Image: "sha256:0123"}, ImageSubPath: "data", Readonly: true, MountOptions: []string{"noatime"}},
 		{ContainerPath: "/vol/rro", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}, Readonly: true, RecursiveReadOnly: true},
 	}

@@ -95,6 +95,10 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, 
 			return nil, invalidf("%s is empty", field("host_path"))
 		case !image && m.GetImageSubPath() != "":
 			return nil, invalidf("%s %q is set but %s is not", field("image_sub_path"), m.GetImageSubPath(), field("image.image"))
+		case image && !m.GetReadonly():
+			// The CRI: "All image mounts are per feature definition readonly"; kubelet
+			// always sets it. Refused rather than made read-only behind the caller's back.
+			return nil, invalidf("%s is false for %s %q: an image volume is read-only", field("readonly"), field("image.image"), m.GetImage().GetImage())
 		}
 		switch m.GetPropagation() {
 		case runtimeapi.MountPropagation_PROPAGATION_PRIVATE,

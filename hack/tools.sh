@@ -27,7 +27,7 @@ set -euo pipefail
 
 KUBE_VERSION=v1.37.2          # kubelet, kube-apiserver (staging modules: v0.37.2)
 ETCD_VERSION=v3.6.16          # the etcd line kube-apiserver 1.37 is tested with
-CRI_TOOLS_VERSION=v1.36.0     # newest cri-tools on the proxy; cri-api v0.36 (daemon: v0.37)
+CRI_TOOLS_VERSION=v1.37.0     # cri-api v0.37, as the daemon's
 # gVisor: the proxy's latest pseudo-version of gVisor's Go branch. The one place its version
 # is kept (the default config names the installed path, /usr/local/bin/runsc).
 GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237

@@ -298,6 +298,9 @@ for h in $HANDLERS; do
 		-ginkgo.no-color -ginkgo.json-report "$OUT/$h.json" -ginkgo.timeout 40m
 		-ginkgo.poll-progress-after 120s -ginkgo.poll-progress-interval 60s)
 	[ "$h" = runc ] || args+=(-runtime-handler "$h")
+	# critest's NRI specs (v1.37, [Serial]: they run after the rest) plug into the daemon's
+	# NRI socket and check its hooks' order, failures and cleanup.
+	args+=(-nri-socket "$W/nri.sock")
 	[ -n "$skip" ] && args+=(-ginkgo.skip "$skip")
 	# A subset: its full spec texts, quoted into one regular expression.
 	[ -n "$SUBSET" ] && [ -z "$FOCUS" ] && args+=(-ginkgo.focus "$(grep -v -e '^#' -e '^$' "$SUBSET" | sed 's/[][\\.*^$()+?{}|]/\\&/g' | paste -sd'|')")

@@ -206,6 +206,9 @@ ln -sfn "$TOOLBIN/ginkgo" "$W/bin/ginkgo"
 # each process's report below it (it left a tmp/ tree in the tools cache): the suite runs
 # from here, its reports go to $OUT.
 ln -sfn "$TOOLBIN/e2e_node.test" "$W/bin/e2e_node.test"
+# The suite starts the kubelet it finds beside itself (test/e2e_node/builder: the directory
+# of its argv[0]).
+ln -sfn "$TOOLBIN/kubelet" "$W/bin/kubelet"
 
 # --- 2. images ------------------------------------------------------------------------------
 BB_DIR=$TOOLS/conformance/busybox

@@ -158,7 +158,7 @@ func TestImageVolumes(t *testing.T) {
 				}
 				// KEP-4639 dropped noexec (kubernetes/enhancements#5354): tools shipped
 				// in an image volume run.
-				if out, err := execIn("/sub/run.sh"); err != nil || out != "ran" {
+				if out, err := execIn("/sub/run.sh"); err != nil || strings.TrimSpace(out) != "ran" {
 					t.Errorf("%s: /sub/run.sh from the image volume = %q, %v; want it to run", when, out, err)
 				}
 				resp, err := e.d.RS.ContainerStatus(ctx, ctr, false)

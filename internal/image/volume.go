@@ -26,10 +26,11 @@ import (
 // and deleted with its last user.
 
 // volumeMountOpts are the options of the store's own mount of a volume: read-only (no
-// upper layer, and MS_RDONLY), and neither devices, set-user-ID nor executables, as CRI-O
-// mounts image volumes and as the Kubernetes documentation says runtimes typically do.
-// The container's bind of it repeats them (internal/oci).
-var volumeMountOpts = []string{"ro", "nodev", "nosuid", "noexec"}
+// upper layer, and MS_RDONLY), and neither devices nor set-user-ID programs. Not noexec:
+// KEP-4639 dropped it, and in a pod user namespace the runtime cannot clear a flag of the
+// source when it binds it (the flags are locked there: EPERM). The container's bind of it
+// repeats them (internal/oci).
+var volumeMountOpts = []string{"ro", "nodev", "nosuid"}
 
 // Volume is one image volume of a container.
 type Volume struct {

@@ -84,13 +84,8 @@ func TestDeleteWithMissingBinaryFails(t *testing.T) {
 // A runtime that exits 0 while a child it started still holds its output (runc delete in
 // the cgroup-v2 node) succeeded: the call must not fail once the pipe wait gives up.
 func TestRunSucceedsWhenAChildHoldsTheOutput(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "runtime")
 	// The child keeps stdout and stderr open for longer than the 2-second pipe wait.
-	script := "#!/bin/sh\nsleep 5 &\nexit 0\n"
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := New(&kind.Row{Handler: "held", Path: bin, Root: t.TempDir()})
+	r := fakeRuntime(t, "sleep 5 &\nexit 0")
 	if err := r.Delete(context.Background(), "c1", true); err != nil {
 		t.Fatalf("Delete through a runtime that exited 0 failed: %v", err)
 	}
@@ -98,12 +93,7 @@ func TestRunSucceedsWhenAChildHoldsTheOutput(t *testing.T) {
 
 // The same runtime exiting non-zero still fails, with its handler named.
 func TestRunFailsWhenTheRuntimeFailsAndAChildHoldsTheOutput(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "runtime")
-	script := "#!/bin/sh\necho boom >&2\nsleep 5 &\nexit 3\n"
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := New(&kind.Row{Handler: "held", Path: bin, Root: t.TempDir()})
+	r := fakeRuntime(t, "echo boom >&2\nsleep 5 &\nexit 3")
 	err := r.Kill(context.Background(), "c1", "KILL", false)
 	if err == nil {
 		t.Fatal("Kill through a runtime that exited 3 reported success")
@@ -112,4 +102,15 @@ func TestRunFailsWhenTheRuntimeFailsAndAChildHoldsTheOutput(t *testing.T) {
 	if !errors.As(err, &e) || e.Handler != "held" {
 		t.Errorf("error %v does not name the handler", err)
 	}
+}
+
+// fakeRuntime is the driver of a runtime binary that is the shell script body, as handler
+// "held".
+func fakeRuntime(t *testing.T, body string) *Runtime {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "runtime")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return New(&kind.Row{Handler: "held", Path: bin, Root: t.TempDir()})
 }

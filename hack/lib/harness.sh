@@ -111,6 +111,54 @@ umount_under() {
 	echo "$m" | wc -l
 }
 
+# claim_run: marks $W as a live run's (its owner: this shell's PID and start time, so a reused
+# PID does not pass for it). reclaim_dead_runs tells a live run's directory from a dead one's
+# by it.
+claim_run() {
+	echo "$$ $(proc_start $$)" >"$W/.owner"
+}
+proc_start() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+run_alive() {
+	local pid start
+	read -r pid start 2>/dev/null <"$1/.owner" || return 1
+	[ -n "$pid" ] && [ "$(proc_start "$pid")" = "$start" ]
+}
+
+# reclaim_dead_runs PREFIX: removes what runs killed before their cleanup (a session's end, a
+# CI timeout, kill -9) left in /tmp/PREFIX.*: their processes, the containers runc and runsc
+# still know under their roots, their mounts and directories, and, when no run of PREFIX is
+# alive, the bridge and iptables rules of $BRIDGE, $NET_NAME, $SUBNET_RE. These are not this
+# run's leaks: it logs what it removed and goes on. Prints the number of live runs of PREFIX.
+reclaim_dead_runs() (
+	# A subshell without errexit: iptables_cleanup, like all cleanup here, runs under set +e.
+	set +e
+	local prefix=$1 d h p bin ids all live=0 n=0
+	for d in /tmp/"$prefix".*; do
+		[ -d "$d" ] || continue
+		if run_alive "$d"; then live=$((live + 1)); continue; fi
+		n=$((n + 1))
+		W=$d all="" LEAKS=0
+		for p in $(run_pids); do kill -KILL "$p" 2>/dev/null; done
+		for h in runc runsc; do
+			[ -d "$d/run/$h" ] || continue
+			bin=/usr/sbin/runc
+			[ $h = runsc ] && bin=/usr/local/bin/runsc
+			ids=$($bin --root "$d/run/$h" list -q 2>/dev/null)
+			for id in $ids; do $bin --root "$d/run/$h" delete -force "$id" >/dev/null 2>&1; done
+			all="$all $ids"
+		done
+		umount_under "$d" >/dev/null
+		rm -rf "$d"
+		log "removed the leftovers of a dead run: $d$([ -z "${all// /}" ] || echo " (containers:$(echo $all | cut -c1-200))")"
+	done
+	if [ $live = 0 ] && [ $n -gt 0 ]; then
+		ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE"
+		# Its rules are the dead run's: iptables_cleanup's leak count stays in this subshell.
+		iptables_cleanup "$NET_NAME" "$SUBNET_RE" 2>/dev/null
+	fi
+	echo $live
+)
+
 # finish_run RC: the last of a run's cleanup, the same in every runner: the run's bridge
 # and its iptables rules ($BRIDGE, $NET_NAME, $SUBNET_RE), its temp dir $W, then the leak
 # verdict; exits with RC, or 1 when RC is 0 and something leaked.

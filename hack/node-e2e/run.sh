@@ -67,9 +67,18 @@ LOG_TAG=node-e2e
 for p in $PASSES; do
 	case $p in runc | runsc | runc-stats) ;; *) die "unknown pass $p (runc, runsc, runc-stats)" ;; esac
 done
-# kubelet's paths are fixed: two runs at once would share them.
-for d in /var/lib/kubelet/pods /var/log/pods; do
-	[ -z "$(ls -A "$d" 2>/dev/null)" ] || die "$d is not empty: another kubelet runs here, or a run left it (remove it first)"
+# kubelet's paths are fixed: two runs at once would share them. What a run killed before its
+# cleanup left there (and in /tmp) is removed; a live kubelet or run is refused.
+pgrep -x kubelet >/dev/null && die "a kubelet runs here (pid $(pgrep -x kubelet | head -1)): kubelet's paths are fixed, stop it first"
+live=$(reclaim_dead_runs rtshimd-node-e2e)
+[ "$live" = 0 ] || die "another node-e2e run is under way here ($live in /tmp/rtshimd-node-e2e.*)"
+if [ -n "$(find /var/lib/kubelet/pods /var/log/pods -mindepth 1 -maxdepth 1 2>/dev/null | head -1)" ]; then
+	log "removing a dead kubelet's pods: $(umount_under /var/lib/kubelet) mount(s), $(ls -A /var/lib/kubelet/pods 2>/dev/null | wc -l) pod dir(s)"
+	rm -rf /var/lib/kubelet/pods/* /var/log/pods/* /var/log/containers/*
+fi
+for c in $(find /sys/fs/cgroup -mindepth 2 -maxdepth 6 -type d -path '*/kubepods*' 2>/dev/null | sort -r); do
+	[ -s "$c/cgroup.procs" ] && xargs -r kill -KILL <"$c/cgroup.procs" 2>/dev/null
+	rmdir "$c" 2>/dev/null || true
 done
 
 # --- 0. Debian packages and tools ----------------------------------------------------------
@@ -79,6 +88,7 @@ TOOLBIN=$(hack/tools.sh kubelet e2e-node ginkgo agnhost crictl)
 
 W=$(mktemp -d /tmp/rtshimd-node-e2e.XXXXXX)
 chmod 0711 "$W"
+claim_run
 mkdir -p "$OUT" "$W/bin" "$W/path" "$W/state" "$W/run" "$W/cni/net.d" "$W/cni/ipam" "$W/cni/cache"
 rm -rf "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt "$OUT"/reports
 SOCK=$W/rtshimd.sock

@@ -100,8 +100,11 @@ if [ -z "$PREBUILT" ]; then
 	apt_need $pkgs
 fi
 
+live=$(reclaim_dead_runs rtshimd-conformance)
+[ "$live" = 0 ] || die "another conformance run is under way here ($live in /tmp/rtshimd-conformance.*): they would share $BRIDGE"
 W=$(mktemp -d /tmp/rtshimd-conformance.XXXXXX)
 chmod 0711 "$W"
+claim_run
 mkdir -p "$OUT" "$W/bin" "$W/registry" "$W/state" "$W/run" "$W/cni/net.d" "$W/cni/ipam" "$W/cni/cache"
 rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt
 SOCK=$W/rtshimd.sock

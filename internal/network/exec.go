@@ -15,6 +15,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/rtshimd/rtshimd/internal/cmdexit"
 )
 
 // pluginExec runs CNI plugins as libcni's own RawExec does, except that a plugin still
@@ -44,7 +46,7 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, path string, stdin []byte, 
 		c.WaitDelay = pipeWait
 		err := c.Run()
 		switch {
-		case err == nil || (errors.Is(err, exec.ErrWaitDelay) && c.ProcessState != nil && c.ProcessState.Success()):
+		case cmdexit.Succeeded(c, err):
 			// A plugin that succeeded but left a child holding its output (a daemonized
 			// helper) succeeded: its answer was read before it exited.
 			if stderr.Len() > 0 {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
+	"github.com/rtshimd/rtshimd/internal/cmdexit"
 	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/fsafe/unixsock"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -590,7 +591,7 @@ func (p *execProcess) Wait() (int, error) {
 	}
 	var ee *exec.ExitError
 	switch {
-	case p.err == nil, errors.Is(p.err, exec.ErrWaitDelay):
+	case cmdexit.Succeeded(p.cmd, p.err):
 		return 0, nil
 	case errors.As(p.err, &ee):
 		// A runtime that could not even start the process says so on stderr and exits

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 
+	"github.com/rtshimd/rtshimd/internal/cmdexit"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/metrics"
 )
@@ -83,7 +84,7 @@ func (r *Runtime) run(ctx context.Context, op, id string, args ...string) ([]byt
 	// A runtime that exited 0 did its work even when a child it left still holds the pipes:
 	// Run then reports ErrWaitDelay, and counting that as a failure left RemovePodSandbox
 	// with the container and its rootfs mounts behind (runc delete, seen in the v2 node).
-	if err := cmd.Run(); err != nil && !(errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success()) {
+	if err := cmd.Run(); !cmdexit.Succeeded(cmd, err) {
 		text := strings.TrimSpace(stderr.String())
 		if text == "" {
 			text = strings.TrimSpace(stdout.String())

@@ -246,7 +246,11 @@ host_ipc = true
 recursive_read_only_mounts = true
 user_namespaces = true
 
+# critest's NRI sync specs hold a late plugin's Synchronize open for 2 s, which is the
+# default request timeout (rtshimd's, containerd's and CRI-O's): at 2 s the plugin is
+# dropped, its stub never hears of later containers and critest skips the spec as "lost".
 [nri]
+plugin_request_timeout = "10s"
 socket_path = "$W/nri.sock"
 plugin_path = "$W/nri-plugins"
 plugin_config_path = "$W/nri-conf"

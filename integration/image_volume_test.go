@@ -58,6 +58,8 @@ func TestImageVolumes(t *testing.T) {
 			{"absolute sub path", imageMount("/vol", ref, "/data"), codes.InvalidArgument, []string{"config.mounts[1].image_sub_path", `"/data"`}},
 			{"sub path missing", imageMount("/vol", ref, "data/missing"), codes.InvalidArgument, []string{"config.mounts[1].image_sub_path", "data/missing", "does not exist"}},
 			{"sub path through a file", imageMount("/vol", ref, "data/hello.txt/x"), codes.InvalidArgument, []string{"config.mounts[1].image_sub_path"}},
+			{"not read-only", &runtimeapi.Mount{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: ref}},
+				codes.InvalidArgument, []string{"config.mounts[1].readonly is false", ref, "set readonly to true"}},
 			{"host path and image", &runtimeapi.Mount{ContainerPath: "/vol", HostPath: t.TempDir(), Image: &runtimeapi.ImageSpec{Image: ref}},
 				codes.InvalidArgument, []string{"config.mounts[1].host_path", "config.mounts[1].image.image", "both set"}},
 		} {

@@ -27,11 +27,19 @@ import (
 // What it mounted before an error is undone by the container's cleanup.
 func (m *Manager) mountImageVolumes(c *Container, pod *oci.IDMappings) (map[int]string, error) {
 	mounts := c.config.GetMounts()
-	// Sub paths are checked as text before anything is mounted; kubelet sends relative
-	// paths without "..", anything else is refused rather than clamped into the image.
+	// What the request says is checked before anything is mounted. Sub paths: kubelet sends
+	// relative paths without "..", anything else is refused rather than clamped into the
+	// image. readonly: the CRI says "All image mounts are per feature definition readonly"
+	// and kubelet always sets it; refused rather than made read-only behind the caller's back.
 	for i, mt := range mounts {
-		if sub := mt.GetImageSubPath(); oci.IsImageMount(mt) && sub != "" && !filepath.IsLocal(sub) {
+		if !oci.IsImageMount(mt) {
+			continue
+		}
+		if sub := mt.GetImageSubPath(); sub != "" && !filepath.IsLocal(sub) {
 			return nil, invalid("config.mounts[%d].image_sub_path %q is not a relative path inside the image", i, sub)
+		}
+		if !mt.GetReadonly() && mt.GetHostPath() == "" { // with a host path too, the spec's check names both
+			return nil, invalid("config.mounts[%d].readonly is false for image volume %q: an image volume is read-only, set readonly to true", i, mt.GetImage().GetImage())
 		}
 	}
 	var out map[int]string

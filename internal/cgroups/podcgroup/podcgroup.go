@@ -168,9 +168,8 @@ func current(path string) (limits, error) {
 		l.memory = num(mem)
 		quota, _, _ := strings.Cut(cpuMax, " ")
 		l.quota = num(quota)
-		// cpu.weight back to shares (the inverse of the runtimes' conversion).
 		if w := num(weight); w > 0 {
-			l.shares = uint64(2 + (w-1)*262142/9999)
+			l.shares = sharesOfWeight(uint64(w))
 		}
 		return l, nil
 	}
@@ -191,6 +190,25 @@ func current(path string) (limits, error) {
 		l.shares = uint64(v)
 	}
 	return l, nil
+}
+
+// sharesOfWeight is cpu.weight back in shares: the fewest shares that the conversion kubelet
+// and this package write a pod cgroup's weight with (opencontainers/cgroups', quadratic
+// since v0.0.5, which containerd's cgroup2 copies) turns into weight w or more. The
+// conversion loses precision, so raising "shares" that map to the same weight writes the
+// weight already there; a linear inverse (runc 1.1's formula) read kubelet's 512 shares
+// (weight 59) as 1522 and left an overhead unapplied.
+func sharesOfWeight(w uint64) uint64 {
+	lo, hi := uint64(2), uint64(262144)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if cgroup2.ConvertCPUSharesToCgroupV2Value(mid) >= w {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // Remove deletes the cgroup at path (Apply created it, or a runtime whose create was cut
@@ -248,6 +266,38 @@ func RemoveLeft(cgroupsPath, id string) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", cgroupsPath, err)
+	}
+	return nil
+}
+
+// RemoveChildren removes the cgroups below the one at cgroupsPath (a spec's cgroupsPath
+// under the cgroupfs driver), deepest first, in every hierarchy mounted, and keeps that
+// one. For a sandbox runtime that makes each of the pod's containers a cgroup below its own
+// and removes its own when it is deleted (runsc on cgroup v2): rmdir of a cgroup that has
+// children fails with EBUSY, so once the sandbox's processes are gone its children go
+// first. rmdir refuses a cgroup that still holds a process, and that is returned.
+func RemoveChildren(cgroupsPath string) error {
+	if !strings.HasPrefix(cgroupsPath, "/") || filepath.Clean(cgroupsPath) == "/" {
+		return nil
+	}
+	var errs []error
+	for _, root := range hierarchies() {
+		dir := filepath.Join(root, cgroupsPath)
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() && p != dir {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove the cgroups below %s: %w", cgroupsPath, err)
 	}
 	return nil
 }

@@ -3,9 +3,13 @@ package podcgroup
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -80,5 +84,83 @@ func TestRemoveLeft(t *testing.T) {
 	}
 	if err := RemoveLeft("kubepods.slice:cri-containerd:abc", "abc"); err != nil {
 		t.Errorf("systemd path: %v", err)
+	}
+}
+
+func TestRemoveChildren(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	name := fmt.Sprintf("/rtshimd-removechildren-%d", os.Getpid())
+	roots := hierarchies()
+	for _, r := range roots {
+		for _, c := range []string{"a/deeper", "b"} {
+			if err := os.MkdirAll(filepath.Join(r, name, c), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer func() {
+		for _, r := range roots {
+			for _, c := range []string{"a/deeper", "a", "b", ""} {
+				_ = os.Remove(filepath.Join(r, name, c))
+			}
+		}
+	}()
+	if err := RemoveChildren(name); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, name)); err != nil {
+			t.Errorf("the cgroup itself was removed from %s", r)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(r, name)); dirCount(ents) > 0 {
+			t.Errorf("children left in %s: %d", r, dirCount(ents))
+		}
+	}
+	// A child that holds a process stays, and says so.
+	r := roots[0]
+	busy := filepath.Join(r, name, "busy")
+	if err := os.Mkdir(busy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.Remove(busy) }()
+	if err := os.WriteFile(filepath.Join(busy, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveChildren(name); err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Errorf("a child with a process: %v, want an error naming it", err)
+	}
+	if err := RemoveChildren("kubepods.slice:cri-containerd:abc"); err != nil {
+		t.Errorf("systemd path: %v", err)
+	}
+}
+
+func dirCount(ents []os.DirEntry) int {
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+// A pod cgroup's weight read back as shares converts to the same weight, so raising it to
+// what the pod asks compares like with like; kubelet's 512 shares are not read as more.
+func TestSharesOfWeight(t *testing.T) {
+	for _, s := range []uint64{2, 3, 100, 256, 512, 614, 1024, 1126, 4096, 100000, 262144} {
+		w := cgroup2.ConvertCPUSharesToCgroupV2Value(s)
+		got := sharesOfWeight(w)
+		if cgroup2.ConvertCPUSharesToCgroupV2Value(got) != w || got > s {
+			t.Errorf("shares %d -> weight %d -> shares %d (weight %d)", s, w, got, cgroup2.ConvertCPUSharesToCgroupV2Value(got))
+		}
+	}
+	if w := cgroup2.ConvertCPUSharesToCgroupV2Value(512); sharesOfWeight(w) >= 512+102 {
+		t.Errorf("kubelet's 512 shares (weight %d) read as %d: an overhead of 102 would not be added", w, sharesOfWeight(w))
 	}
 }

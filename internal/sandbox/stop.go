@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/internal/cgroups/podcgroup"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 )
@@ -86,11 +89,38 @@ func (m *Manager) stopSandboxContainer(ctx context.Context, sb *Sandbox) error {
 		}
 	}
 	if sb.rt.Plan().DeleteSandboxAtStop {
+		podCgroup := sandboxPodCgroup(sb)
+		if podCgroup != "" {
+			// runsc on cgroup v2 removes, with the sandbox, the pod cgroup too when it made
+			// it (no kubelet made it first), which fails (EBUSY) while the cgroups it made
+			// there for the pod's containers are left: with every process of the sandbox
+			// gone those are empty, and go first (a container's later delete finds its
+			// cgroup gone, which runsc allows).
+			if err := podcgroup.RemoveChildren(podCgroup); err != nil {
+				logrus.WithError(err).WithField("sandbox", sb.ID).Warn("stop pod sandbox: container cgroups left")
+			}
+		}
 		if err := sb.rt.Delete(ctx, sb.Task()); err != nil {
+			if h := podcgroup.Holders(podCgroup); h != "" {
+				return fmt.Errorf("delete sandbox container: %w (%s)", err, h)
+			}
 			return fmt.Errorf("delete sandbox container: %w", err)
 		}
 	}
 	// Else it is deleted when the sandbox is removed, after its containers: a supervisor
 	// that serves the whole pod (a shim) keeps serving them until then.
 	return nil
+}
+
+// sandboxPodCgroup is the pod's cgroup (cgroup_parent, cgroupfs driver) where the sandbox
+// container holds the pod and its cgroup is directly below it; "" otherwise.
+func sandboxPodCgroup(sb *Sandbox) string {
+	parent := sb.config.GetLinux().GetCgroupParent()
+	if !sb.SandboxContainer || parent == "" || !strings.HasPrefix(sb.CgroupsPath, "/") {
+		return ""
+	}
+	if dir := filepath.Dir(sb.CgroupsPath); dir == "/"+strings.Trim(parent, "/") {
+		return dir
+	}
+	return ""
 }

@@ -302,6 +302,53 @@ func RemoveChildren(cgroupsPath string) error {
 	return nil
 }
 
+// Holders says what keeps the cgroup at cgroupsPath from being removed, for an error that
+// names it: the processes in it (PID and name; a zombie counts until it is reaped) and its
+// child cgroups, in the first hierarchy that has it; "" when it is gone or empty.
+func Holders(cgroupsPath string) string {
+	if !strings.HasPrefix(cgroupsPath, "/") {
+		return ""
+	}
+	for _, root := range hierarchies() {
+		dir := filepath.Join(root, cgroupsPath)
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var parts []string
+		var procs []string
+		for _, pid := range strings.Fields(string(b)) {
+			comm, _ := os.ReadFile(filepath.Join("/proc", pid, "comm"))
+			state := ""
+			if st, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
+				if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 {
+					state = " " + string(st[i+2])
+				}
+			}
+			procs = append(procs, pid+" "+strings.TrimSpace(string(comm))+state)
+		}
+		if len(procs) > 0 {
+			parts = append(parts, "processes "+strings.Join(procs, ", "))
+		}
+		var kids []string
+		if ents, err := os.ReadDir(dir); err == nil {
+			for _, e := range ents {
+				if e.IsDir() {
+					kids = append(kids, e.Name())
+				}
+			}
+		}
+		if len(kids) > 0 {
+			parts = append(parts, "child cgroups "+strings.Join(kids, ", "))
+		}
+		if len(parts) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("cgroup %s holds %s", dir, strings.Join(parts, "; "))
+	}
+	return ""
+}
+
 // hierarchies are the roots of the cgroup hierarchies mounted: the one of a unified host,
 // or each v1 controller's (and a hybrid host's unified one).
 func hierarchies() []string {

@@ -135,6 +135,16 @@ func TestRemoveChildren(t *testing.T) {
 	if err := RemoveChildren(name); err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Errorf("a child with a process: %v, want an error naming it", err)
 	}
+	// What keeps the pod's cgroup: the child; and in the child, the process.
+	if h := Holders(name); !strings.Contains(h, "child cgroups busy") {
+		t.Errorf("Holders(%s) = %q, want the child named", name, h)
+	}
+	if h := Holders(name + "/busy"); !strings.Contains(h, fmt.Sprintf("processes %d sleep S", cmd.Process.Pid)) {
+		t.Errorf("Holders(busy) = %q, want pid %d sleep S", h, cmd.Process.Pid)
+	}
+	if h := Holders(name + "/gone"); h != "" {
+		t.Errorf("Holders of a missing cgroup = %q", h)
+	}
 	if err := RemoveChildren("kubepods.slice:cri-containerd:abc"); err != nil {
 		t.Errorf("systemd path: %v", err)
 	}

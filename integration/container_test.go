@@ -319,20 +319,26 @@ func TestContainerSecurityAndResources(t *testing.T) {
 				t.Error("writing to a read-only root filesystem succeeded")
 			}
 			if handler == "runc" {
-				limit, _ := e.exec(id, "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+				// The container's own cgroup, as it sees it: v1's files, or v2's (runc 1.1
+				// converts shares to cpu.weight linearly: 512 is 20).
+				memFile, quotaFile, sharesFile, wantQuota, wantShares := "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.shares", "50000", "512"
+				if unifiedCgroups {
+					memFile, quotaFile, sharesFile, wantQuota, wantShares = "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu.weight", "50000 100000", "20"
+				}
+				limit, _ := e.exec(id, "cat", memFile)
 				if limit != strconv.Itoa(64<<20) {
 					t.Errorf("memory limit in the container's cgroup = %q", limit)
 				}
-				quota, _ := e.exec(id, "cat", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-				shares, _ := e.exec(id, "cat", "/sys/fs/cgroup/cpu/cpu.shares")
-				if quota != "50000" || shares != "512" {
-					t.Errorf("cpu quota %q shares %q", quota, shares)
+				quota, _ := e.exec(id, "cat", quotaFile)
+				shares, _ := e.exec(id, "cat", sharesFile)
+				if quota != wantQuota || shares != wantShares {
+					t.Errorf("cpu quota %q shares %q (%s, %s), want %q %q", quota, shares, quotaFile, sharesFile, wantQuota, wantShares)
 				}
 				// UpdateContainerResources reaches the cgroup.
 				if err := e.d.RS.UpdateContainerResources(ctx, id, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 96 << 20}}); err != nil {
 					t.Fatalf("UpdateContainerResources: %v", err)
 				}
-				limit, _ = e.exec(id, "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+				limit, _ = e.exec(id, "cat", memFile)
 				if limit != strconv.Itoa(96<<20) {
 					t.Errorf("memory limit after update = %q", limit)
 				}

@@ -4,12 +4,15 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/config"
@@ -17,13 +20,103 @@ import (
 
 func readCgroupInt(t *testing.T, controller, cgroup, file string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, cgroup, file))
+	path := filepath.Join("/sys/fs/cgroup", controller, cgroup, file)
+	field := 0
+	if unifiedCgroups {
+		// The v2 file that holds the same limit, in v1's units: memory.max ("max" is v1's
+		// unlimited), cpu.max's quota ("max" is -1), cpu.weight (not in shares: cpuSharesAre).
+		v2 := map[string]string{"memory.limit_in_bytes": "memory.max", "cpu.cfs_quota_us": "cpu.max", "cpu.shares": "cpu.weight"}[file]
+		if v2 == "" {
+			t.Fatalf("no cgroup v2 reading for %s", file)
+		}
+		path = filepath.Join("/sys/fs/cgroup", cgroup, v2)
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Errorf("read %s: %v", file, err)
 		return -1
 	}
-	v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	f := strings.Fields(string(b))
+	if len(f) <= field {
+		t.Errorf("read %s: %q", path, b)
+		return -1
+	}
+	switch {
+	case f[field] != "max":
+	case file == "memory.limit_in_bytes":
+		return math.MaxInt64 &^ 4095
+	default:
+		return -1
+	}
+	v, _ := strconv.ParseInt(f[field], 10, 64)
 	return v
+}
+
+// unifiedCgroups: the host has cgroup v2 only (a lent machine: hack/v2-host).
+var unifiedCgroups = func() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}()
+
+// cpuSharesAre reports the cgroup's CPU weight and whether it is want shares: cpu.shares on
+// v1; on v2 cpu.weight, which runtimes convert shares into by one of two formulas
+// (opencontainers/cgroups' quadratic one, which kubelet and containerd's cgroup2 use; runc
+// 1.1's and gVisor's linear one), either accepted.
+func cpuSharesAre(t *testing.T, cgroup string, want int64) (string, bool) {
+	t.Helper()
+	got := readCgroupInt(t, "cpu", cgroup, "cpu.shares")
+	if !unifiedCgroups {
+		return strconv.FormatInt(got, 10), got == want
+	}
+	quad := int64(cgroup2.ConvertCPUSharesToCgroupV2Value(uint64(want)))
+	lin := 1 + (want-2)*9999/262142
+	return fmt.Sprintf("cpu.weight %d", got), got == quad || got == lin
+}
+
+// writeCPUShares sets a cgroup's CPU weight as kubelet would from shares.
+func writeCPUShares(t *testing.T, cgroup string, shares int64) {
+	t.Helper()
+	path, v := filepath.Join("/sys/fs/cgroup/cpu", cgroup, "cpu.shares"), strconv.FormatInt(shares, 10)
+	if unifiedCgroups {
+		path, v = filepath.Join("/sys/fs/cgroup", cgroup, "cpu.weight"), strconv.FormatUint(cgroup2.ConvertCPUSharesToCgroupV2Value(uint64(shares)), 10)
+	}
+	if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeCgroup makes the cgroup in the memory and cpu hierarchies (v1) or the unified one,
+// with those controllers enabled for it (v2), as kubelet makes a pod's.
+func makeCgroup(t *testing.T, cgroup string) {
+	t.Helper()
+	if !unifiedCgroups {
+		for _, c := range []string{"memory", "cpu"} {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", c, cgroup), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	dir := "/sys/fs/cgroup"
+	for _, part := range strings.Split(strings.Trim(cgroup, "/"), "/") {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+cpu +memory"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(dir, part)
+		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// cgroupExists reports whether the cgroup is there (v1: in the memory hierarchy).
+func cgroupExists(cgroup string) error {
+	dir := filepath.Join("/sys/fs/cgroup/memory", cgroup)
+	if unifiedCgroups {
+		dir = filepath.Join("/sys/fs/cgroup", cgroup)
+	}
+	_, err := os.Stat(dir)
+	return err
 }
 
 // Every handler's overhead is added to the pod's cgroup (its cgroup_parent): the pod
@@ -61,8 +154,8 @@ func TestPodOverheadOnEveryHandler(t *testing.T) {
 		if got := readCgroupInt(t, "cpu", cgroup, "cpu.cfs_quota_us"); got != quota+wantMilli*period/1000 {
 			t.Errorf("%s: pod cgroup cpu quota %d, want %d + %d", name, got, quota, wantMilli*period/1000)
 		}
-		if got := readCgroupInt(t, "cpu", cgroup, "cpu.shares"); got != shares+wantMilli*1024/1000 {
-			t.Errorf("%s: pod cgroup cpu shares %d, want %d + %d", name, got, shares, wantMilli*1024/1000)
+		if got, ok := cpuSharesAre(t, cgroup, shares+wantMilli*1024/1000); !ok {
+			t.Errorf("%s: pod cgroup cpu shares %s, want %d + %d", name, got, shares, wantMilli*1024/1000)
 		}
 		if out, _ := e.exec(ctr, "echo", "ok"); out != "ok" {
 			t.Errorf("%s: exec in the limited pod: %q", name, out)
@@ -94,7 +187,7 @@ func TestPodOverheadOnEveryHandler(t *testing.T) {
 		if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", cgroup)); err == nil {
+		if cgroupExists(cgroup) == nil {
 			t.Errorf("%s: the pod cgroup rtshimd made outlived the pod", name)
 		}
 	}
@@ -116,14 +209,8 @@ func TestPodOverheadOnEveryHandler(t *testing.T) {
 		cfg := podConfig("overhead-kubelet-cgroup-"+h, runtimeapi.NamespaceMode_CONTAINER)
 		cfg.Linux.Resources = resources()
 		cgroup := cfg.Linux.CgroupParent
-		for _, c := range []string{"memory", "cpu"} {
-			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", c, cgroup), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", cgroup, "cpu.shares"), []byte("512"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		makeCgroup(t, cgroup)
+		writeCPUShares(t, cgroup, 512)
 		id, err := d.RS.RunPodSandbox(ctx, cfg, h)
 		if err != nil {
 			t.Fatal(err)
@@ -134,8 +221,9 @@ func TestPodOverheadOnEveryHandler(t *testing.T) {
 		if got := readCgroupInt(t, "cpu", cgroup, "cpu.cfs_quota_us"); got != -1 {
 			t.Errorf("%s: kubelet's unlimited pod cgroup was given a CPU quota: %d", h, got)
 		}
-		if want := shares + overheads[h].milli*1024/1000; readCgroupInt(t, "cpu", cgroup, "cpu.shares") != want {
-			t.Errorf("%s: kubelet's pod cgroup cpu shares %d, want raised to %d", h, readCgroupInt(t, "cpu", cgroup, "cpu.shares"), want)
+		want := shares + overheads[h].milli*1024/1000
+		if got, ok := cpuSharesAre(t, cgroup, want); !ok {
+			t.Errorf("%s: kubelet's pod cgroup cpu shares %s, want raised to %d", h, got, want)
 		}
 		if h == "runsc" {
 			// Nor does the sandbox container get the limit the pod cgroup does not have.
@@ -151,7 +239,7 @@ func TestPodOverheadOnEveryHandler(t *testing.T) {
 		if err := d.RS.RemovePodSandbox(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", cgroup)); err != nil {
+		if err := cgroupExists(cgroup); err != nil {
 			t.Errorf("%s: the pod cgroup kubelet made was removed with the pod: %v", h, err)
 		}
 	}

@@ -283,7 +283,7 @@ func checkInfra(t *testing.T, info sandboxInfo, cfg *runtimeapi.PodSandboxConfig
 	if !strings.HasPrefix(info.Metadata.CgroupsPath, wantCg) {
 		t.Errorf("cgroups path %q not under the pod's cgroup parent %q", info.Metadata.CgroupsPath, cfg.Linux.CgroupParent)
 	}
-	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", info.Metadata.CgroupsPath)); err != nil {
+	if err := cgroupExists(info.Metadata.CgroupsPath); err != nil {
 		t.Errorf("infra cgroup: %v", err)
 	}
 	// kubelet's -998 for sandbox containers, clamped to what the daemon may set (its own
@@ -447,8 +447,8 @@ func TestHandlerOverheadOnPodCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	cg := decodeInfo(t, resp.Info).Metadata.CgroupsPath
-	mem := readInt(t, filepath.Join("/sys/fs/cgroup/memory", cg, "memory.limit_in_bytes"))
-	quota := readInt(t, filepath.Join("/sys/fs/cgroup/cpu", cg, "cpu.cfs_quota_us"))
+	mem := readCgroupInt(t, "memory", cg, "memory.limit_in_bytes")
+	quota := readCgroupInt(t, "cpu", cg, "cpu.cfs_quota_us")
 	// The test table gives runsc 64Mi and 100m of overhead.
 	if mem != (128+64)<<20 || quota != 50000+10000 {
 		t.Errorf("sandbox cgroup memory %d quota %d, want %d and %d", mem, quota, (128+64)<<20, 60000)

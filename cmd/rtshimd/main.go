@@ -6,12 +6,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 
+	"github.com/BurntSushi/toml"
 	"github.com/containers/storage/pkg/reexec"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -26,7 +29,8 @@ const defaultConfigPath = "/etc/rtshimd/config.toml"
 
 const usage = `usage: rtshimd [--config FILE] [--log-level LEVEL]   run the daemon
        rtshimd config default                          print the default configuration
-       rtshimd config check [--config FILE]            validate a configuration file
+       rtshimd config check [--config FILE]            validate a configuration file and its drop-ins
+       rtshimd config dump [--config FILE]             print the configuration in effect (drop-ins merged, defaults filled)
        rtshimd handlers [--config FILE]                discover and show the handler table
        rtshimd runtimeclasses [--config FILE]          print RuntimeClass objects for the ready handlers
        rtshimd reload [--config FILE]                  make the running daemon re-read its config (as SIGHUP)
@@ -77,7 +81,7 @@ func run(args []string) error {
 		return quarantineCmd(args)
 	case "config":
 		if len(args) == 0 {
-			return fmt.Errorf("config: want `default` or `check`\n%s", usage)
+			return fmt.Errorf("config: want `default`, `check` or `dump`\n%s", usage)
 		}
 		switch args[0] {
 		case "default":
@@ -88,8 +92,18 @@ func run(args []string) error {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%s: ok (%d handlers, default %q)\n", cfg.Path, len(cfg.Handlers), cfg.DefaultHandler)
+			with := ""
+			if len(cfg.DropIns) > 0 {
+				with = fmt.Sprintf(" with %s", strings.Join(cfg.DropIns, ", "))
+			}
+			fmt.Printf("%s%s: ok (%d handlers, default %q)\n", cfg.Path, with, len(cfg.Handlers), cfg.DefaultHandler)
 			return nil
+		case "dump":
+			cfg, err := loadConfig(args[1:], nil)
+			if err != nil {
+				return err
+			}
+			return dumpConfig(os.Stdout, cfg)
 		}
 		return fmt.Errorf("config %s: unknown subcommand\n%s", args[0], usage)
 	case "help", "-h", "--help":
@@ -173,4 +187,14 @@ func serveCmd(args []string) error {
 	d.logLevelFlag, d.hup = level, hup
 	defer d.close()
 	return d.serve(ctx)
+}
+
+// dumpConfig writes cfg as TOML, after a comment naming the files it was read from.
+func dumpConfig(w io.Writer, cfg *config.Config) error {
+	fmt.Fprintf(w, "# %s", cfg.Path)
+	for _, d := range cfg.DropIns {
+		fmt.Fprintf(w, " + %s", d)
+	}
+	fmt.Fprintf(w, " (sha256 %s)\n", cfg.Hash)
+	return toml.NewEncoder(w).Encode(cfg)
 }

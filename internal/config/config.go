@@ -65,8 +65,10 @@ type Config struct {
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
+	// DropIns are the files of config.d beside Path merged over it, in that order.
+	DropIns []string `toml:"-"`
 	// Hash is the SHA-256 of the file's bytes (hex), so an operator can tell which
-	// version of the file the daemon serves.
+	// version of the file the daemon serves; with drop-ins, of every file's name and bytes.
 	Hash string `toml:"-"`
 }
 
@@ -263,13 +265,36 @@ func Default() *Config {
 	return c
 }
 
-// Load reads and validates the config file at path.
+// DropInDir is where the drop-ins of the config file at path live: config.d beside it.
+func DropInDir(path string) string { return filepath.Join(filepath.Dir(path), "config.d") }
+
+// Load reads and validates the config file at path with its drop-ins: the *.toml files of
+// DropInDir(path), in name order, each merged over what came before. Tables merge key by
+// key (a drop-in may add a [handlers.NAME] row or change one key of an existing one);
+// a value, an array or an array of tables ([[image.registries]]) replaces the earlier one.
+// So do containerd's and CRI-O's drop-ins. Errors name the file and line.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(path, data)
+	files := []source{{path, data}}
+	names, err := filepath.Glob(filepath.Join(DropInDir(path), "*.toml"))
+	if err != nil {
+		return nil, fmt.Errorf("read config drop-ins: %w", err)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if st, err := os.Stat(n); err == nil && st.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, fmt.Errorf("read config drop-in: %w", err)
+		}
+		files = append(files, source{n, b})
+	}
+	return parse(files)
 }
 
 // lineErr matches the decoder's type errors, which carry the line only in their text.
@@ -277,36 +302,106 @@ var lineErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)
 
 // Parse decodes and validates config text; name is used in error messages.
 func Parse(name string, data []byte) (*Config, error) {
-	// Booleans whose default is true are set before decoding: the decoder leaves keys the
-	// file lacks as they are.
-	// So are defaults that may be set to zero (stats.collection_period = "0",
-	// image.pull_progress_timeout = "0").
-	c := &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}},
+	return parse([]source{{name, data}})
+}
+
+// source is one file of a config: the main one or a drop-in.
+type source struct {
+	name string
+	data []byte
+}
+
+// newConfig is a Config before decoding: booleans whose default is true are set first, as
+// the decoder leaves keys the file lacks as they are, and so are defaults that may be set
+// to zero (stats.collection_period = "0", image.pull_progress_timeout = "0").
+func newConfig() *Config {
+	return &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}},
 		Image: Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}}}
+}
+
+// decode decodes one file's text into c, refusing a key the daemon does not know; errors
+// name the file and line.
+func decode(name string, data []byte, c *Config) error {
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+			return fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
 		}
 		if m := lineErr.FindStringSubmatch(err.Error()); m != nil {
-			return nil, fmt.Errorf("%s:%s: %s: %s", name, m[1], m[2], m[3])
+			return fmt.Errorf("%s:%s: %s: %s", name, m[1], m[2], m[3])
 		}
-		return nil, fmt.Errorf("%s: %v", name, err)
+		return fmt.Errorf("%s: %v", name, err)
 	}
-	c.Path = name
-	sum := sha256.Sum256(data)
-	c.Hash = hex.EncodeToString(sum[:])
-	p := positions{name: name, src: data}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0].String()
-		return nil, p.errf(k, "unknown key %q", k)
+		return positions{name: name, src: data}.errf(k, "unknown key %q", k)
 	}
+	return nil
+}
+
+// parse decodes the main file and its drop-ins, merged, and validates the result.
+func parse(files []source) (*Config, error) {
+	c := newConfig()
+	if err := decode(files[0].name, files[0].data, c); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(files[0].data)
+	if len(files) > 1 {
+		// Each drop-in is checked on its own (its keys, its types, with its lines), then
+		// all are merged as tables and the merge decoded.
+		merged := map[string]any{}
+		h := sha256.New()
+		for _, f := range files {
+			if err := decode(f.name, f.data, newConfig()); err != nil {
+				return nil, err
+			}
+			var m map[string]any
+			if _, err := toml.Decode(string(f.data), &m); err != nil {
+				return nil, fmt.Errorf("%s: %v", f.name, err)
+			}
+			mergeTables(merged, m)
+			fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+			h.Write(f.data)
+		}
+		var buf bytes.Buffer
+		if err := toml.NewEncoder(&buf).Encode(merged); err != nil {
+			return nil, fmt.Errorf("%s: merging its drop-ins: %v", files[0].name, err)
+		}
+		c = newConfig()
+		if err := decode(files[0].name+" with its drop-ins", buf.Bytes(), c); err != nil {
+			return nil, err
+		}
+		copy(sum[:], h.Sum(nil))
+		for _, f := range files[1:] {
+			c.DropIns = append(c.DropIns, f.name)
+		}
+	}
+	c.Path = files[0].name
+	c.Hash = hex.EncodeToString(sum[:])
 	c.applyDefaults()
-	if err := c.validate(p); err != nil {
+	ps := make(sources, len(files))
+	for i, f := range files {
+		ps[i] = positions{name: f.name, src: f.data}
+	}
+	if err := c.validate(ps); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// mergeTables merges table src into dst: a table into a table key by key, anything else
+// replacing what was there.
+func mergeTables(dst, src map[string]any) {
+	for k, v := range src {
+		if sv, ok := v.(map[string]any); ok {
+			if dv, ok := dst[k].(map[string]any); ok {
+				mergeTables(dv, sv)
+				continue
+			}
+		}
+		dst[k] = v
+	}
 }
 
 func (c *Config) applyDefaults() {
@@ -364,7 +459,7 @@ func (c *Config) HandlerNames() []string {
 
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-func (c *Config) validate(p positions) error {
+func (c *Config) validate(p sources) error {
 	for _, f := range []struct{ key, val string }{
 		{"socket", c.Socket}, {"state_root", c.StateRoot}, {"run_root", c.RunRoot},
 		{"monitor_path", c.MonitorPath}, {"pause_path", c.PausePath},

@@ -7,6 +7,21 @@ import (
 	"strings"
 )
 
+// sources are the files of a config, main first: an error about a key names the last of
+// them that sets it (the one whose value counts), else the main file.
+type sources []positions
+
+func (s sources) errf(key, format string, args ...any) error {
+	// A drop-in is named only where it sets the key itself (or its table): one that sets
+	// another key of [image] says nothing of image.pull_progress_timeout.
+	for i := len(s) - 1; i > 0; i-- {
+		if s[i].line(key) > 0 {
+			return s[i].errf(key, format, args...)
+		}
+	}
+	return s[0].errf(key, format, args...)
+}
+
 // positions finds the line where a key is defined, for errors the decoder does not
 // position itself (validation of values it accepted).
 type positions struct {

@@ -1,7 +1,7 @@
-// Package reload re-reads the daemon's config file when asked (SIGHUP, `rtshimd reload`)
-// or when the file changes on disk, and hands a valid one to the daemon to apply. A file
-// with a mistake is refused with the loader's `file:line: message` and the config being
-// served stays. It keeps the served config and what the last attempt did, for Status and
+// Package reload re-reads the daemon's config file and its drop-ins when asked (SIGHUP,
+// `rtshimd reload`) or when one of them changes on disk, and hands a valid config to the
+// daemon to apply. A file with a mistake is refused with the loader's `file:line: message`
+// and the config being served stays. It keeps the served config and what the last attempt did, for Status and
 // metrics.
 package reload
 
@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -151,9 +152,13 @@ func (r *Reloader) Run(ctx context.Context, hup <-chan os.Signal) {
 
 	var events <-chan fsnotify.Event
 	var errs <-chan error
+	var w *fsnotify.Watcher
 	path := r.cur.Load().Path
+	dropIns := ""
 	if path != "" {
-		w, err := fsnotify.NewWatcher()
+		dropIns = filepath.Clean(config.DropInDir(path))
+		var err error
+		w, err = fsnotify.NewWatcher()
 		if err == nil {
 			err = w.Add(filepath.Dir(path))
 		}
@@ -162,6 +167,9 @@ func (r *Reloader) Run(ctx context.Context, hup <-chan os.Signal) {
 		} else {
 			defer w.Close()
 			events, errs = w.Events, w.Errors
+			// The drop-in directory, where there is one; one made later is added when it
+			// appears.
+			_ = w.Add(dropIns)
 		}
 	}
 	const quiet = 200 * time.Millisecond
@@ -175,7 +183,18 @@ func (r *Reloader) Run(ctx context.Context, hup <-chan os.Signal) {
 		case <-hup:
 			r.Reload(ctx, Signal)
 		case e := <-events:
-			if filepath.Clean(e.Name) == filepath.Clean(path) && e.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+			name := filepath.Clean(e.Name)
+			switch {
+			case name == filepath.Clean(path) && e.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0:
+				debounce.Reset(quiet)
+			case name == dropIns && e.Op&fsnotify.Create != 0:
+				_ = w.Add(dropIns)
+				debounce.Reset(quiet)
+			case name == dropIns && e.Op&(fsnotify.Remove|fsnotify.Rename) != 0:
+				debounce.Reset(quiet)
+			case filepath.Dir(name) == dropIns && strings.HasSuffix(name, ".toml") &&
+				e.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0:
+				// A drop-in written, added, renamed or removed.
 				debounce.Reset(quiet)
 			}
 		case err := <-errs:

@@ -4,12 +4,14 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/config"
@@ -115,5 +117,52 @@ func TestHandlerRowSettings(t *testing.T) {
 
 	if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// device_ownership_from_security_context on a row: a device the container's config names
+// is owned, inside it, by its runAsUser and runAsGroup, so that user can open it; a pod
+// keeps the setting it started with across a restart that took it off the row; a row
+// without it leaves the host node's owner.
+func TestDeviceOwnershipFromSecurityContext(t *testing.T) {
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Handlers["runc"].DeviceOwnershipFromSecurityContext = true
+	}))
+	owner := func(podID string, pod *runtimeapi.PodSandboxConfig, name string) string {
+		t.Helper()
+		cfg := e.ctrConfig(name, "sleep", "1000")
+		cfg.Devices = []*runtimeapi.Device{{HostPath: "/dev/zero", ContainerPath: "/dev/myzero", Permissions: "rw"}}
+		cfg.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: 1000}
+		cfg.Linux.SecurityContext.RunAsGroup = &runtimeapi.Int64Value{Value: 2000}
+		id := e.run(podID, pod, cfg)
+		out, _ := e.exec(id, "ls", "-ln", "/dev/myzero")
+		f := strings.Fields(out)
+		if len(f) < 4 {
+			t.Fatalf("%s: ls -ln /dev/myzero: %q", name, out)
+		}
+		if name != "other-row" {
+			if got, _ := e.exec(id, "sh", "-c", "head -c 3 /dev/myzero | wc -c"); strings.TrimSpace(got) != "3" {
+				t.Errorf("%s: uid 1000 reading its device: %q", name, got)
+			}
+		}
+		return f[2] + ":" + f[3]
+	}
+	podID, pod := e.pod("dev-owner", "runc")
+	if got := owner(podID, pod, "on"); got != "1000:2000" {
+		t.Errorf("device owner %s, want the container's 1000:2000", got)
+	}
+	e.d.Cfg.Handlers["runc"].DeviceOwnershipFromSecurityContext = false
+	e.d.WriteConfig()
+	e.d.Restart(false)
+	if got := owner(podID, pod, "after-restart"); got != "1000:2000" {
+		t.Errorf("after the row lost the setting and a restart: device owner %s, want the pod's setting kept (1000:2000)", got)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/dev/zero", &st); err != nil {
+		t.Fatal(err)
+	}
+	otherID, other := e.pod("dev-owner-shim", "runc-shim")
+	if got, want := owner(otherID, other, "other-row"), fmt.Sprintf("%d:%d", st.Uid, st.Gid); got != want {
+		t.Errorf("a row without the setting: device owner %s, want the node's %s", got, want)
 	}
 }

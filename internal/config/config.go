@@ -96,6 +96,11 @@ type Handler struct {
 	// and not the device cgroup's allow-all, as containerd's key: a VM runtime would
 	// otherwise be asked to pass the whole host /dev into its guest.
 	PrivilegedWithoutHostDevices bool `toml:"privileged_without_host_devices" json:"privileged_without_host_devices,omitempty"`
+	// DeviceOwnershipFromSecurityContext gives the devices a container's config names the
+	// container's run_as_user and run_as_group as owner (0 where unset) instead of the host
+	// node's owner, as containerd's and CRI-O's key: a non-root container can then open a
+	// device (a GPU) whose host node is root's.
+	DeviceOwnershipFromSecurityContext bool `toml:"device_ownership_from_security_context" json:"device_ownership_from_security_context,omitempty"`
 }
 
 // CDI configures Container Device Interface devices (config.CDI_devices and cdi.k8s.io/

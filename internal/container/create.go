@@ -391,8 +391,9 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		UserNS:         sb.UserNS,
 		IDMappings:     sb.IDMappings,
 		// The pod's record, not the live table: a reload does not change its pods.
-		PodAnnotations:               sb.PodAnnotations,
-		PrivilegedWithoutHostDevices: sb.PrivilegedWithoutHostDevices,
+		PodAnnotations:                     sb.PodAnnotations,
+		PrivilegedWithoutHostDevices:       sb.PrivilegedWithoutHostDevices,
+		DeviceOwnershipFromSecurityContext: sb.DeviceOwnershipFromSecurityContext,
 	}
 	// A container is in its pod's user namespace: kubelet sends the pod's options again.
 	if u := ns.GetUsernsOptions(); u != nil && (u.GetMode() == runtimeapi.NamespaceMode_POD) != (sb.UserNS != "") {

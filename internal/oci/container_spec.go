@@ -56,6 +56,9 @@ type ContainerOptions struct {
 	// devices nor the device cgroup's allow-all.
 	PodAnnotations               []string
 	PrivilegedWithoutHostDevices bool
+	// DeviceOwnershipFromSecurityContext: the config's devices are owned by the
+	// container's run_as_user and run_as_group (0 where unset), not by the host node's owner.
+	DeviceOwnershipFromSecurityContext bool
 }
 
 // ContainerSpec builds the runtime spec of an application container the way containerd's CRI
@@ -162,6 +165,14 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	devs, rules, err := configDevices(config)
 	if err != nil {
 		return nil, err
+	}
+	if o.DeviceOwnershipFromSecurityContext {
+		// As containerd: the run_as values as sent (0 where unset); a user named by
+		// run_as_username is not resolved for this.
+		uid, gid := uint32(sc.GetRunAsUser().GetValue()), uint32(sc.GetRunAsGroup().GetValue())
+		for i := range devs {
+			devs[i].UID, devs[i].GID = &uid, &gid
+		}
 	}
 	if privileged && !o.PrivilegedWithoutHostDevices {
 		host, err := devicesUnder("/dev", "/dev")

@@ -1116,3 +1116,36 @@ func TestPrivilegedWithoutHostDevices(t *testing.T) {
 		t.Errorf("unprivileged container's devices changed by the row's setting")
 	}
 }
+
+// device_ownership_from_security_context: the config's devices are owned by run_as_user and
+// run_as_group (0 where unset) instead of the host node's owner; off, the node's owner.
+func TestDeviceOwnershipFromSecurityContext(t *testing.T) {
+	var st unix.Stat_t
+	if err := unix.Stat("/dev/zero", &st); err != nil {
+		t.Skip("no /dev/zero")
+	}
+	owner := func(s *specs.Spec) (uint32, uint32) {
+		for _, d := range s.Linux.Devices {
+			if d.Path == "/dev/myzero" {
+				return *d.UID, *d.GID
+			}
+		}
+		t.Fatalf("no /dev/myzero in %+v", s.Linux.Devices)
+		return 0, 0
+	}
+	o := testOptions(t)
+	o.Config.Devices = []*runtimeapi.Device{{HostPath: "/dev/zero", ContainerPath: "/dev/myzero", Permissions: "rw"}}
+	o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: 1000}, RunAsGroup: &runtimeapi.Int64Value{Value: 2000}}
+	if u, g := owner(mustSpec(t, o)); u != st.Uid || g != st.Gid {
+		t.Errorf("off: owner %d:%d, want the node's %d:%d", u, g, st.Uid, st.Gid)
+	}
+	o.DeviceOwnershipFromSecurityContext = true
+	if u, g := owner(mustSpec(t, o)); u != 1000 || g != 2000 {
+		t.Errorf("on: owner %d:%d, want 1000:2000", u, g)
+	}
+	o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 1000}}
+	if u, g := owner(mustSpec(t, o)); u != 1000 || g != 0 {
+		t.Errorf("on, no run_as_group: owner %d:%d, want 1000:0", u, g)
+	}
+}

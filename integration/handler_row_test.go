@@ -166,3 +166,85 @@ func TestDeviceOwnershipFromSecurityContext(t *testing.T) {
 		t.Errorf("a row without the setting: device owner %s, want the node's %s", got, want)
 	}
 }
+
+// default_ulimits on a row are the limits of its containers' processes, on every kind of
+// runtime; a row without them leaves the runtime's own.
+func TestDefaultUlimits(t *testing.T) {
+	rows := []string{"runc", "runsc", "runc-shim"}
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+		for _, h := range rows {
+			c.Handlers[h].DefaultUlimits = []string{"nofile=1000:2000", "nproc=3000"}
+		}
+	}))
+	for _, h := range append(rows, "runsc-debian") {
+		t.Run(h, func(t *testing.T) {
+			e.t = t
+			podID, pod := e.pod("ulimits-"+h, h)
+			id := e.run(podID, pod, e.ctrConfig("c", "sleep", "1000"))
+			out, _ := e.exec(id, "sh", "-c", "echo $(ulimit -n) $(ulimit -Hn) $(ulimit -u) $(ulimit -Hu)")
+			if h == "runsc-debian" {
+				// Not set on that row: the runtime's own.
+				if f := strings.Fields(out); len(f) == 4 && f[1] == "2000" {
+					t.Errorf("a row without default_ulimits got another row's: %q", out)
+				}
+				return
+			}
+			// The container's own process, as /proc/1/limits shows it.
+			lim, _ := e.exec(id, "cat", "/proc/1/limits")
+			for _, want := range [][]string{{"Max open files", "1000", "2000"}, {"Max processes", "3000", "3000"}} {
+				found := false
+				for _, l := range strings.Split(lim, "\n") {
+					if rest, ok := strings.CutPrefix(l, want[0]); ok {
+						f := strings.Fields(rest)
+						found = len(f) >= 2 && f[0] == want[1] && f[1] == want[2]
+					}
+				}
+				if !found {
+					t.Errorf("the container's process: %s %s/%s, want in:\n%s", want[0], want[1], want[2], lim)
+				}
+			}
+			// An exec'd process: the same, but for the soft open files limit, which Debian's
+			// runc 1.1.5 raises to the hard one in its exec (Go 1.19's runtime does it;
+			// opencontainers/runc#4195, fixed in runc 1.1.13).
+			if f := strings.Fields(out); len(f) != 4 || f[1] != "2000" || f[2] != "3000" || f[3] != "3000" || (f[0] != "1000" && f[0] != "2000") {
+				t.Errorf("exec'd: nofile soft/hard and nproc soft/hard = %q, want 1000 (or 2000) 2000 3000 3000", out)
+			}
+		})
+	}
+}
+
+// seccomp_profile on a row is what RuntimeDefault means there: a profile that refuses
+// mkdir refuses it in a RuntimeDefault container on runc and the runc shim; an Unconfined
+// container on the row, and a RuntimeDefault one on a row without it (Docker's default),
+// make directories.
+func TestRowSeccompProfile(t *testing.T) {
+	var prof string
+	e := newContainerEnv(t, withConfig(func(d *Daemon, c *config.Config) {
+		prof = filepath.Join(d.Dir, "no-mkdir.json")
+		if err := os.WriteFile(prof, []byte(`{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.Handlers["runc"].SeccompProfile = prof
+		c.Handlers["runc-shim"].SeccompProfile = prof
+	}))
+	mkdir := func(h string, typ runtimeapi.SecurityProfile_ProfileType) string {
+		t.Helper()
+		podID, pod := e.pod(fmt.Sprintf("seccomp-%s-%d", h, typ), h)
+		cfg := e.ctrConfig("c", "sleep", "1000")
+		cfg.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: typ}
+		id := e.run(podID, pod, cfg)
+		out, _ := e.exec(id, "sh", "-c", "mkdir /tmp/d 2>&1 && echo made; true")
+		return out
+	}
+	for _, h := range []string{"runc", "runc-shim"} {
+		if out := mkdir(h, runtimeapi.SecurityProfile_RuntimeDefault); !strings.Contains(out, "Operation not permitted") {
+			t.Errorf("%s, RuntimeDefault with the row's profile: mkdir said %q, want refused", h, out)
+		}
+		if out := mkdir(h, runtimeapi.SecurityProfile_Unconfined); out != "made" {
+			t.Errorf("%s, Unconfined: mkdir said %q", h, out)
+		}
+	}
+	if out := mkdir("runsc", runtimeapi.SecurityProfile_RuntimeDefault); out != "made" {
+		t.Errorf("runsc (no seccomp_profile on its row), RuntimeDefault: mkdir said %q, want Docker's default, which allows it", out)
+	}
+}

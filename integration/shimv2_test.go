@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
 // shimSockets lists the shim v2 sockets on the node (containerd's shims put them there).
@@ -195,5 +198,56 @@ func shimV2Pods(t *testing.T, e *containerEnv, handler, binary, state string) {
 	}
 	if m := slices.DeleteFunc(mountsUnder(d.RunRoot), func(p string) bool { return isStoreMount(d, p) }); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
+	}
+}
+
+// A shim-v2 row's shim_options reach the shim in every task's create, as containerd's
+// runtime options: containerd's runc shim runs the runc its BinaryName names (a wrapper
+// that logs each call) for the pod's sandbox and containers, also for a container made
+// after a restart that took the option off the row (the pod keeps the row it started with).
+func TestShimOptions(t *testing.T) {
+	var wrapper, calls string
+	e := newContainerEnv(t, withConfig(func(d *Daemon, c *config.Config) {
+		// Before the daemon starts: its probe of the row runs through the wrapper too.
+		wrapper, calls = filepath.Join(d.Dir, "runc-logged"), filepath.Join(d.Dir, "runc-calls")
+		script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >>%s\nexec /usr/sbin/runc \"$@\"\n", calls)
+		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.Handlers["runc-shim"].ShimOptions = map[string]any{"BinaryName": wrapper}
+	}))
+	creates := func() int {
+		b, _ := os.ReadFile(calls)
+		n := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(" "+l+" ", " create ") {
+				n++
+			}
+		}
+		return n
+	}
+	probes := creates() // the row's probe container at start
+	podID, pod := e.pod("shim-options", "runc-shim")
+	first := e.run(podID, pod, e.ctrConfig("first", "sleep", "1000"))
+	if out, _ := e.exec(first, "echo", "ok"); out != "ok" {
+		t.Fatalf("exec: %q", out)
+	}
+	if n := creates() - probes; n != 2 {
+		b, _ := os.ReadFile(calls)
+		t.Fatalf("the row's BinaryName ran %d creates for the pod (sandbox and container), want 2:\n%s", n, b)
+	}
+	before := creates()
+	e.d.Cfg.Handlers["runc-shim"].ShimOptions = nil
+	e.d.WriteConfig()
+	e.d.Restart(false)
+	e.run(podID, pod, e.ctrConfig("second", "sleep", "1000"))
+	if n := creates(); n != before+1 {
+		t.Errorf("a container made after a restart that took shim_options off the row: %d creates through the wrapper, want %d", n, before+1)
+	}
+	// A new pod gets the row as it is now: no wrapper.
+	otherID, other := e.pod("shim-options-off", "runc-shim")
+	e.run(otherID, other, e.ctrConfig("c", "sleep", "1000"))
+	if n := creates(); n != before+1 {
+		t.Errorf("a pod started after the option was removed still ran the wrapper (%d creates)", n)
 	}
 }

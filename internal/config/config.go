@@ -22,9 +22,12 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/rtshimd/rtshimd/configs"
+	"github.com/rtshimd/rtshimd/internal/shimopts"
 )
 
 // Sandbox modes of a handler: the key `sandbox` of earlier releases, read as an alias of
@@ -101,6 +104,72 @@ type Handler struct {
 	// node's owner, as containerd's and CRI-O's key: a non-root container can then open a
 	// device (a GPU) whose host node is root's.
 	DeviceOwnershipFromSecurityContext bool `toml:"device_ownership_from_security_context" json:"device_ownership_from_security_context,omitempty"`
+	// DefaultUlimits are the resource limits of every container's process on the row, as
+	// CRI-O's default_ulimits: "name=soft:hard" or "name=value" (both), name one of
+	// Ulimits' (nofile, nproc, memlock, ...). The CRI has no field for them; without, a
+	// container gets the runtime's own.
+	DefaultUlimits []string `toml:"default_ulimits" json:"default_ulimits,omitempty"`
+	// ShimOptions (shim-v2 rows) go to the shim in every task's create, as containerd's
+	// runtime options: to containerd's runc shim as runc's options (BinaryName, Root,
+	// SystemdCgroup, ...), to any other as TypeUrl, ConfigPath and ConfigBody, which
+	// gVisor's shim (its runsc.toml) and Kata's (its configuration file) read. Keys are the
+	// Go field names, as in containerd's config (internal/shimopts).
+	ShimOptions map[string]any `toml:"shim_options" json:"shim_options,omitempty"`
+	// SeccompProfile is a Docker-format JSON profile that RuntimeDefault means on the row,
+	// in place of Docker's default (CRI-O's seccomp_profile); read at each create.
+	SeccompProfile string `toml:"seccomp_profile" json:"seccomp_profile,omitempty"`
+}
+
+// Ulimits are the names default_ulimits accepts, with their RLIMIT_ types.
+var Ulimits = map[string]string{
+	"as": "RLIMIT_AS", "core": "RLIMIT_CORE", "cpu": "RLIMIT_CPU", "data": "RLIMIT_DATA",
+	"fsize": "RLIMIT_FSIZE", "locks": "RLIMIT_LOCKS", "memlock": "RLIMIT_MEMLOCK",
+	"msgqueue": "RLIMIT_MSGQUEUE", "nice": "RLIMIT_NICE", "nofile": "RLIMIT_NOFILE",
+	"nproc": "RLIMIT_NPROC", "rss": "RLIMIT_RSS", "rtprio": "RLIMIT_RTPRIO",
+	"rttime": "RLIMIT_RTTIME", "sigpending": "RLIMIT_SIGPENDING", "stack": "RLIMIT_STACK",
+}
+
+// Ulimit is one parsed default_ulimits entry.
+type Ulimit struct {
+	Type       string // RLIMIT_NOFILE
+	Soft, Hard uint64
+}
+
+// ParseUlimit reads "name=soft:hard" or "name=value"; -1 (or "unlimited") is no limit.
+func ParseUlimit(s string) (Ulimit, error) {
+	name, val, ok := strings.Cut(s, "=")
+	typ := Ulimits[strings.TrimSpace(name)]
+	if !ok || typ == "" {
+		names := make([]string, 0, len(Ulimits))
+		for n := range Ulimits {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return Ulimit{}, fmt.Errorf("want name=soft:hard with a name of %s", strings.Join(names, ", "))
+	}
+	num := func(v string) (uint64, error) {
+		switch v = strings.TrimSpace(v); v {
+		case "-1", "unlimited", "infinity":
+			return math.MaxUint64, nil
+		}
+		return strconv.ParseUint(v, 10, 64)
+	}
+	softS, hardS, two := strings.Cut(val, ":")
+	if !two {
+		hardS = softS
+	}
+	soft, err := num(softS)
+	if err != nil {
+		return Ulimit{}, fmt.Errorf("soft limit %q is not a number", softS)
+	}
+	hard, err := num(hardS)
+	if err != nil {
+		return Ulimit{}, fmt.Errorf("hard limit %q is not a number", hardS)
+	}
+	if soft > hard {
+		return Ulimit{}, fmt.Errorf("soft limit %s is above the hard limit %s", softS, hardS)
+	}
+	return Ulimit{Type: typ, Soft: soft, Hard: hard}, nil
 }
 
 // CDI configures Container Device Interface devices (config.CDI_devices and cdi.k8s.io/
@@ -592,12 +661,34 @@ func (c *Config) validate(p sources) error {
 			}
 			return p.errf(key+".pod_annotations", "handler %q: pod_annotations[%d] %q: %s: want a glob pattern of annotation keys (path.Match syntax, such as \"io.katacontainers.*\")", name, i, pat, why)
 		}
+		seen := map[string]bool{}
+		for i, u := range h.DefaultUlimits {
+			l, err := ParseUlimit(u)
+			if err == nil && seen[l.Type] {
+				err = fmt.Errorf("%s is set twice", l.Type)
+			}
+			if err != nil {
+				return p.errf(key+".default_ulimits", "handler %q: default_ulimits[%d] %q: %v", name, i, u, err)
+			}
+			seen[l.Type] = true
+		}
 		if err := h.resolveType(); err != nil {
 			k := key + ".runtime_type"
 			if h.RuntimeType == "" || h.Sandbox != "" && strings.Contains(err.Error(), "sandbox") {
 				k = key + ".sandbox"
 			}
 			return p.errf(k, "handler %q: %v", name, err)
+		}
+		if h.SeccompProfile != "" {
+			if err := checkSeccompProfile(h.SeccompProfile); err != nil {
+				return p.errf(key+".seccomp_profile", "handler %q: seccomp_profile %q: %v", name, h.SeccompProfile, err)
+			}
+		}
+		if len(h.ShimOptions) > 0 && h.RuntimeType != "shim-v2" {
+			return p.errf(key+".shim_options", "handler %q: shim_options are for runtime_type \"shim-v2\" rows, this one is %q", name, h.RuntimeType)
+		}
+		if _, err := shimopts.For(h.RuntimePath, h.ShimOptions, false); err != nil {
+			return p.errf(key+".shim_options", "handler %q: shim_options: %v", name, err)
 		}
 		var err error
 		if h.Overhead.MemoryBytes, err = ParseMemory(h.Overhead.Memory); err != nil {
@@ -710,4 +801,19 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("nri", old.NRI, cfg.NRI)
 	differ("debug", old.Debug, cfg.Debug)
 	return out
+}
+
+// checkSeccompProfile: an absolute path to a Docker-format JSON seccomp profile that parses.
+func checkSeccompProfile(p string) error {
+	if !filepath.IsAbs(p) {
+		return errors.New("not an absolute path")
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if _, err := seccomp.LoadProfile(string(data), &specs.Spec{Process: &specs.Process{}}); err != nil {
+		return fmt.Errorf("not a seccomp profile: %w", err)
+	}
+	return nil
 }

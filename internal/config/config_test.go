@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -393,5 +394,85 @@ func TestImagePullProgressTimeout(t *testing.T) {
 	}
 	if Default().Image.PullProgressTimeout.Duration != DefaultPullProgressTimeout {
 		t.Errorf("shipped default: %v", Default().Image.PullProgressTimeout)
+	}
+}
+
+// default_ulimits: "name=soft:hard" or "name=value"; a mistake names the entry.
+func TestDefaultUlimits(t *testing.T) {
+	c, err := Parse("cfg.toml", []byte(base+"default_ulimits = [\"nofile=1024:4096\", \"nproc=500\", \"memlock=-1\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Ulimit
+	for _, u := range c.Handlers["runc"].DefaultUlimits {
+		l, err := ParseUlimit(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l)
+	}
+	want := []Ulimit{{"RLIMIT_NOFILE", 1024, 4096}, {"RLIMIT_NPROC", 500, 500}, {"RLIMIT_MEMLOCK", 1<<64 - 1, 1<<64 - 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("parsed %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct{ entry, has string }{
+		{"nofiles=10", "with a name of"},
+		{"nofile", "with a name of"},
+		{"nofile=a:10", `soft limit "a"`},
+		{"nofile=10:b", `hard limit "b"`},
+		{"nofile=20:10", "above the hard limit"},
+	} {
+		_, err := Parse("cfg.toml", []byte(base+"default_ulimits = [\""+tc.entry+"\"]\n"))
+		if err == nil || !strings.HasPrefix(err.Error(), "cfg.toml:6: handler \"runc\": default_ulimits[0] \""+tc.entry+"\"") || !strings.Contains(err.Error(), tc.has) {
+			t.Errorf("%s: %v, want cfg.toml:6 naming the entry and %q", tc.entry, err, tc.has)
+		}
+	}
+	if _, err := Parse("cfg.toml", []byte(base+"default_ulimits = [\"nofile=1\", \"nofile=2\"]\n")); err == nil || !strings.Contains(err.Error(), "RLIMIT_NOFILE is set twice") {
+		t.Errorf("a limit set twice: %v", err)
+	}
+}
+
+// shim_options: for shim-v2 rows, keys of the options type the row's shim reads.
+func TestShimOptions(t *testing.T) {
+	shimRow := "\n[handlers.kata]\nruntime_type = \"shim-v2\"\nruntime_path = \"/usr/bin/containerd-shim-kata-v2\"\n[handlers.kata.shim_options]\n"
+	c, err := Parse("cfg.toml", []byte(base+shimRow+"ConfigPath = \"/etc/kata/configuration-qemu.toml\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Handlers["kata"].ShimOptions["ConfigPath"]; got != "/etc/kata/configuration-qemu.toml" {
+		t.Errorf("ConfigPath = %v", got)
+	}
+	for _, tc := range []struct{ name, src, want string }{
+		{"not a shim-v2 row", base + "[handlers.runc.shim_options]\nBinaryName = \"/x\"\n", `cfg.toml:6: handler "runc": shim_options are for runtime_type "shim-v2" rows`},
+		{"unknown option", base + shimRow + "BinaryName = \"/x\"\n", `cfg.toml:10: handler "kata": shim_options: BinaryName is not an option of runtimeoptions.v1.Options`},
+	} {
+		if _, err := Parse("cfg.toml", []byte(tc.src)); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// seccomp_profile: an absolute path to a profile that parses.
+func TestSeccompProfile(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := dir+"/good.json", dir+"/bad.json"
+	if err := os.WriteFile(good, []byte(`{"defaultAction": "SCMP_ACT_ALLOW"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"defaultAction": 7}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Parse("cfg.toml", []byte(base+"seccomp_profile = \""+good+"\"\n")); err != nil || c.Handlers["runc"].SeccompProfile != good {
+		t.Fatalf("a good profile: %v", err)
+	}
+	for _, tc := range []struct{ path, has string }{
+		{"seccomp.json", "not an absolute path"},
+		{dir + "/missing.json", "no such file"},
+		{bad, "not a seccomp profile"},
+	} {
+		_, err := Parse("cfg.toml", []byte(base+"seccomp_profile = \""+tc.path+"\"\n"))
+		if err == nil || !strings.HasPrefix(err.Error(), "cfg.toml:6: handler \"runc\": seccomp_profile \""+tc.path+"\"") || !strings.Contains(err.Error(), tc.has) {
+			t.Errorf("%s: %v, want cfg.toml:6 naming it and %q", tc.path, err, tc.has)
+		}
 	}
 }

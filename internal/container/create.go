@@ -394,6 +394,16 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		PodAnnotations:                     sb.PodAnnotations,
 		PrivilegedWithoutHostDevices:       sb.PrivilegedWithoutHostDevices,
 		DeviceOwnershipFromSecurityContext: sb.DeviceOwnershipFromSecurityContext,
+		SeccompProfile:                     sb.SeccompProfile,
+	}
+	for _, u := range sb.DefaultUlimits {
+		// Checked when the config was loaded; a record of an earlier release may hold
+		// what this one refuses: said, not dropped.
+		l, err := config.ParseUlimit(u)
+		if err != nil {
+			return o, fmt.Errorf("the pod's default_ulimits %q: %w", u, err)
+		}
+		o.Rlimits = append(o.Rlimits, specs.POSIXRlimit{Type: l.Type, Soft: l.Soft, Hard: l.Hard})
 	}
 	// A container is in its pod's user namespace: kubelet sends the pod's options again.
 	if u := ns.GetUsernsOptions(); u != nil && (u.GetMode() == runtimeapi.NamespaceMode_POD) != (sb.UserNS != "") {

@@ -91,6 +91,7 @@ func newHandler(name string, hc config.Handler, cgroupDriver string, rts *Runtim
 		Root:          hc.RuntimeRoot,
 		Args:          hc.RuntimeArgs,
 		SystemdCgroup: cgroupDriver == config.SystemdDriver,
+		ShimOptions:   hc.ShimOptions,
 	}
 	k, err := rts.For(hc.RuntimeType, row)
 	if err != nil {

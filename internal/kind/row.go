@@ -16,6 +16,8 @@ type Row struct {
 	Args    []string `json:"args,omitempty"`
 	// SystemdCgroup: cgroup_driver = "systemd" (runc's --systemd-cgroup).
 	SystemdCgroup bool `json:"systemd_cgroup,omitempty"`
+	// ShimOptions are a shim-v2 row's shim_options (internal/shimopts).
+	ShimOptions map[string]any `json:"shim_options,omitempty"`
 }
 
 // Maker makes the runtime of a row: handlers.Runtimes, one per row and type for the

@@ -59,6 +59,10 @@ type ContainerOptions struct {
 	// DeviceOwnershipFromSecurityContext: the config's devices are owned by the
 	// container's run_as_user and run_as_group (0 where unset), not by the host node's owner.
 	DeviceOwnershipFromSecurityContext bool
+	// Rlimits are the process's resource limits: the row's default_ulimits.
+	Rlimits []specs.POSIXRlimit
+	// SeccompProfile is the row's seccomp_profile: what RuntimeDefault means ("" Docker's).
+	SeccompProfile string
 }
 
 // ContainerSpec builds the runtime spec of an application container the way containerd's CRI
@@ -122,6 +126,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 			Capabilities:    caps,
 			NoNewPrivileges: sc.GetNoNewPrivs() && !privileged,
 			OOMScoreAdj:     &oomScoreAdj,
+			Rlimits:         slices.Clone(o.Rlimits),
 		},
 		Annotations: containerAnnotations(o),
 		Linux: &specs.Linux{
@@ -216,7 +221,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	}
 
 	// Seccomp last: the default profile looks at the capabilities.
-	if spec.Linux.Seccomp, err = containerSeccomp(sc, spec); err != nil {
+	if spec.Linux.Seccomp, err = containerSeccomp(sc, spec, o.SeccompProfile); err != nil {
 		return nil, err
 	}
 	return spec, nil

@@ -1149,3 +1149,43 @@ func TestDeviceOwnershipFromSecurityContext(t *testing.T) {
 		t.Errorf("on, no run_as_group: owner %d:%d, want 1000:0", u, g)
 	}
 }
+
+// The row's default_ulimits are the process's rlimits; none, none.
+func TestRlimits(t *testing.T) {
+	o := testOptions(t)
+	if s := mustSpec(t, o); s.Process.Rlimits != nil {
+		t.Errorf("rlimits without a row setting: %+v", s.Process.Rlimits)
+	}
+	o.Rlimits = []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Soft: 1000, Hard: 2000}}
+	if s := mustSpec(t, o); !reflect.DeepEqual(s.Process.Rlimits, o.Rlimits) {
+		t.Errorf("rlimits %+v, want %+v", s.Process.Rlimits, o.Rlimits)
+	}
+}
+
+// A row's seccomp_profile is what RuntimeDefault means on it; Unconfined stays unconfined;
+// a profile that cannot be read names the field and the file.
+func TestRowSeccompProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "seccomp.json")
+	if err := os.WriteFile(prof, []byte(`{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(t)
+	o.SeccompProfile = prof
+	o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}}
+	s := mustSpec(t, o)
+	if s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActAllow || len(s.Linux.Seccomp.Syscalls) != 1 || !slices.Contains(s.Linux.Seccomp.Syscalls[0].Names, "mkdirat") {
+		t.Errorf("RuntimeDefault on a row with a seccomp_profile: %+v", s.Linux.Seccomp)
+	}
+	o.Config.Linux.SecurityContext.Seccomp.ProfileType = runtimeapi.SecurityProfile_Unconfined
+	if s := mustSpec(t, o); s.Linux.Seccomp != nil {
+		t.Errorf("Unconfined on such a row: %+v", s.Linux.Seccomp)
+	}
+	o.Config.Linux.SecurityContext.Seccomp.ProfileType = runtimeapi.SecurityProfile_RuntimeDefault
+	o.SeccompProfile = prof + ".gone"
+	if _, err := ContainerSpec(o); err == nil || !strings.Contains(err.Error(), "config.linux.security_context.seccomp: RuntimeDefault is the handler's seccomp_profile") || !strings.Contains(err.Error(), ".gone") {
+		t.Errorf("a profile gone since the config was loaded: %v", err)
+	}
+	if p, err := SandboxSeccomp(&runtimeapi.LinuxSandboxSecurityContext{Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}}, prof); err != nil || p == nil || p.DefaultAction != specs.ActAllow {
+		t.Errorf("the sandbox container's RuntimeDefault on such a row: %+v, %v", p, err)
+	}
+}

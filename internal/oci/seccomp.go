@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 
@@ -19,29 +20,40 @@ const fieldSeccomp = "config.linux.security_context.seccomp"
 // a Docker-format JSON profile from the host for Localhost. The deprecated
 // seccomp_profile_path ("runtime/default", "docker/default", "unconfined",
 // "localhost/<path>") is read when seccomp is unset.
-func containerSeccomp(sc *runtimeapi.LinuxContainerSecurityContext, spec *specs.Spec) (*specs.LinuxSeccomp, error) {
+func containerSeccomp(sc *runtimeapi.LinuxContainerSecurityContext, spec *specs.Spec, runtimeDefault string) (*specs.LinuxSeccomp, error) {
 	if sc.GetPrivileged() {
 		return nil, nil
 	}
-	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec)
+	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec, runtimeDefault)
 }
 
 // SandboxSeccomp is the seccomp filter of a pod's sandbox container, from the pod's
 // security_context.seccomp (or seccomp_profile_path), by the containers' rules, as
 // containerd applies it to its sandbox container. RuntimeDefault is judged against the sandbox container
-// container's capabilities (none, as SandboxContainerSpec gives it).
-func SandboxSeccomp(sc *runtimeapi.LinuxSandboxSecurityContext) (*specs.LinuxSeccomp, error) {
+// container's capabilities (none, as SandboxContainerSpec gives it). runtimeDefault, when
+// set, is the row's seccomp_profile, which RuntimeDefault then means.
+func SandboxSeccomp(sc *runtimeapi.LinuxSandboxSecurityContext, runtimeDefault string) (*specs.LinuxSeccomp, error) {
 	if sc.GetPrivileged() {
 		return nil, nil
 	}
 	spec := &specs.Spec{Process: &specs.Process{Capabilities: sandboxContainerCapabilities()}}
-	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec)
+	return seccompProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), spec, runtimeDefault)
+}
+
+// LoadSeccompProfile reads a Docker-format JSON profile from the host, judged against
+// spec's capabilities.
+func LoadSeccompProfile(path string, spec *specs.Spec) (*specs.LinuxSeccomp, error) {
+	data, err := regfile.Read(path, 16<<20)
+	if err != nil {
+		return nil, errors.New(errText(err))
+	}
+	return seccomp.LoadProfile(string(data), spec)
 }
 
 // seccompProfile reads a security context's seccomp field, or its deprecated path when
 // the field is unset; errors name config.linux.security_context's field, which is the same
 // for a pod and a container.
-func seccompProfile(p *runtimeapi.SecurityProfile, path string, spec *specs.Spec) (*specs.LinuxSeccomp, error) {
+func seccompProfile(p *runtimeapi.SecurityProfile, path string, spec *specs.Spec, runtimeDefault string) (*specs.LinuxSeccomp, error) {
 	field := fieldSeccomp
 	typ, ref := runtimeapi.SecurityProfile_Unconfined, ""
 	if p != nil {
@@ -62,6 +74,14 @@ func seccompProfile(p *runtimeapi.SecurityProfile, path string, spec *specs.Spec
 	case runtimeapi.SecurityProfile_Unconfined:
 		return nil, nil
 	case runtimeapi.SecurityProfile_RuntimeDefault:
+		if runtimeDefault != "" {
+			// The row's seccomp_profile (checked when the config was loaded; read now).
+			p, err := LoadSeccompProfile(runtimeDefault, spec)
+			if err != nil {
+				return nil, invalidf("%s: RuntimeDefault is the handler's seccomp_profile %q: %v", field, runtimeDefault, err)
+			}
+			return p, nil
+		}
 		p, err := seccomp.GetDefaultProfile(spec)
 		if err != nil {
 			return nil, invalidf("%s: the runtime default profile: %v", field, err)

@@ -62,7 +62,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	if _, err := resolvConf(cfg.GetDnsConfig()); err != nil {
 		return "", invalid("config.%v", err)
 	}
-	security, err := m.podSecurity(cfg)
+	security, err := m.podSecurity(cfg, h.Config.SeccompProfile)
 	if err != nil {
 		return "", err
 	}
@@ -94,6 +94,8 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			CreatedAt: time.Now().UnixNano(), Runtime: h.Runtime, Overhead: h.Config.Overhead, PodAnnotations: h.Config.PodAnnotations,
 			PrivilegedWithoutHostDevices: h.Config.PrivilegedWithoutHostDevices, Config: raw, Dir: filepath.Join(m.opts.RunDir, id),
 			DeviceOwnershipFromSecurityContext: h.Config.DeviceOwnershipFromSecurityContext,
+			DefaultUlimits:                     h.Config.DefaultUlimits,
+			SeccompProfile:                     h.Config.SeccompProfile,
 			BundleDir:                          filepath.Join(m.opts.RunDir, id, id),
 		},
 		config:   cfg,
@@ -333,7 +335,7 @@ type containerSecurity struct {
 
 // podSecurity checks the pod's AppArmor, SELinux and seccomp requests against the node
 // before anything is made, and returns the sandbox container's confinement.
-func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig) (containerSecurity, error) {
+func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig, seccompProfile string) (containerSecurity, error) {
 	const f = "config.linux.security_context"
 	sc := cfg.GetLinux().GetSecurityContext()
 	var l containerSecurity
@@ -346,7 +348,7 @@ func (m *Manager) podSecurity(cfg *runtimeapi.PodSandboxConfig) (containerSecuri
 	}
 	// Checked for every pod, also those whose kind makes no sandbox container: a profile
 	// that cannot be read is the pod's error, whoever would have used it.
-	l.seccomp, err = oci.SandboxSeccomp(sc)
+	l.seccomp, err = oci.SandboxSeccomp(sc, seccompProfile)
 	return l, err
 }
 

@@ -46,13 +46,15 @@ type Metadata struct {
 	// stopped and removed even if the handler table changed since.
 	Runtime  *kind.Row       `json:"runtime"`
 	Overhead config.Overhead `json:"overhead"`
-	// PodAnnotations, PrivilegedWithoutHostDevices and DeviceOwnershipFromSecurityContext
-	// are the row's settings of those
+	// PodAnnotations, PrivilegedWithoutHostDevices, DeviceOwnershipFromSecurityContext,
+	// DefaultUlimits and SeccompProfile are the row's settings of those
 	// names at creation: the pod's containers, also those made after a restart or a
 	// reload that changed the row, get what the pod started with.
 	PodAnnotations                     []string `json:"pod_annotations,omitempty"`
 	PrivilegedWithoutHostDevices       bool     `json:"privileged_without_host_devices,omitempty"`
 	DeviceOwnershipFromSecurityContext bool     `json:"device_ownership_from_security_context,omitempty"`
+	DefaultUlimits                     []string `json:"default_ulimits,omitempty"`
+	SeccompProfile                     string   `json:"seccomp_profile,omitempty"`
 	// OverheadApplied is the overhead the pod got and where its limits went.
 	OverheadApplied Overhead        `json:"overhead_applied"`
 	Config          json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)

@@ -31,7 +31,7 @@ func TestSandboxContainerSeccomp(t *testing.T) {
 		return c
 	}
 	sandboxContainerSeccomp := func(cfg *runtimeapi.PodSandboxConfig) (*specs.LinuxSeccomp, error) {
-		sec, err := m.podSecurity(cfg)
+		sec, err := m.podSecurity(cfg, "")
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +90,7 @@ func TestSandboxContainerSeccomp(t *testing.T) {
 		{pod(&runtimeapi.SecurityProfile{ProfileType: 8}, "", false), `config.linux.security_context.seccomp.profile_type 8 is not`},
 		{pod(nil, "bogus", false), `config.linux.security_context.seccomp_profile_path "bogus" is not`},
 	} {
-		_, err := m.podSecurity(c.cfg)
+		_, err := m.podSecurity(c.cfg, "")
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("err = %v, want InvalidArgument containing %q", err, c.want)
 		}

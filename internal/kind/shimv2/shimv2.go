@@ -36,6 +36,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind/shimv2/shim"
 	"github.com/rtshimd/rtshimd/internal/monitor"
 	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/shimopts"
 )
 
 // stopWait bounds waits for a task to go after SIGKILL, and for output to drain.
@@ -191,7 +192,10 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 	if err != nil {
 		return kind.Created{}, r.errorf("create", t.ID, err)
 	}
-	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal, SystemdCgroup: r.row.SystemdCgroup}
+	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal}
+	if opts.Options, err = shimopts.For(r.row.Path, r.row.ShimOptions, r.row.SystemdCgroup); err != nil {
+		return kind.Created{}, r.errorf("create", t.ID, fmt.Errorf("shim_options: %w", err))
+	}
 	if !t.Sandbox {
 		if opts.Stdin, opts.Stdout, opts.Stderr, err = r.startLogger(ctx, t); err != nil {
 			return kind.Created{}, r.errorf("create", t.ID, err)

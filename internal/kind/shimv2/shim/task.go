@@ -13,12 +13,12 @@ import (
 
 	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/containerd/api/types"
-	runctypes "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/ttrpc"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -50,11 +50,11 @@ type CreateOptions struct {
 	// binary logger and no terminal, the runc shim gives the container no stdin
 	// (/dev/null); with a terminal it copies the Stdin FIFO into it.
 	Stdin, Stdout, Stderr string
-	// SystemdCgroup: the spec's cgroupsPath is systemd's slice:prefix:name (cgroup_driver
-	// = "systemd"); told to the shim as runc's options, which the runc shim hands to runc
-	// (--systemd-cgroup) and the runsc and Kata shims read too. containerd sends the same
-	// when a row's options say SystemdCgroup = true.
-	SystemdCgroup bool
+	// Options go to the shim in the create as an Any (internal/shimopts builds them from
+	// the row's shim_options and the cgroup driver: runc's options, which the runc shim
+	// hands to runc and the runsc and Kata shims read too, or the generic runtime options);
+	// nil: none.
+	Options proto.Message
 }
 
 // ExecOptions describe an additional process in a task.
@@ -136,8 +136,8 @@ var codeKinds = map[codes.Code]error{
 func (c *Client) Create(ctx context.Context, o CreateOptions) (uint32, error) {
 	req := &taskapi.CreateTaskRequest{ID: o.ID, Bundle: o.Bundle, Terminal: o.Terminal,
 		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}
-	if o.SystemdCgroup {
-		opts, err := typeurl.MarshalAnyToProto(&runctypes.Options{SystemdCgroup: true})
+	if o.Options != nil {
+		opts, err := typeurl.MarshalAnyToProto(o.Options)
 		if err != nil {
 			return 0, &CallError{Shim: c.cfg.ID, Op: "create", ID: o.ID, Err: err}
 		}

@@ -369,10 +369,10 @@ func connect(ctx context.Context, endpoint string) (internalapi.RuntimeService, 
 	return rs, is, nil
 }
 
-// Stop sends SIGTERM and waits for the daemon to exit.
 // newerKeys are config keys added after the earlier releases the upgrade tests run, which
-// refuse keys they do not know: an earlier daemon gets the config without them.
-var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout)\s*=.*\n`)
+// refuse keys they do not know: an earlier daemon gets the config without them. (A row's
+// shim_options table is not among them: no upgrade test sets it.)
+var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_ownership_from_security_context|default_ulimits|seccomp_profile)\s*=.*\n`)
 
 // earlierConfig writes d's config without newerKeys beside it and returns its path.
 func (d *Daemon) earlierConfig() string {
@@ -387,6 +387,7 @@ func (d *Daemon) earlierConfig() string {
 	return p
 }
 
+// Stop sends SIGTERM and waits for the daemon to exit.
 func (d *Daemon) Stop() { d.signal(syscall.SIGTERM) }
 
 // Kill sends SIGKILL, as a crash would.

@@ -249,19 +249,8 @@ func RemoveLeft(cgroupsPath, id string) error {
 	}
 	var errs []error
 	for _, root := range hierarchies() {
-		dir := filepath.Join(root, cgroupsPath)
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
-			if err == nil && de.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-				break
-			}
+		if err := removeTree(filepath.Join(root, cgroupsPath), true); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -282,18 +271,8 @@ func RemoveChildren(cgroupsPath string) error {
 	}
 	var errs []error
 	for _, root := range hierarchies() {
-		dir := filepath.Join(root, cgroupsPath)
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
-			if err == nil && de.IsDir() && p != dir {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
+		if err := removeTree(filepath.Join(root, cgroupsPath), false); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -347,6 +326,26 @@ func Holders(cgroupsPath string) string {
 		return fmt.Sprintf("cgroup %s holds %s", dir, strings.Join(parts, "; "))
 	}
 	return ""
+}
+
+// removeTree removes the cgroup directories below dir, deepest first, and dir itself with
+// withRoot. A cgroup that still holds a process stays (and its ancestors with it); the
+// first such refusal is returned, the other branches are removed all the same.
+func removeTree(dir string, withRoot bool) error {
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
+		if err == nil && de.IsDir() && (withRoot || p != dir) {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	var first error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // hierarchies are the roots of the cgroup hierarchies mounted: the one of a unified host,

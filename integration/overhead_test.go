@@ -21,7 +21,6 @@ import (
 func readCgroupInt(t *testing.T, controller, cgroup, file string) int64 {
 	t.Helper()
 	path := filepath.Join("/sys/fs/cgroup", controller, cgroup, file)
-	field := 0
 	if unifiedCgroups {
 		// The v2 file that holds the same limit, in v1's units: memory.max ("max" is v1's
 		// unlimited), cpu.max's quota ("max" is -1), cpu.weight (not in shares: cpuSharesAre).
@@ -36,19 +35,19 @@ func readCgroupInt(t *testing.T, controller, cgroup, file string) int64 {
 		t.Errorf("read %s: %v", file, err)
 		return -1
 	}
-	f := strings.Fields(string(b))
-	if len(f) <= field {
+	f := strings.Fields(string(b)) // cpu.max: "QUOTA PERIOD", the quota first
+	if len(f) == 0 {
 		t.Errorf("read %s: %q", path, b)
 		return -1
 	}
 	switch {
-	case f[field] != "max":
+	case f[0] != "max":
 	case file == "memory.limit_in_bytes":
 		return math.MaxInt64 &^ 4095
 	default:
 		return -1
 	}
-	v, _ := strconv.ParseInt(f[field], 10, 64)
+	v, _ := strconv.ParseInt(f[0], 10, 64)
 	return v
 }
 

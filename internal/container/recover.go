@@ -428,7 +428,14 @@ func (m *Manager) reconcileCreated(c *Container) {
 			s.Reason, s.Message = "Error", "the container never started: its runtime reports it gone (its sandbox ended before the start)"
 		}
 	case st == kind.TaskRunning || st == kind.TaskStopped:
-		log.WithField("runtime_state", st).Warn("container recorded as created had started; recorded as running")
+		// A stopped one started and ended, or its start ended it: a shim v2 cancels a
+		// start whose connection drops, as the daemon's does when it dies, and runc init
+		// exits 1 when runc start is killed mid-way. Its exit is read from the runtime.
+		msg := "container recorded as created had started; recorded as running"
+		if st == kind.TaskStopped {
+			msg = "container recorded as created is stopped in its runtime (it started and ended, or the daemon's stop interrupted its start); its exit is read from the runtime"
+		}
+		log.WithField("runtime_state", st).Warn(msg)
 		fn = func(s *Status) {
 			s.State = StateRunning
 			if s.StartedAt == 0 {

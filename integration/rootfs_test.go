@@ -78,7 +78,7 @@ func TestRootfsFromImage(t *testing.T) {
 	closeSvc := func() { closeOnce.Do(func() { svc.Close() }) }
 	t.Cleanup(closeSvc)
 	ref := reg.Ref("layers/whiteouts", "1")
-	id, err := svc.Pull(context.Background(), ref, image.Auth{})
+	id, err := svc.Pull(context.Background(), ref, image.Auth{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

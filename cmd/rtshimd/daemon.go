@@ -336,7 +336,9 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 	if err != nil {
 		return nil, nil, err
 	}
-	if !reflect.DeepEqual(old.Image.Registries, cfg.Image.Registries) || old.Image.RegistriesConf != cfg.Image.RegistriesConf {
+	oi, ni := old.Image, cfg.Image
+	if !reflect.DeepEqual(oi.Registries, ni.Registries) || oi.RegistriesConf != ni.RegistriesConf ||
+		oi.SignaturePolicy != ni.SignaturePolicy || oi.SignaturePolicyDir != ni.SignaturePolicyDir || oi.RegistriesD != ni.RegistriesD {
 		if err := d.images.SetRegistries(cfg.Image); err != nil {
 			return nil, nil, fmt.Errorf("%s: image registries: %w", cfg.Path, err)
 		}

@@ -290,6 +290,19 @@ type Image struct {
 	// a byte arriving (default DefaultPullProgressTimeout); 0 lets a pull wait up to its
 	// 30-minute bound.
 	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
+	// SignaturePolicy is a containers-policy.json(5) every pull is checked against (GPG
+	// and sigstore signatures, per registry and repository). Empty uses
+	// /etc/containers/policy.json when it exists (as CRI-O and podman), else accepts
+	// any image. The file is read at each pull: an edit applies to the next one.
+	SignaturePolicy string `toml:"signature_policy"`
+	// SignaturePolicyDir holds per-namespace policies, <namespace>.json, used instead of
+	// SignaturePolicy for a pull whose sandbox config names that namespace (CRI-O's
+	// signature_policy_dir). Empty: none.
+	SignaturePolicyDir string `toml:"signature_policy_dir"`
+	// RegistriesD is the containers-registries.d(5) directory that says where signatures
+	// are (a lookaside store, or sigstore attachments in the registry). Empty uses
+	// /etc/containers/registries.d.
+	RegistriesD string `toml:"registries_d"`
 }
 
 // DefaultPullProgressTimeout is image.pull_progress_timeout when the file does not say:
@@ -619,6 +632,15 @@ func (c *Config) validate(p sources) error {
 	if d := c.Image.PullProgressTimeout.Duration; d < 0 {
 		return p.errf("image.pull_progress_timeout", "image.pull_progress_timeout must be \"0\" (no timeout) or positive, got %v", d)
 	}
+	for _, f := range []struct{ key, val string }{
+		{"image.signature_policy", c.Image.SignaturePolicy},
+		{"image.signature_policy_dir", c.Image.SignaturePolicyDir},
+		{"image.registries_d", c.Image.RegistriesD},
+	} {
+		if f.val != "" && !filepath.IsAbs(f.val) {
+			return p.errf(f.key, "%s must be an absolute path, got %q", f.key, f.val)
+		}
+	}
 	for i, r := range c.Image.Registries {
 		if r.Prefix == "" && r.Location == "" {
 			return p.errf("image.registries", "image.registries[%d]: prefix or location is required", i)
@@ -775,7 +797,8 @@ func ParseCPU(s string) (int64, error) {
 
 // RestartNeeded names the settings that differ between old and cfg and take effect only
 // when the daemon restarts. The handler table, the default handler, image.registries_conf,
-// image.registries, log_level and stats.collection_period are applied by a reload.
+// image.registries, the signature settings, log_level and stats.collection_period are
+// applied by a reload.
 func RestartNeeded(old, cfg *Config) []string {
 	var out []string
 	differ := func(key string, a, b any) {

@@ -21,7 +21,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		ServerAddress: a.GetServerAddress(),
 		Username:      a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
 		IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken(),
-	})
+	}, req.GetSandboxConfig().GetMetadata().GetNamespace())
 	if err != nil {
 		metrics.PullDuration.WithLabelValues("error").Observe(time.Since(start).Seconds())
 		return nil, err

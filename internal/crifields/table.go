@@ -264,7 +264,7 @@ func init() {
 
 		"PullImageRequest.auth":           h("registry credentials for this pull"),
 		"PullImageRequest.image":          h("the image to pull"),
-		"PullImageRequest.sandbox_config": i("a pull is the same whatever pod asks for it: one store, the node's platform, the registries' configuration; CRI-O reads it for per-namespace signature policy, which rtshimd does not have yet"),
+		"PullImageRequest.sandbox_config": h("its metadata.namespace picks that namespace's signature policy (`image.signature_policy_dir`, as CRI-O); nothing else of it is used: a pull is otherwise the same whatever pod asks for it (one store, the node's platform, the registries' configuration)"),
 
 		"RemoveContainerRequest.container_id":    h(containerID + "; an unknown one is success, as the CRI says"),
 		"RemoveImageRequest.image":               h("the image to remove; an unknown one is success"),

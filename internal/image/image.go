@@ -38,6 +38,7 @@ type Options struct {
 type Service struct {
 	store storage.Store
 	sys   types.SystemContext // without per-request auth; read with pullContext
+	sig   sigConfig           // the signature policy settings; read with pullContext
 	sysMu sync.Mutex
 	// dirUsers counts the pulls that use each registries drop-in directory; a directory a
 	// reload replaced is removed once its last pull ends (retired), never under one.

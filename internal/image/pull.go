@@ -21,10 +21,12 @@ import (
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 )
 
-// Pull fetches ref into the store and returns the image ID ("sha256:..."). Identical
-// concurrent pulls (same reference, credentials and their registry) do the work once. The
-// credentials go only to the registry they belong to (scopedAuth.apply).
-func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, error) {
+// Pull fetches ref into the store and returns the image ID ("sha256:..."), for a pod in
+// namespace ("" when the request names no pod), whose signature policy it must pass.
+// Identical concurrent pulls (same reference, credentials, their registry and policy) do
+// the work once. The credentials go only to the registry they belong to
+// (scopedAuth.apply).
+func (s *Service) Pull(ctx context.Context, ref string, auth Auth, namespace string) (string, error) {
 	named, err := normalize(ref)
 	if err != nil {
 		return "", err
@@ -33,9 +35,13 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 	if err != nil {
 		return "", err
 	}
-	sys, release := s.pullContext()
+	sys, sig, release := s.pullContext()
 	defer release()
-	v, err, shared := s.pulls.Do(named.String()+"\x00"+creds.key(), func() (any, error) {
+	policyPath, policy, err := sig.policyFor(namespace)
+	if err != nil {
+		return "", fmt.Errorf("pull %s: %w", named, err)
+	}
+	v, err, shared := s.pulls.Do(named.String()+"\x00"+creds.key()+"\x00"+policyPath, func() (any, error) {
 		// Detached from any one caller: a kubelet retry after a timeout joins this pull.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
 		defer cancel()
@@ -45,7 +51,7 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 		if err != nil {
 			return "", err
 		}
-		return s.pull(pctx, named, &sys)
+		return s.pull(pctx, named, &sys, policyPath, policy)
 	})
 	if shared {
 		logrus.WithField("image", named.String()).Debug("joined a pull already under way")
@@ -56,7 +62,7 @@ func (s *Service) Pull(ctx context.Context, ref string, auth Auth) (string, erro
 	return v.(string), nil
 }
 
-func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.SystemContext) (string, error) {
+func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.SystemContext, policyPath string, policy *signature.Policy) (string, error) {
 	s.beginPull()
 	defer func() {
 		s.endPull()
@@ -72,12 +78,29 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	if err != nil {
 		return "", fmt.Errorf("store reference for %q: %w", named, err)
 	}
-	// Kubelet verifies nothing either; signature policy is the registry operator's (docs/configuration.md).
-	policy, err := signature.NewPolicyContext(&signature.Policy{Default: []signature.PolicyRequirement{signature.NewPRInsecureAcceptAnything()}})
+	// The copy reads its source through the progress watch, which offers copy.Image only
+	// the public ImageSource: signatures other than simple signing ones (sigstore's) are
+	// lost there. So a policy that asks for anything is checked first on the registry's
+	// own source, and the copy then takes the manifest it passed, by digest.
+	if !acceptsAnything(policy) {
+		d, err := s.verify(ctx, srcRef, sys, policy, s.opts.Config.PullProgressTimeout.Duration)
+		if err != nil {
+			return "", policyError(named, policyPath, err)
+		}
+		pinned, err := dockerref.WithDigest(dockerref.TrimNamed(named), d)
+		if err == nil {
+			srcRef, err = docker.NewReference(pinned)
+		}
+		if err != nil {
+			return "", fmt.Errorf("image reference %s@%s: %w", named, d, err)
+		}
+		log = log.WithField("signature_policy", policyPath)
+	}
+	policyCtx, err := signature.NewPolicyContext(&signature.Policy{Default: []signature.PolicyRequirement{signature.NewPRInsecureAcceptAnything()}})
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = policy.Destroy() }()
+	defer func() { _ = policyCtx.Destroy() }()
 	opts := &copy.Options{
 		SourceCtx:            sys,
 		DestinationCtx:       sys,
@@ -87,7 +110,7 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	// at the 30-minute bound (audit 2026-11-26, N8).
 	copyCtx, watchedSrc, stopProgress := watchProgress(ctx, srcRef, s.opts.Config.PullProgressTimeout.Duration)
 	copyCtx, pointErr, stopWatch := watchBlobs(copyCtx, opts)
-	manifestBytes, err := copy.Image(copyCtx, policy, destRef, watchedSrc, opts)
+	manifestBytes, err := copy.Image(copyCtx, policyCtx, destRef, watchedSrc, opts)
 	stopWatch()
 	if stall := stopProgress(); stall != nil && err != nil {
 		err = stall // the copy's own error is the cancel's

@@ -37,6 +37,10 @@ func (s *Service) SetRegistries(cfg config.Image) error {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
 	s.regGen++
+	sig, err := newSigConfig(cfg)
+	if err != nil {
+		return err
+	}
 	sys, err := renderRegistries(cfg, s.opts.RunRoot, filepath.Join(s.opts.RunRoot, fmt.Sprintf("registries.conf.d-%d", s.regGen)))
 	if err != nil {
 		return err
@@ -45,6 +49,8 @@ func (s *Service) SetRegistries(cfg config.Image) error {
 	prev := s.sys.SystemRegistriesConfDirPath
 	s.sys.SystemRegistriesConfPath = sys.SystemRegistriesConfPath
 	s.sys.SystemRegistriesConfDirPath = sys.SystemRegistriesConfDirPath
+	s.sys.RegistriesDirPath = cfg.RegistriesD // "" is containers/image's default
+	s.sig = sig
 	remove := prev != "" && s.dirUsers[prev] == 0
 	if prev != "" && !remove {
 		if s.retired == nil {
@@ -63,17 +69,17 @@ func (s *Service) SetRegistries(cfg config.Image) error {
 // pull calls when it is done: containers/image reads the drop-in directory lazily (when it
 // resolves a registry), so a reload must not remove the directory from under a pull under
 // way, which would then run without its blocked and mirror settings.
-func (s *Service) pullContext() (types.SystemContext, func()) {
+func (s *Service) pullContext() (types.SystemContext, sigConfig, func()) {
 	s.sysMu.Lock()
 	defer s.sysMu.Unlock()
-	sys := s.sys
+	sys, sig := s.sys, s.sig
 	dir := sys.SystemRegistriesConfDirPath
 	if s.dirUsers == nil {
 		s.dirUsers = map[string]int{}
 	}
 	s.dirUsers[dir]++
 	var once sync.Once
-	return sys, func() {
+	return sys, sig, func() {
 		once.Do(func() {
 			s.sysMu.Lock()
 			s.dirUsers[dir]--

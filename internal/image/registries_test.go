@@ -18,7 +18,7 @@ func TestReloadKeepsDropinOfPullUnderWay(t *testing.T) {
 	if err := s.SetRegistries(blocked); err != nil {
 		t.Fatal(err)
 	}
-	sys, release := s.pullContext()
+	sys, _, release := s.pullContext()
 	if err := s.SetRegistries(config.Image{RegistriesConf: "/dev/null"}); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestReloadKeepsDropinOfPullUnderWay(t *testing.T) {
 	if _, err := os.Stat(sys.SystemRegistriesConfDirPath); !os.IsNotExist(err) {
 		t.Errorf("the replaced drop-in outlived its last pull: %v", err)
 	}
-	now, releaseNow := s.pullContext()
+	now, _, releaseNow := s.pullContext()
 	defer releaseNow()
 	if _, err := os.Stat(now.SystemRegistriesConfDirPath); err != nil {
 		t.Errorf("the current drop-in: %v", err)

@@ -37,6 +37,7 @@ runtime_path = "/usr/sbin/runc"
 		{"wrong type", "default_handler = \"runc\"\n[handlers.runc]\nruntime_path = 42\n", 3, "runtime_path"},
 		{"bad cgroup driver", "cgroup_driver = \"systemd-ish\"\n" + good, 1, `cgroup_driver must be "cgroupfs" or "systemd", got "systemd-ish"`},
 		{"relative socket", "socket = \"rtshimd.sock\"\n" + good, 1, `socket must be an absolute path, got "rtshimd.sock"`},
+		{"tracing endpoint not host:port", good + "[tracing]\nenabled = true\nendpoint = \"collector\"\n", 7, `tracing.endpoint "collector" is not host:port`},
 		{"relative signature policy", good + "[image]\nsignature_policy = \"policy.json\"\n", 6, `image.signature_policy must be an absolute path, got "policy.json"`},
 	}
 	for _, tc := range cases {

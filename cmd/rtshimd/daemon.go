@@ -37,6 +37,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/stats"
 	"github.com/rtshimd/rtshimd/internal/store"
 	"github.com/rtshimd/rtshimd/internal/stream"
+	"github.com/rtshimd/rtshimd/internal/tracing"
 )
 
 type daemon struct {
@@ -56,7 +57,8 @@ type daemon struct {
 	home       *nsfile.Home  // where pods' namespaces are pinned; nil: on the node
 	metrics    *http.Server
 	pprof      *pprofsock.Server
-	lock       *rootlock.Lock // this daemon's roots, held for its life
+	tracer     *tracing.Tracer // nil when [tracing] enabled = false
+	lock       *rootlock.Lock  // this daemon's roots, held for its life
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
 	logLevelFlag string
 	hup          <-chan os.Signal // SIGHUP, caught from the start
@@ -323,6 +325,18 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 		return nil, err
 	}
+	if d.tracer, err = tracing.New(context.Background(), cfg.Tracing, cri.Version); err != nil {
+		if d.metrics != nil {
+			_ = d.metrics.Close()
+		}
+		if d.pprof != nil {
+			_ = d.pprof.Close()
+		}
+		if nri != nil {
+			nri.Stop()
+		}
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -369,7 +383,7 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 func (d *daemon) serve(ctx context.Context) error {
 	go d.reloader.Run(ctx, d.hup)
 	go watchStopRequests(ctx, d.sandboxes, d.containers)
-	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Stats: d.stats, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri}
+	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Stats: d.stats, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri, Tracer: d.tracer}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")
@@ -385,6 +399,15 @@ func (d *daemon) close() {
 	}
 	if d.pprof != nil {
 		_ = d.pprof.Close()
+	}
+	if d.tracer != nil {
+		// The last calls' spans go out, or are dropped after a moment: a collector
+		// that is down must not hold the stop.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := d.tracer.Shutdown(ctx); err != nil {
+			logrus.WithError(err).Warn("send the last trace spans")
+		}
+		cancel()
 	}
 	if d.nri != nil {
 		d.nri.Stop()

@@ -61,6 +61,7 @@ type Config struct {
 	Network        Network             `toml:"network"`
 	Streaming      Streaming           `toml:"streaming"`
 	Metrics        Metrics             `toml:"metrics"`
+	Tracing        Tracing             `toml:"tracing"`
 	CDI            CDI                 `toml:"cdi"`
 	NRI            NRI                 `toml:"nri"`
 	Debug          Debug               `toml:"debug"`
@@ -233,6 +234,22 @@ type Metrics struct {
 	Addr string `toml:"addr"`
 }
 
+// Tracing configures OpenTelemetry spans of the CRI calls, sent over OTLP/gRPC, as
+// CRI-O's [crio.tracing] and containerd's otlp processor do. Off by default.
+type Tracing struct {
+	Enabled bool `toml:"enabled"`
+	// Endpoint is the collector's host:port (OTLP over gRPC, plaintext: a node's collector
+	// listens on loopback or a node-local socket); default 127.0.0.1:4317.
+	Endpoint string `toml:"endpoint"`
+	// SamplingRatePerMillion samples calls that carry no sampling decision; a call whose
+	// caller (kubelet) sampled it, or chose not to, follows the caller. 0, the default,
+	// records only what kubelet samples (kubelet's samplingRatePerMillion).
+	SamplingRatePerMillion int `toml:"sampling_rate_per_million"`
+}
+
+// DefaultTracingEndpoint is tracing.endpoint when the file does not say: the OTLP/gRPC port.
+const DefaultTracingEndpoint = "127.0.0.1:4317"
+
 // Debug configures what is only for finding out where the daemon's time and memory go.
 type Debug struct {
 	// PprofSocket is a unix socket path (mode 0600) serving net/http/pprof's /debug/pprof/;
@@ -403,7 +420,8 @@ type source struct {
 // to zero (stats.collection_period = "0", image.pull_progress_timeout = "0").
 func newConfig() *Config {
 	return &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}},
-		Image: Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}}}
+		Image:   Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}},
+		Tracing: Tracing{Endpoint: DefaultTracingEndpoint}}
 }
 
 // decode decodes one file's text into c, refusing a key the daemon does not know; errors
@@ -568,6 +586,14 @@ func (c *Config) validate(p sources) error {
 	}
 	if _, _, err := net.SplitHostPort(c.Streaming.Addr); err != nil {
 		return p.errf("streaming.addr", "streaming.addr %q is not host:port", c.Streaming.Addr)
+	}
+	if t := c.Tracing; t.Enabled {
+		if _, _, err := net.SplitHostPort(t.Endpoint); err != nil {
+			return p.errf("tracing.endpoint", "tracing.endpoint %q is not host:port", t.Endpoint)
+		}
+	}
+	if r := c.Tracing.SamplingRatePerMillion; r < 0 || r > 1000000 {
+		return p.errf("tracing.sampling_rate_per_million", "tracing.sampling_rate_per_million must be between 0 and 1000000, got %d", r)
 	}
 	if c.Metrics.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Addr); err != nil {
@@ -820,6 +846,7 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("network", old.Network, cfg.Network)
 	differ("streaming", old.Streaming, cfg.Streaming)
 	differ("metrics", old.Metrics, cfg.Metrics)
+	differ("tracing", old.Tracing, cfg.Tracing)
 	differ("cdi", old.CDI, cfg.CDI)
 	differ("nri", old.NRI, cfg.NRI)
 	differ("debug", old.Debug, cfg.Debug)

@@ -35,6 +35,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/reload"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/stats"
+	"github.com/rtshimd/rtshimd/internal/tracing"
 )
 
 // Version is rtshimd's version, reported by the Version RPC and `rtshimd version`.
@@ -61,6 +62,8 @@ type Server struct {
 	PodCIDR *podcidr.Store
 	// NRI hosts NRI plugins; nil when NRI is off.
 	NRI *nrihost.Host
+	// Tracer records a span per call; nil when tracing is off.
+	Tracer *tracing.Tracer
 
 	// stopping closes when Serve's context ends: long-lived streams end at once instead of
 	// holding the graceful stop for its whole grace period.
@@ -75,11 +78,15 @@ func (s *Server) Serve(ctx context.Context, ready func()) error {
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unaryInterceptor),
 		grpc.ChainStreamInterceptor(streamInterceptor),
-		grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20),
-	)
+		grpc.MaxRecvMsgSize(16 << 20), grpc.MaxSendMsgSize(16 << 20),
+	}
+	if s.Tracer != nil {
+		opts = append(opts, s.Tracer.ServerOption())
+	}
+	g := grpc.NewServer(opts...)
 	s.stopping = ctx.Done()
 	runtimeapi.RegisterRuntimeServiceServer(g, s)
 	runtimeapi.RegisterImageServiceServer(g, s)

@@ -174,8 +174,13 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 	// A shim that never answers must not hold the caller for ever.
 	ctx, cancel := monitor.WithCreateDeadline(ctx)
 	defer cancel()
-	var c *shim.Client
+	// The row's options first: a row they do not fit starts no shim for the pod.
+	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal}
 	var err error
+	if opts.Options, err = shimopts.For(r.row.Path, r.row.ShimOptions, r.row.SystemdCgroup); err != nil {
+		return kind.Created{}, r.errorf("create", t.ID, fmt.Errorf("shim_options: %w", err))
+	}
+	var c *shim.Client
 	if t.Sandbox {
 		c, err = shim.Start(ctx, r.config(t))
 		if err == nil {
@@ -191,10 +196,6 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 	}
 	if err != nil {
 		return kind.Created{}, r.errorf("create", t.ID, err)
-	}
-	opts := shim.CreateOptions{ID: t.ID, Bundle: t.Dir, Terminal: t.Terminal}
-	if opts.Options, err = shimopts.For(r.row.Path, r.row.ShimOptions, r.row.SystemdCgroup); err != nil {
-		return kind.Created{}, r.errorf("create", t.ID, fmt.Errorf("shim_options: %w", err))
 	}
 	if !t.Sandbox {
 		if opts.Stdin, opts.Stdout, opts.Stderr, err = r.startLogger(ctx, t); err != nil {

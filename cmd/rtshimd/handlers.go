@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -17,9 +18,9 @@ import (
 // discoverForCommand discovers every handler of the config in args as the daemon would,
 // in a scratch run root of its own (the shims it probes must not publish to a running
 // daemon's), for a command that prints what it found. done releases it all.
-func discoverForCommand(args []string) (cfg *config.Config, table *handlers.Table, done func(), err error) {
+func discoverForCommand(args []string, extra func(*flag.FlagSet)) (cfg *config.Config, table *handlers.Table, done func(), err error) {
 	logrus.SetLevel(logrus.ErrorLevel)
-	cfg, err = loadConfig(args, nil)
+	cfg, err = loadConfig(args, extra)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -43,7 +44,7 @@ func discoverForCommand(args []string) (cfg *config.Config, table *handlers.Tabl
 
 // handlersCmd discovers every handler as the daemon would and prints the table.
 func handlersCmd(args []string) error {
-	cfg, table, done, err := discoverForCommand(args)
+	cfg, table, done, err := discoverForCommand(args, nil)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,14 +22,25 @@ const NodeLabelPrefix = "runtime.rtshimd.io/"
 
 // runtimeclassesCmd discovers every handler as the daemon would and prints a
 // node.k8s.io/v1 RuntimeClass for each ready one; the others, with their reasons, and the
-// command that labels this node go in comments.
+// command that labels this node go in comments. With --admission it adds the
+// ValidatingAdmissionPolicy that refuses, at admission, pods asking a RuntimeClass for
+// what its handler cannot give (admission.go).
 func runtimeclassesCmd(args []string) error {
-	_, table, done, err := discoverForCommand(args)
+	var admission bool
+	_, table, done, err := discoverForCommand(args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&admission, "admission", false, "also write a ValidatingAdmissionPolicy refusing pods that ask a RuntimeClass for what its handler cannot give")
+	})
 	if err != nil {
 		return err
 	}
 	defer done()
-	return writeRuntimeClasses(os.Stdout, table.List())
+	if err := writeRuntimeClasses(os.Stdout, table.List()); err != nil {
+		return err
+	}
+	if admission {
+		return writeAdmission(os.Stdout, table.List())
+	}
+	return nil
 }
 
 func writeRuntimeClasses(w io.Writer, rows []*handlers.Handler) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/lsm"
 	"github.com/rtshimd/rtshimd/internal/metrics"
 	"github.com/rtshimd/rtshimd/internal/network"
+	"github.com/rtshimd/rtshimd/internal/nodelabels"
 	"github.com/rtshimd/rtshimd/internal/nrihost"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
 	"github.com/rtshimd/rtshimd/internal/oci"
@@ -57,8 +58,9 @@ type daemon struct {
 	home       *nsfile.Home  // where pods' namespaces are pinned; nil: on the node
 	metrics    *http.Server
 	pprof      *pprofsock.Server
-	tracer     *tracing.Tracer // nil when [tracing] enabled = false
-	lock       *rootlock.Lock  // this daemon's roots, held for its life
+	tracer     *tracing.Tracer    // nil when [tracing] enabled = false
+	nodeLabels *nodelabels.Syncer // nil when [node] kubeconfig is empty
+	lock       *rootlock.Lock     // this daemon's roots, held for its life
 	// logLevelFlag is --log-level, which wins over log_level in any version of the file.
 	logLevelFlag string
 	hup          <-chan os.Signal // SIGHUP, caught from the start
@@ -325,6 +327,18 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 		return nil, err
 	}
+	if d.nodeLabels, err = nodelabels.New(cfg.Node.Kubeconfig, cfg.Node.Name, func() []*handlers.Handler { return table.Table().List() }); err != nil {
+		if d.metrics != nil {
+			_ = d.metrics.Close()
+		}
+		if d.pprof != nil {
+			_ = d.pprof.Close()
+		}
+		if nri != nil {
+			nri.Stop()
+		}
+		return nil, err
+	}
 	if d.tracer, err = tracing.New(context.Background(), cfg.Tracing, cri.Version); err != nil {
 		if d.metrics != nil {
 			_ = d.metrics.Close()
@@ -383,7 +397,11 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 func (d *daemon) serve(ctx context.Context) error {
 	go d.reloader.Run(ctx, d.hup)
 	go watchStopRequests(ctx, d.sandboxes, d.containers)
-	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Stats: d.stats, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri, Tracer: d.tracer}
+	if d.nodeLabels != nil {
+		// A row turning ready (its probe) or gone (a reload) shows within the period.
+		go d.nodeLabels.Run(ctx, 2*time.Second, 5*time.Minute)
+	}
+	srv := &cri.Server{Config: d.cfg, Reload: d.reloader, Handlers: d.table, Sandboxes: d.sandboxes, Images: d.images, Containers: d.containers, Stats: d.stats, Network: d.network, Streaming: d.streaming, Events: d.events, PodCIDR: d.podCIDR, NRI: d.nri, Tracer: d.tracer, NodeLabels: d.nodeLabels}
 	return srv.Serve(ctx, func() {
 		if err := sdnotify.Notify("READY=1"); err != nil {
 			logrus.WithError(err).Warn("sd_notify READY")

@@ -62,6 +62,7 @@ type Config struct {
 	Streaming      Streaming           `toml:"streaming"`
 	Metrics        Metrics             `toml:"metrics"`
 	Tracing        Tracing             `toml:"tracing"`
+	Node           Node                `toml:"node"`
 	CDI            CDI                 `toml:"cdi"`
 	NRI            NRI                 `toml:"nri"`
 	Debug          Debug               `toml:"debug"`
@@ -245,6 +246,17 @@ type Tracing struct {
 	// caller (kubelet) sampled it, or chose not to, follows the caller. 0, the default,
 	// records only what kubelet samples (kubelet's samplingRatePerMillion).
 	SamplingRatePerMillion int `toml:"sampling_rate_per_million"`
+}
+
+// Node says how the daemon reaches its Node object to keep its labels in step with the
+// handler table: `runtime.rtshimd.io/<handler>=true` for each ready handler, plus one
+// label per feature it gives. Off (nothing written) while Kubeconfig is empty.
+type Node struct {
+	// Kubeconfig is a kubeconfig with the node's credentials: kubelet's
+	// (/etc/kubernetes/kubelet.conf) may label its own node under NodeRestriction.
+	Kubeconfig string `toml:"kubeconfig"`
+	// Name is the Node's name; empty uses the hostname, lowercased, as kubelet does.
+	Name string `toml:"name"`
 }
 
 // DefaultTracingEndpoint is tracing.endpoint when the file does not say: the OTLP/gRPC port.
@@ -595,6 +607,9 @@ func (c *Config) validate(p sources) error {
 	if r := c.Tracing.SamplingRatePerMillion; r < 0 || r > 1000000 {
 		return p.errf("tracing.sampling_rate_per_million", "tracing.sampling_rate_per_million must be between 0 and 1000000, got %d", r)
 	}
+	if k := c.Node.Kubeconfig; k != "" && !filepath.IsAbs(k) {
+		return p.errf("node.kubeconfig", "node.kubeconfig must be an absolute path, got %q", k)
+	}
 	if c.Metrics.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Addr); err != nil {
 			return p.errf("metrics.addr", "metrics.addr %q is not host:port", c.Metrics.Addr)
@@ -847,6 +862,7 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("streaming", old.Streaming, cfg.Streaming)
 	differ("metrics", old.Metrics, cfg.Metrics)
 	differ("tracing", old.Tracing, cfg.Tracing)
+	differ("node", old.Node, cfg.Node)
 	differ("cdi", old.CDI, cfg.CDI)
 	differ("nri", old.NRI, cfg.NRI)
 	differ("debug", old.Debug, cfg.Debug)

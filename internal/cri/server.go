@@ -30,6 +30,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/metrics"
 	"github.com/rtshimd/rtshimd/internal/network"
+	"github.com/rtshimd/rtshimd/internal/nodelabels"
 	"github.com/rtshimd/rtshimd/internal/nrihost"
 	"github.com/rtshimd/rtshimd/internal/podcidr"
 	"github.com/rtshimd/rtshimd/internal/reload"
@@ -64,6 +65,8 @@ type Server struct {
 	NRI *nrihost.Host
 	// Tracer records a span per call; nil when tracing is off.
 	Tracer *tracing.Tracer
+	// NodeLabels keeps the Node's labels in step with the table; nil when [node] is off.
+	NodeLabels *nodelabels.Syncer
 
 	// stopping closes when Serve's context ends: long-lived streams end at once instead of
 	// holding the graceful stop for its whole grace period.

@@ -79,6 +79,10 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 			Hint       string              `json:"hint,omitempty"`
 		}{s.Sandboxes.Quarantined(), s.Containers.Quarantined(), damage, quarantineHint})
 		resp.Info = map[string]string{"config": string(cfg), "handlers": string(rows), "network": string(netState), "reload": string(rl), "pod_cidr": string(cidr), "nri": string(nri), "quarantined": string(quarantined)}
+		if s.NodeLabels != nil {
+			nl, _ := json.Marshal(s.NodeLabels.Status())
+			resp.Info["node_labels"] = string(nl)
+		}
 	}
 	return resp, nil
 }

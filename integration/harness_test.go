@@ -372,7 +372,11 @@ func connect(ctx context.Context, endpoint string) (internalapi.RuntimeService, 
 // newerKeys are config keys added after the earlier releases the upgrade tests run, which
 // refuse keys they do not know: an earlier daemon gets the config without them. (A row's
 // shim_options table is not among them: no upgrade test sets it.)
-var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_ownership_from_security_context|default_ulimits|seccomp_profile)\s*=.*\n`)
+var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_ownership_from_security_context|default_ulimits|seccomp_profile|signature_policy|signature_policy_dir|registries_d)\s*=.*\n`)
+
+// newerTables are config tables added after those releases, taken out whole with their
+// keys (up to the next table).
+var newerTables = regexp.MustCompile(`(?m)^\[(tracing|node)\]\n(?:[^\[\n].*\n|\n)*`)
 
 // earlierConfig writes d's config without newerKeys beside it and returns its path.
 func (d *Daemon) earlierConfig() string {
@@ -381,7 +385,7 @@ func (d *Daemon) earlierConfig() string {
 		d.t.Fatal(err)
 	}
 	p := d.Config + ".earlier"
-	if err := os.WriteFile(p, newerKeys.ReplaceAll(b, nil), 0o644); err != nil {
+	if err := os.WriteFile(p, newerTables.ReplaceAll(newerKeys.ReplaceAll(b, nil), nil), 0o644); err != nil {
 		d.t.Fatal(err)
 	}
 	return p

@@ -229,8 +229,13 @@ func TestRtshimdHandlersCommand(t *testing.T) {
 		t.Fatalf("rtshimd handlers: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 9 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
-		t.Fatalf("want a header with the kind, 6 rows, one discovery note and NRI's line, got:\n%s", out)
+	if len(lines) != 10 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME TYPE") {
+		t.Fatalf("want a header with the kind, 6 rows, one discovery note, NRI's line and the node labels', got:\n%s", out)
+	}
+	// No [node] kubeconfig in the harness: the labels are said, not written.
+	if l := lines[9]; !strings.HasPrefix(l, "node labels: not written ([node] kubeconfig is empty); they would be: ") ||
+		!strings.Contains(l, "runtime.rtshimd.io/runc=true") || strings.Contains(l, "runtime.rtshimd.io/ghost") || strings.Contains(l, "features.runtime.rtshimd.io/runsc.host-pid") {
+		t.Errorf("node labels line %q", l)
 	}
 	// The harness' daemon has NRI on with its own socket and no plugin installed.
 	if want := "nri: on, socket " + filepath.Join(filepath.Dir(d.Config), "nri.sock") + "; plugins started from "; !strings.HasPrefix(lines[8], want) || !strings.HasSuffix(lines[8], ": none") {

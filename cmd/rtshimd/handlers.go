@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/handlers"
+	"github.com/rtshimd/rtshimd/internal/nodelabels"
 	"github.com/rtshimd/rtshimd/internal/nrihost"
 )
 
@@ -76,7 +79,31 @@ func handlersCmd(args []string) error {
 		}
 	}
 	fmt.Println(nriLine(cfg.NRI))
+	fmt.Println(nodeLabelsLine(cfg.Node, table.List()))
 	return nil
+}
+
+// nodeLabelsLine says which labels the daemon keeps on its Node for these rows, and
+// whether it writes them; what it last wrote only a running daemon knows (Status verbose,
+// "node_labels").
+func nodeLabelsLine(c config.Node, rows []*handlers.Handler) string {
+	want := nodelabels.Want(rows)
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		kv = append(kv, k+"="+want[k])
+	}
+	labels := strings.Join(kv, " ")
+	if labels == "" {
+		labels = "none (no handler is ready)"
+	}
+	if c.Kubeconfig == "" {
+		return "node labels: not written ([node] kubeconfig is empty); they would be: " + labels
+	}
+	name := c.Name
+	if name == "" {
+		name = "this host's name"
+	}
+	return fmt.Sprintf("node labels: kept on node %s through %s: %s", name, c.Kubeconfig, labels)
 }
 
 // nriLine says whether NRI plugins see this node's pods, where they connect and which

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,17 @@ func TestTracing(t *testing.T) {
 	if _, err := rs.PodSandboxStatus(sctx, "no-such-pod", false); err == nil {
 		t.Fatal("PodSandboxStatus of an unknown pod answered")
 	}
+	// A pod's start: its steps are spans too, children of the call's.
+	podID, err := rs.RunPodSandbox(sctx, podConfig("traced", runtimeapi.NamespaceMode_CONTAINER), "runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.StopPodSandbox(sctx, podID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.RemovePodSandbox(sctx, podID); err != nil {
+		t.Fatal(err)
+	}
 	parent.End()
 	traceID := parent.SpanContext().TraceID()
 	clientSpans := map[string]oteltrace.SpanID{} // the client's span of each call, by name
@@ -122,6 +134,21 @@ func TestTracing(t *testing.T) {
 		want := clientSpans[name]
 		if !bytes.Equal(s.TraceId, traceID[:]) || !bytes.Equal(s.ParentSpanId, want[:]) || s.Kind != tracev1.Span_SPAN_KIND_SERVER {
 			t.Errorf("span %s: trace %x parent %x kind %v, want trace %x, parent %x (the client's span), server", name, s.TraceId, s.ParentSpanId, s.Kind, traceID[:], want[:])
+		}
+	}
+	if run := got["runtime.v1.RuntimeService/RunPodSandbox"]; run == nil {
+		t.Error("no span of RunPodSandbox")
+	} else {
+		var steps []string
+		for _, s := range sink.spans {
+			if bytes.Equal(s.ParentSpanId, run.SpanId) && strings.HasPrefix(s.Name, "RunPodSandbox ") {
+				steps = append(steps, strings.TrimPrefix(s.Name, "RunPodSandbox "))
+			}
+		}
+		for _, step := range []string{"namespaces", "persist", "publish"} {
+			if !slices.Contains(steps, step) {
+				t.Errorf("no span of RunPodSandbox's step %s under its call's span; steps: %v", step, steps)
+			}
 		}
 	}
 	if s := got["runtime.v1.RuntimeService/PodSandboxStatus"]; s != nil && !hasStatusCode(s, 5, "NOT_FOUND") {

@@ -54,7 +54,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if _, err := oci.CRIStopSignal(cfg.GetStopSignal()); err != nil {
 		return "", err
 	}
-	tm := phasetime.Start()
+	tm := phasetime.Start(ctx, "CreateContainer")
 	sb, err := m.opts.Sandboxes.Get(sandboxID)
 	if err != nil {
 		return "", err

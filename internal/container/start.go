@@ -34,7 +34,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if st := c.Status().State; st != StateCreated {
 		return fmt.Errorf("container %s is %s, not created: %w", c.ID, st, errdefs.ErrFailedPrecondition)
 	}
-	tm := phasetime.Start()
+	tm := phasetime.Start(ctx, "StartContainer")
 	// The start time is taken before the runtime is asked: a container that exits at
 	// once may be reported exited before the command returns, and its finish time must
 	// not precede its start.

@@ -1,11 +1,14 @@
 package phasetime
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 func TestTimerLogsStepsAtDebug(t *testing.T) {
@@ -20,7 +23,7 @@ func TestTimerLogsStepsAtDebug(t *testing.T) {
 		logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
 	})
 
-	tm := Start()
+	tm := Start(context.Background(), "op")
 	time.Sleep(2 * time.Millisecond)
 	tm.Mark("a")
 	tm.Mark("b")
@@ -45,9 +48,38 @@ func TestTimerOffBelowDebug(t *testing.T) {
 	old := logrus.GetLevel()
 	logrus.SetLevel(logrus.InfoLevel)
 	t.Cleanup(func() { logrus.SetLevel(old) })
-	tm := Start()
+	tm := Start(context.Background(), "op")
 	tm.Mark("a")
 	if tm.on || tm.fields != nil {
 		t.Fatalf("timer on at info level: %+v", tm)
+	}
+}
+
+// In a traced call each step is a span, child of the call's, named after the operation
+// and the step, covering the step's time; at info level and untraced nothing is made.
+func TestTimerSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	ctx, call := tp.Tracer("test").Start(context.Background(), "call")
+	tm := Start(ctx, "RunPodSandbox")
+	time.Sleep(2 * time.Millisecond)
+	tm.Mark("network")
+	tm.Mark("persist")
+	call.End()
+	spans := exp.GetSpans()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want the call's and 2 steps", len(spans))
+	}
+	for i, name := range []string{"RunPodSandbox network", "RunPodSandbox persist"} {
+		s := spans[i]
+		if s.Name != name || s.Parent.SpanID() != call.SpanContext().SpanID() {
+			t.Errorf("span %d: %q, parent %v; want %q, child of the call", i, s.Name, s.Parent.SpanID(), name)
+		}
+	}
+	if d := spans[0].EndTime.Sub(spans[0].StartTime); d < 2*time.Millisecond {
+		t.Errorf("the network step's span lasts %v, want the 2 ms it took", d)
+	}
+	if tm := Start(context.Background(), "op"); tm.tracer != nil || tm.on {
+		t.Error("an untraced call at info level times anything")
 	}
 }

@@ -108,7 +108,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	if _, reserved := oci.PassedPodAnnotations(cfg, sb.PodAnnotations); len(reserved) > 0 {
 		log.WithField("annotations", reserved).Warn("pod annotations matched by the handler's pod_annotations are rtshimd's own names: not passed to the runtime")
 	}
-	tm := phasetime.Start()
+	tm := phasetime.Start(ctx, "RunPodSandbox")
 	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork, tm)
 	if err == nil && m.opts.NRI != nil {
 		// Plugins hear of the pod once it exists; one that fails it fails the call, and

@@ -44,8 +44,9 @@ var kubeletFixedDirs = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kub
 // kubepods (and its QoS classes) under it.
 const kubeletCgroupRoot = "/rtshimd-kubelet"
 
-// startKubelet runs kubelet against d; kubeconfig "" runs it standalone.
-func startKubelet(t testing.TB, d *Daemon, kubeconfig string) *Kubelet {
+// startKubelet runs kubelet against d; kubeconfig "" runs it standalone. extra are lines
+// added to its KubeletConfiguration (featureGates, say).
+func startKubelet(t testing.TB, d *Daemon, kubeconfig string, extra ...string) *Kubelet {
 	t.Helper()
 	bin := toolPath(t, "kubelet")
 	dir := t.TempDir()
@@ -107,6 +108,9 @@ serializeImagePulls: false
 registerNode: %v
 `, k.Manifests, d.Socket, d.Socket, k.CgroupRoot, k.Port, freeLoopbackPort(t),
 		filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins"), kubeconfig != "")
+	for _, l := range extra {
+		cfg += l + "\n"
+	}
 	cfgPath := filepath.Join(dir, "kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -327,19 +327,12 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		}
 		return nil, err
 	}
-	if d.nodeLabels, err = nodelabels.New(cfg.Node.Kubeconfig, cfg.Node.Name, func() []*handlers.Handler { return table.Table().List() }); err != nil {
-		if d.metrics != nil {
-			_ = d.metrics.Close()
-		}
-		if d.pprof != nil {
-			_ = d.pprof.Close()
-		}
-		if nri != nil {
-			nri.Stop()
-		}
-		return nil, err
+	d.nodeLabels, err = nodelabels.New(cfg.Node.Kubeconfig, cfg.Node.Name, func() []*handlers.Handler { return table.Table().List() })
+	if err == nil {
+		d.tracer, err = tracing.New(context.Background(), cfg.Tracing, cri.Version)
 	}
-	if d.tracer, err = tracing.New(context.Background(), cfg.Tracing, cri.Version); err != nil {
+	if err != nil {
+		// What started above stops again; the syncer and the exporter hold nothing yet.
 		if d.metrics != nil {
 			_ = d.metrics.Close()
 		}

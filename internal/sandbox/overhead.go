@@ -33,6 +33,15 @@ type Overhead struct {
 	SandboxContainer bool `json:"sandbox_container,omitempty"`
 }
 
+// declared says kubelet passed a RuntimeClass overhead. kubelet sends linux.overhead on
+// every pod, empty where the pod has none (kuberuntime's convertOverheadToLinuxResources),
+// so an empty one means "none declared" and the row's applies; only a non-nil check made
+// every kubelet pod go without the row's overhead (a gVisor sandbox then OOM-killed as a
+// whole in a pod of 35 MiB).
+func declared(kube *runtimeapi.LinuxContainerResources) bool {
+	return kube.GetMemoryLimitInBytes() != 0 || kube.GetCpuQuota() != 0 || kube.GetCpuShares() != 0
+}
+
 // defaultCPUPeriod is the CFS period kubelet uses.
 const defaultCPUPeriod = 100000
 
@@ -52,7 +61,7 @@ func podOverhead(cfg *runtimeapi.PodSandboxConfig, handler string, row config.Ov
 	rowQuota := row.MilliCPU * period / 1000
 	rowShares := uint64(row.MilliCPU * 1024 / 1000)
 	switch {
-	case kube != nil:
+	case declared(kube):
 		o = Overhead{Source: "kubelet", MemoryBytes: kube.GetMemoryLimitInBytes(), CPUQuota: kube.GetCpuQuota(), CPUShares: uint64(kube.GetCpuShares())}
 		if (row.MemoryBytes != 0 || row.MilliCPU != 0) && (o.MemoryBytes != row.MemoryBytes || o.CPUQuota != rowQuota) {
 			logrus.WithFields(logrus.Fields{

@@ -29,6 +29,13 @@ func TestPodOverhead(t *testing.T) {
 		t.Errorf("kubelet overhead: %+v", o)
 	}
 
+	// kubelet sends an empty linux.overhead for a pod whose RuntimeClass declares none:
+	// the row's applies, as with none sent.
+	o = podOverhead(pod(limited, &runtimeapi.LinuxContainerResources{}), "h", row)
+	if o.Source != "handler" || *o.Limits.Memory.Limit != (128+64)<<20 || *o.Limits.CPU.Quota != 60000 {
+		t.Errorf("empty kubelet overhead: %+v", o)
+	}
+
 	// A pod with requests but no limits: only its shares grow.
 	o = podOverhead(pod(&runtimeapi.LinuxContainerResources{CpuShares: 256}, nil), "h", row)
 	if o.Limits == nil || o.Limits.Memory != nil || o.Limits.CPU.Quota != nil || *o.Limits.CPU.Shares != 256+102 {

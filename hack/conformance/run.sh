@@ -158,7 +158,7 @@ cleanup() {
 		leak "runc-shim's runc still knows containers: $(echo $ids)"
 		for id in $ids; do runc --root /run/containerd/runc/rtshimd delete -force "$id" >/dev/null 2>&1; done
 	fi
-	m=$(umount_under "$W")
+	m=$(umount_under "$W" -v)
 	[ "$m" = 0 ] || leak "$m mount(s) were left under $W"
 	ids=""
 	[ -f "$W/events.json" ] && ids=$(grep -oE '"(containerId|id)": *"[0-9a-f]{64}"' "$W/events.json" | grep -oE '[0-9a-f]{64}' | sort -u)
@@ -227,7 +227,7 @@ runtime_path = "/usr/sbin/runc"
 
 [handlers.runsc]
 runtime_path = "/usr/local/bin/runsc"
-runtime_args = ["--oci-seccomp"]
+runtime_args = ["--oci-seccomp", "--allow-suid"]
 runtime_type = "oci-sandbox"
 
 [handlers.runsc-debian]

@@ -102,8 +102,8 @@ func TestDefault(t *testing.T) {
 	if runsc.RuntimeType != "oci-sandbox" {
 		t.Errorf("runsc runtime_type = %q, want oci-sandbox", runsc.RuntimeType)
 	}
-	if runsc.RuntimePath != "/usr/local/bin/runsc" || !reflect.DeepEqual(runsc.RuntimeArgs, []string{"--oci-seccomp"}) {
-		t.Errorf("runsc = %q %q, want the pinned runsc with gVisor's netstack and --oci-seccomp", runsc.RuntimePath, runsc.RuntimeArgs)
+	if runsc.RuntimePath != "/usr/local/bin/runsc" || !reflect.DeepEqual(runsc.RuntimeArgs, []string{"--oci-seccomp", "--allow-suid"}) {
+		t.Errorf("runsc = %q %q, want the pinned runsc with gVisor's netstack, --oci-seccomp and --allow-suid", runsc.RuntimePath, runsc.RuntimeArgs)
 	}
 	if deb := c.Handlers["runsc-debian"]; deb == nil || deb.RuntimePath != "/usr/bin/runsc" || len(deb.RuntimeArgs) != 0 {
 		t.Errorf("runsc-debian = %+v, want Debian's runsc with host networking left to discovery", deb)

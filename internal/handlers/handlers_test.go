@@ -157,7 +157,7 @@ func TestNew(t *testing.T) {
 	}
 	h := tb.byName["runsc"]
 	if h.Type() != "oci-sandbox" || h.Kind.Type() != "oci-sandbox" || h.Runtime.Path != "/usr/local/bin/runsc" || h.Runtime.Root != "/run/rtshimd/runsc" ||
-		len(h.Runtime.Args) != 1 || h.Runtime.Args[0] != "--oci-seccomp" || h.Config.Overhead.MilliCPU != 100 {
+		strings.Join(h.Runtime.Args, " ") != "--oci-seccomp --allow-suid" || h.Config.Overhead.MilliCPU != 100 {
 		t.Errorf("runsc = %+v runtime %+v", h, h.Runtime)
 	}
 	// Before discovery even the default handler cannot run pods.

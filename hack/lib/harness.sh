@@ -102,11 +102,14 @@ iptables_cleanup() {
 	[ $n = 0 ] || leak "$n iptables rule(s) of network $net were left"
 }
 
-# umount_under DIR: unmount whatever is mounted at or below DIR (deepest first); prints the count.
+# umount_under DIR [-v]: unmount whatever is mounted at or below DIR (deepest first); prints
+# the count.
 umount_under() {
 	local m mp
 	m=$(awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r)
 	[ -n "$m" ] || { echo 0; return; }
+	# -v: name each one (on stderr), where a mount left is a leak to chase.
+	[ "${2:-}" = -v ] && awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print "  left: " $5 " (" $9 " " $10 ")"}' /proc/self/mountinfo >&2
 	for mp in $m; do umount -l "$mp" 2>/dev/null; done
 	echo "$m" | wc -l
 }

@@ -175,7 +175,7 @@ cleanup() {
 			for id in $ids; do $bin --root "$W/run/$h" delete -force "$id" >/dev/null 2>&1; done
 		fi
 	done
-	m=$(umount_under "$W")
+	m=$(umount_under "$W" -v)
 	[ "$m" = 0 ] || leak "$m mount(s) were left under $W"
 	# kubelet's directories and cgroups that were not there before the run.
 	for d in $KUBELET_DIRS; do
@@ -257,7 +257,11 @@ daemon_config() {
 	local h=$1 path args="" type=oci
 	case $h in
 	runc) path=/usr/sbin/runc ;;
-	runsc) path=/usr/local/bin/runsc args='runtime_args = ["--oci-seccomp"]' type=oci-sandbox ;;
+	# The shipped config's overhead: gVisor's sandbox (the Sentry, its ~30 MiB of runsc pages)
+	# lives in the pod cgroup, so a pod whose limits leave it no room (the lifecycle specs'
+	# 35Mi) is OOM-killed as a whole at its first exec without it.
+	runsc) path=/usr/local/bin/runsc args='runtime_args = ["--oci-seccomp", "--allow-suid"]
+overhead = { memory = "64Mi", cpu = "100m" }' type=oci-sandbox ;;
 	esac
 	cat <<EOF
 socket = "$SOCK"

@@ -13,7 +13,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
 # gcc and libc6-dev build the monitor (cmd/rtshim-monitor, in C).
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
-TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo mmdebstrap
+TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo mmdebstrap make bzip2 curl
 
 .PHONY: all build monitor monitor-sanitized run test unit integration deps-run deps-test install clean vet bench tools host-tools fuzz fuzz-short soak
 
@@ -115,7 +115,7 @@ tools:
 
 # What the integration tests need before they start; TestV2Node and TestV2NodeKernelBoots
 # ask hack/tools.sh for the node's kernel and root themselves (integration/tools_test.go).
-HOST_TOOLS := crictl critest kubelet kube-apiserver etcd systemd-node-rootfs
+HOST_TOOLS := crictl critest kubelet kube-apiserver etcd systemd-node-rootfs busybox
 host-tools:
 	hack/tools.sh $(HOST_TOOLS) >/dev/null
 

@@ -9,6 +9,7 @@
 #   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
 #   containerd-shim-runsc-v1  gvisor.dev/gvisor/shim, gVisor's own shim v2 at the same version
 #   golangci-lint             github.com/golangci/golangci-lint/v2 (make vet; not in the default set)
+#   busybox                   upstream BusyBox from Debian's source tarball (the tests' images)
 #   systemd-node-rootfs.tar   a Debian 12 root with systemd, made by mmdebstrap from Debian's
 #                             packages: the node container of TestSystemdNode (make systemd-node)
 #   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
@@ -32,6 +33,11 @@ CRI_TOOLS_VERSION=v1.37.0     # cri-api v0.37, as the daemon's
 # is kept (the default config names the installed path, /usr/local/bin/runsc).
 GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
 GOLANGCI_LINT_VERSION=v2.15.0 # make vet's linter (.golangci.yml)
+# busybox of the tests' images: upstream BusyBox from Debian 12's own source tarball, built
+# without Debian's patches (one reverts ash passing environment names that are not shell
+# identifiers, such as data-1, to its children, which the suites' env specs print).
+BUSYBOX_VERSION=1.35.0
+BUSYBOX_SHA256=faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694
 
 TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
 BIN=$TOOLS/bin
@@ -122,6 +128,27 @@ build_etcd() {
 		go build -trimpath -ldflags '-s -w' -o "$BIN/etcd-$ETCD_VERSION.tmp" go.etcd.io/etcd/server/v3)
 	mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
 	have etcd "$ETCD_VERSION"
+}
+
+# busybox: upstream's defconfig, dynamic against glibc as Debian's own build (NSS for
+# `hostname -f`; its shell execs applets, which critest's MaskedPaths spec needs), from the
+# orig tarball in Debian's archive (checked against its SHA-256).
+build_busybox() {
+	have busybox "$BUSYBOX_VERSION" && return
+	local dir=$TOOLS/src/busybox-$BUSYBOX_VERSION tarball=$TOOLS/src/busybox_$BUSYBOX_VERSION.orig.tar.bz2
+	log "building busybox $BUSYBOX_VERSION (upstream, from Debian's source tarball; about two minutes)"
+	if ! echo "$BUSYBOX_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
+		curl -fsSL -o "$tarball.tmp" "http://deb.debian.org/debian/pool/main/b/busybox/busybox_$BUSYBOX_VERSION.orig.tar.bz2"
+		echo "$BUSYBOX_SHA256  $tarball.tmp" | sha256sum -c --quiet
+		mv "$tarball.tmp" "$tarball"
+	fi
+	rm -rf "$dir" && tar -xjf "$tarball" -C "$TOOLS/src"
+	(cd "$dir" && make -s defconfig >/dev/null && make -s -j"$(nproc)" busybox >/dev/null 2>&1) ||
+		{ log "busybox build failed (rerun in $dir: make busybox)"; exit 1; }
+	cp "$dir/busybox" "$BIN/busybox-$BUSYBOX_VERSION.tmp"
+	mv "$BIN/busybox-$BUSYBOX_VERSION.tmp" "$BIN/busybox-$BUSYBOX_VERSION"
+	rm -rf "$dir"
+	have busybox "$BUSYBOX_VERSION"
 }
 
 cri_tools_src() {
@@ -377,6 +404,7 @@ for t in "$@"; do
 	crictl) build_crictl ;;
 	critest) build_critest ;;
 	golangci-lint) build_golangci_lint ;;
+	busybox) build_busybox ;;
 	runsc) build_runsc ;;
 	install-runsc) install_runsc ;;
 	runsc-shim) build_runsc_shim ;;

@@ -85,7 +85,7 @@ build_helpers() {
 }
 if [ -n "$PREBUILD" ]; then
 	build_helpers "$PREBUILD"
-	fetch_busybox "$TOOLS/conformance/busybox"
+	hack/tools.sh busybox >/dev/null
 	exit 0
 fi
 
@@ -193,12 +193,11 @@ EOF
 crictl_() { "$CRICTL" --config "$W/crictl.yaml" "$@"; }
 
 # --- 2. images ------------------------------------------------------------------------------
-BB_DIR=$TOOLS/conformance/busybox
-fetch_busybox "$BB_DIR"
+BUSYBOX=$(hack/tools.sh busybox)/busybox
 cp bin/rtshim-pause "$W/bin/pause"
 
 start_registry "$W/registry"
-"$W/bin/conformance-images" -registry "$REG" -busybox "$BB_DIR/bin/busybox" -bin "$W/bin" -out "$OUT/images.txt"
+"$W/bin/conformance-images" -registry "$REG" -busybox "$BUSYBOX" -bin "$W/bin" -out "$OUT/images.txt"
 
 # --- 3. the daemon --------------------------------------------------------------------------
 cat >"$W/cni/net.d/10-conformance.conflist" <<EOF

@@ -17,21 +17,6 @@ apt_need() {
 	fi
 }
 
-# fetch_busybox DIR: Debian's dynamic busybox (not installed: it conflicts with
-# busybox-static) unpacked into DIR, kept in the tools cache. Its shell execs applets, which
-# critest's MaskedPaths spec needs.
-fetch_busybox() {
-	local dir=$1 dl
-	[ -x "$dir/bin/busybox" ] && return
-	log "fetching Debian's busybox package"
-	dl=$(mktemp -d)
-	(cd "$dl" && { apt-get -o APT::Sandbox::User=root download busybox >/dev/null 2>&1 ||
-		{ apt-get update -qq && apt-get -o APT::Sandbox::User=root download busybox >/dev/null; }; } &&
-		rm -rf "$dir" && mkdir -p "$dir" && dpkg-deb -x busybox_*.deb "$dir")
-	rm -rf "$dl"
-	[ -x "$dir/bin/busybox" ] || die "could not unpack Debian's busybox into $dir"
-}
-
 # start_registry DIR: Debian's docker-registry on 127.0.0.1 at a free port, storage in DIR;
 # sets REG (host:port) and REG_PID.
 start_registry() {

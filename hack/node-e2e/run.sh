@@ -84,7 +84,7 @@ done
 # --- 0. Debian packages and tools ----------------------------------------------------------
 hack/tools.sh install-runsc >/dev/null || die "building the pinned runsc failed"
 apt_need docker-registry runc containernetworking-plugins iptables iproute2 jq curl netcat-openbsd
-TOOLBIN=$(hack/tools.sh kubelet e2e-node ginkgo agnhost crictl)
+TOOLBIN=$(hack/tools.sh kubelet e2e-node ginkgo agnhost crictl busybox)
 
 W=$(mktemp -d /tmp/rtshimd-node-e2e.XXXXXX)
 chmod 0711 "$W"
@@ -221,8 +221,6 @@ ln -sfn "$TOOLBIN/e2e_node.test" "$W/bin/e2e_node.test"
 ln -sfn "$TOOLBIN/kubelet" "$W/bin/kubelet"
 
 # --- 2. images ------------------------------------------------------------------------------
-BB_DIR=$TOOLS/conformance/busybox
-fetch_busybox "$BB_DIR"
 log "building the stand-ins and the image builder"
 for s in nginx labutils nnp; do
 	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$W/bin/$s" "./hack/conformance/standins/$s"
@@ -236,7 +234,7 @@ cp "$ksrc/test/images/agnhost/porter/localhost.crt" "$ksrc/test/images/agnhost/p
 go build -o "$W/bin/conformance-images" ./hack/conformance/images
 go build -o "$W/bin/conformance-check" ./hack/conformance/check
 start_registry "$W/registry"
-"$W/bin/conformance-images" -set node-e2e -registry "$REG" -busybox "$BB_DIR/bin/busybox" -bin "$W/bin" -out "$OUT/images.txt"
+"$W/bin/conformance-images" -set node-e2e -registry "$REG" -busybox "$TOOLBIN/busybox" -bin "$W/bin" -out "$OUT/images.txt"
 
 # --- 3. the daemon and the suite, per pass ----------------------------------------------------
 cat >"$W/cni/net.d/10-node-e2e.conflist" <<EOF

@@ -20,7 +20,20 @@ import (
 )
 
 // States of a container record. "creating" is on disk only while CreateContainer is under
-// way; a record found in it at start-up is undone.
+// way; a record found in it at start-up is undone. What moves a record, and nothing else:
+//
+//	creating ─CreateContainer done─▶ created ─StartContainer─▶ running ─its exit─▶ exited
+//	    │                              │  │                                       ▲
+//	    │  create failed, cleanup      │  └─ its task ends before a start ────────┤
+//	    │  failed too                  │     (the pod's sandbox died)             │
+//	    ▼                              ▼                                          │
+//	 unknown (CleanupFailed,        recovery: the runtime cannot say whether it   │
+//	 retried until removed)         started ─▶ unknown ─stop, or its exit─────────┘
+//
+// Recovery also moves created to running when the runtime shows the task ran, and
+// running to exited when its exit was missed (read from the runtime, else 255 "Unknown").
+// RemoveContainer ends every state but creating. The CRI state is the same word;
+// "creating" never answers a call and "unknown" is CONTAINER_UNKNOWN.
 const (
 	StateCreating = "creating"
 	StateCreated  = "created"
@@ -31,7 +44,9 @@ const (
 	StateUnknown = "unknown"
 )
 
-// Metadata is written once, when the container is created.
+// Metadata is written while CreateContainer runs, twice: first with what cleanup needs (the
+// record names what to undo if the daemon dies mid-way), then whole with the created task;
+// nothing changes it after.
 type Metadata struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`

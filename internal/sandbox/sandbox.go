@@ -23,13 +23,21 @@ import (
 
 // States of a sandbox record. "creating" is on disk only while RunPodSandbox is under way;
 // a record found in it at start-up is a half-made sandbox and is cleaned up.
+//
+//	creating ─RunPodSandbox done─▶ ready ─StopPodSandbox, its sandbox container's exit,
+//	                                      or its network torn down─▶ notready
+//
+// Nothing leaves notready but RemovePodSandbox; recovery marks a ready record notready when
+// the node restarted or its sandbox container is gone. The CRI states are SANDBOX_READY and
+// SANDBOX_NOTREADY ("creating" never answers a call).
 const (
 	StateCreating = "creating"
 	StateReady    = "ready"
 	StateNotReady = "notready"
 )
 
-// Metadata is written once, when the sandbox is created.
+// Metadata is written while RunPodSandbox runs, twice: first with what cleanup needs, then
+// whole once the sandbox is up; nothing changes it after.
 type Metadata struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`

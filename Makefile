@@ -26,7 +26,7 @@ build:
 	$(MAKE) monitor
 
 # The monitor, one per container (docs/monitor-protocol.md), is C: rtshimd runs the
-# rtshim-monitor beside it (docs/monitor-memory.md says why C).
+# rtshim-monitor beside it (docs/performance.md says why C).
 MONITOR_CC ?= gcc
 MONITOR_SRC := $(wildcard cmd/rtshim-monitor/*.c) $(wildcard cmd/rtshim-monitor/*.h)
 MONITOR_CFLAGS := -std=c11 -O2 -Wall -Wextra -D_FORTIFY_SOURCE=2 -fstack-protector-strong

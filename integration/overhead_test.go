@@ -194,6 +194,9 @@ func TestPodOverheadOnEveryHandler(t *testing.T) {
 		o := overheads[h]
 		check("overhead-"+h, h, nil, o.mem, o.milli, "handler")
 	}
+	// kubelet sends an empty linux.overhead for a RuntimeClass without one (over gRPC an empty
+	// message arrives set, not nil): the row's counts, as with none sent.
+	check("overhead-empty", "runc", &runtimeapi.LinuxContainerResources{}, 32<<20, 250, "handler")
 	// kubelet passes the RuntimeClass's overhead: that one counts, and the mismatch is logged.
 	kube := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 8 << 20, CpuQuota: 2000, CpuPeriod: period, CpuShares: 20}
 	check("overhead-kubelet", "runc", kube, 8<<20, 20, "kubelet")

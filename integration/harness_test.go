@@ -376,7 +376,7 @@ var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_owners
 
 // newerTables are config tables added after those releases, taken out whole with their
 // keys (up to the next table).
-var newerTables = regexp.MustCompile(`(?m)^\[(tracing|node)\]\n(?:[^\[\n].*\n|\n)*`)
+var newerTables = regexp.MustCompile(`(?m)^\[(tracing|node|mechanisms)\]\n(?:[^\[\n].*\n|\n)*`)
 
 // earlierConfig writes d's config without newerKeys beside it and returns its path.
 func (d *Daemon) earlierConfig() string {

@@ -31,6 +31,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/pause"
 	"github.com/rtshimd/rtshimd/internal/podcidr"
 	"github.com/rtshimd/rtshimd/internal/pprofsock"
+	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/reload"
 	"github.com/rtshimd/rtshimd/internal/rootlock"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
@@ -131,7 +132,9 @@ func discover(ctx context.Context, cfg *config.Config, runRoot, pauseDir, probeD
 		return nil, nil, probe, fmt.Errorf("create probe dir: %w", err)
 	}
 	probe = handlers.Probe{Rootfs: rootfs, Dir: probeDir, CgroupDriver: cfg.CgroupDriver}
-	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver, RunRoot: runRoot})
+	rts := handlers.NewRuntimes(handlers.Env{MonitorPath: monitorPath(cfg), CgroupDriver: cfg.CgroupDriver, RunRoot: runRoot,
+		PlainStart: !cfg.Mechanisms.ExecFifoStart})
+	protocache.Plain(!cfg.Mechanisms.KeptListEncoding)
 	table, err := handlers.Discover(ctx, cfg, rts, probe)
 	if err != nil {
 		rts.Close()
@@ -212,7 +215,7 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		home = nil
 	}
 	mgr, err := sandbox.NewManager(sandbox.Options{
-		Node:           sandbox.HostNode{Home: home},
+		Node:           sandbox.HostNode{Home: home, PinOnNode: !cfg.Mechanisms.PinHome},
 		LSM:            host,
 		Handlers:       table,
 		Store:          st,

@@ -67,6 +67,7 @@ type Config struct {
 	NRI            NRI                 `toml:"nri"`
 	Debug          Debug               `toml:"debug"`
 	Stats          Stats               `toml:"stats"`
+	Mechanisms     Mechanisms          `toml:"mechanisms"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -214,6 +215,22 @@ func (d *Duration) UnmarshalText(b []byte) error {
 
 // MarshalText writes "2s".
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Mechanisms turns off, one by one, what rtshimd does that no other runtime does, for a
+// plain path an operator can reason about with the peers' tools (docs/mechanisms.md). Each
+// is on by default; absent from the file means on.
+type Mechanisms struct {
+	// ExecFifoStart: the monitor starts a runc container by reading runc's exec FIFO
+	// instead of running `runc start`. Off: every start runs the runtime's start.
+	ExecFifoStart bool `toml:"exec_fifo_start" json:"exec_fifo_start"`
+	// PinHome: pods' namespaces (and a runc pod's tmpfs) live in a mount namespace of the
+	// daemon's own. Off: new pods pin them as files on the node, as CRI-O's pinns does;
+	// pods already in the home stay there.
+	PinHome bool `toml:"pin_home" json:"pin_home"`
+	// KeptListEncoding: List and stats answers carry their items as kept encodings
+	// (protobuf unknown fields, the same bytes on the wire). Off: plain messages.
+	KeptListEncoding bool `toml:"kept_list_encoding" json:"kept_list_encoding"`
+}
 
 // Stats is how container and pod usage (the CRI's stats) is read.
 type Stats struct {
@@ -432,8 +449,9 @@ type source struct {
 // to zero (stats.collection_period = "0", image.pull_progress_timeout = "0").
 func newConfig() *Config {
 	return &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}},
-		Image:   Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}},
-		Tracing: Tracing{Endpoint: DefaultTracingEndpoint}}
+		Mechanisms: Mechanisms{ExecFifoStart: true, PinHome: true, KeptListEncoding: true},
+		Image:      Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}},
+		Tracing:    Tracing{Endpoint: DefaultTracingEndpoint}}
 }
 
 // decode decodes one file's text into c, refusing a key the daemon does not know; errors
@@ -866,6 +884,7 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("cdi", old.CDI, cfg.CDI)
 	differ("nri", old.NRI, cfg.NRI)
 	differ("debug", old.Debug, cfg.Debug)
+	differ("mechanisms", old.Mechanisms, cfg.Mechanisms)
 	return out
 }
 

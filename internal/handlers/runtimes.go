@@ -24,6 +24,9 @@ type Env struct {
 	MonitorPath  string
 	CgroupDriver string
 	RunRoot      string // the daemon's run_root
+	// PlainStart: runc containers start through `runc start` too ([mechanisms]
+	// exec_fifo_start = false).
+	PlainStart bool
 }
 
 // Runtimes makes the kind.Runtime of a handler row, once per distinct row: the table's
@@ -55,7 +58,7 @@ func (r *Runtimes) For(typ string, row *kind.Row) (kind.Runtime, error) {
 	if rt, ok := r.byKey[key]; ok {
 		return rt, nil
 	}
-	cli := ocicli.Options{MonitorPath: r.env.MonitorPath}
+	cli := ocicli.Options{MonitorPath: r.env.MonitorPath, PlainStart: r.env.PlainStart}
 	var rt kind.Runtime
 	switch typ {
 	case kind.OCI:

@@ -8,6 +8,7 @@ package protocache
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -58,6 +59,14 @@ func (c *Item[K]) Encoded(key K, build func() proto.Message) []byte {
 func SetField(msg proto.Message, name protoreflect.Name, enc []byte) {
 	m := msg.ProtoReflect()
 	num := number(m, name)
+	if plain.Load() {
+		fd := m.Descriptor().Fields().ByNumber(num)
+		v := m.NewField(fd)
+		if proto.Unmarshal(enc, v.Message().Interface()) == nil {
+			m.Set(fd, v)
+			return
+		}
+	}
 	b := make([]byte, 0, protowire.SizeTag(num)+protowire.SizeBytes(len(enc)))
 	m.SetUnknown(appendField(b, num, enc))
 }
@@ -67,6 +76,22 @@ func SetField(msg proto.Message, name protoreflect.Name, enc []byte) {
 func SetRepeated(msg proto.Message, name protoreflect.Name, items [][]byte) {
 	m := msg.ProtoReflect()
 	num := number(m, name)
+	if plain.Load() {
+		fd := m.Descriptor().Fields().ByNumber(num)
+		list := m.Mutable(fd).List()
+		var rest [][]byte // what does not decode goes out encoded, as before
+		for _, it := range items {
+			el := list.NewElement()
+			if proto.Unmarshal(it, el.Message().Interface()) != nil {
+				rest = append(rest, it)
+				continue
+			}
+			list.Append(el)
+		}
+		if items = rest; len(items) == 0 {
+			return
+		}
+	}
 	n := 0
 	for _, it := range items {
 		n += protowire.SizeTag(num) + protowire.SizeBytes(len(it))
@@ -77,6 +102,14 @@ func SetRepeated(msg proto.Message, name protoreflect.Name, items [][]byte) {
 	}
 	m.SetUnknown(b)
 }
+
+// plain: SetField and SetRepeated decode the encoding into the message's own field, so an
+// answer is an ordinary message to whatever reads it in the daemon (an interceptor, a Go
+// reader of the server's types). Off by default: [mechanisms] kept_list_encoding.
+var plain atomic.Bool
+
+// Plain turns the plain answers on or off for the whole process (the daemon, at start).
+func Plain(on bool) { plain.Store(on) }
 
 // number is the field number of msg's field name; a name the message does not have is a
 // mistake in the code, found by the first call.

@@ -61,3 +61,45 @@ func TestItemAndRepeated(t *testing.T) {
 		t.Errorf("decoded %v", &gotSt)
 	}
 }
+
+// With Plain on, what SetRepeated and SetField set is the message's own field, as a reader
+// of the server's Go types (an interceptor) sees it, and the wire bytes are the same.
+func TestPlain(t *testing.T) {
+	encode := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	p0, p1 := pod("p0", runtimeapi.PodSandboxState_SANDBOX_READY), pod("p1", runtimeapi.PodSandboxState_SANDBOX_NOTREADY)
+	attrs := &runtimeapi.ContainerAttributes{Id: "c0", Labels: map[string]string{"x": "y"}}
+	build := func() (*runtimeapi.ListPodSandboxResponse, *runtimeapi.ContainerStats) {
+		resp := &runtimeapi.ListPodSandboxResponse{}
+		SetRepeated(resp, "items", [][]byte{encode(p0), encode(p1)})
+		st := &runtimeapi.ContainerStats{}
+		SetField(st, "attributes", encode(attrs))
+		return resp, st
+	}
+
+	kept, keptSt := build()
+	if len(kept.Items) != 0 || keptSt.Attributes != nil {
+		t.Fatalf("kept encoding: the fields themselves are set: %d items, attributes %v", len(kept.Items), keptSt.Attributes)
+	}
+	Plain(true)
+	defer Plain(false)
+	plainResp, plainSt := build()
+	if len(plainResp.Items) != 2 || !proto.Equal(plainResp.Items[1], p1) || !proto.Equal(plainSt.Attributes, attrs) {
+		t.Fatalf("plain: items %v, attributes %v", plainResp.Items, plainSt.Attributes)
+	}
+	if len(plainResp.ProtoReflect().GetUnknown()) != 0 || len(plainSt.ProtoReflect().GetUnknown()) != 0 {
+		t.Error("plain: unknown fields left")
+	}
+	for _, pair := range [][2]proto.Message{{kept, plainResp}, {keptSt, plainSt}} {
+		a, b := encode(pair[0]), encode(pair[1])
+		got, want := pair[0].ProtoReflect().New().Interface(), pair[1].ProtoReflect().New().Interface()
+		if proto.Unmarshal(a, got) != nil || proto.Unmarshal(b, want) != nil || !proto.Equal(got, want) {
+			t.Errorf("kept and plain answers decode differently: %v / %v", got, want)
+		}
+	}
+}

@@ -58,6 +58,9 @@ func (m *Manager) host() Node {
 // directory, as pods of earlier releases are.
 type HostNode struct {
 	Home *nsfile.Home
+	// PinOnNode: new pods pin their namespaces, and keep their tmpfs, on the node even
+	// with a home open ([mechanisms] pin_home = false); pods already in the home stay.
+	PinOnNode bool
 }
 
 var _ Node = HostNode{}
@@ -67,7 +70,7 @@ func (n HostNode) PinNamespaces(id, dir string, kinds []nsfile.Kind, hostname st
 		_, err := nsfile.PinInUserNS(dir, kinds, hostname, *userns)
 		return err
 	}
-	if n.Home == nil || len(kinds) == 0 {
+	if n.Home == nil || n.PinOnNode || len(kinds) == 0 {
 		_, err := nsfile.Pin(dir, kinds, hostname)
 		return err
 	}
@@ -107,7 +110,7 @@ func (HostNode) MountPodTmpfs(path string, owner *oci.IDMappings) error {
 }
 func (HostNode) Unmount(path string) error { return mountpoint.DetachAll(path) }
 
-func (n HostNode) TmpfsInHome() bool { return n.Home != nil && n.Home.CanLend() }
+func (n HostNode) TmpfsInHome() bool { return n.Home != nil && !n.PinOnNode && n.Home.CanLend() }
 
 func (n HostNode) MountPodTmpfsInHome(id string, owner *oci.IDMappings) (string, error) {
 	if n.Home == nil {

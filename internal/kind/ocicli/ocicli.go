@@ -48,6 +48,9 @@ const killWait = 10 * time.Second
 // Options are what both command-line kinds need besides the handler's runtime.
 type Options struct {
 	MonitorPath string
+	// PlainStart: the monitor runs the runtime's start for every container, never the
+	// exec FIFO (execFifo).
+	PlainStart bool
 }
 
 // Runtime is a command-line runtime of either kind.
@@ -193,7 +196,7 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 // read it (a runtime_path wrapper may add to it), names poststart hooks, which runc from
 // 1.2 runs in its start. "" otherwise.
 func (r *Runtime) execFifo(ctx context.Context, t kind.Task) string {
-	if r.sandboxed || t.Sandbox {
+	if r.sandboxed || t.Sandbox || r.opts.PlainStart {
 		return ""
 	}
 	r.fifoMu.Lock()

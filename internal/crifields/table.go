@@ -140,7 +140,7 @@ func init() {
 			"as containerd does on Linux"),
 		"ImageSpec.image":                h("the image: a reference to pull, or an ID or reference already pulled"),
 		"ImageSpec.image_ref":            i("the digest of an image volume's image, which the runtime reports back; rtshimd resolves image.image itself and reports the image it mounted"),
-		"ImageSpec.runtime_handler":      h("checked against the handler table (any configured row; \"\" is the default); an unknown handler is InvalidArgument naming the field. Every handler shares one image store"),
+		"ImageSpec.runtime_handler":      h("checked against the handler table (\"\" is the default); an unknown handler is InvalidArgument naming the field; all handlers share one image store"),
 		"ImageSpec.user_specified_image": h("the name the user wrote, reported as the container's image name and kept in checkpoints"),
 		"ImageStatusRequest.image":       h("the image asked about; unknown: an empty response, not an error, as the CRI says"),
 		"ImageStatusRequest.verbose":     h("adds the image's config as the info map"),
@@ -264,7 +264,7 @@ func init() {
 
 		"PullImageRequest.auth":           h("registry credentials for this pull"),
 		"PullImageRequest.image":          h("the image to pull"),
-		"PullImageRequest.sandbox_config": h("its metadata.namespace picks that namespace's signature policy (`image.signature_policy_dir`, as CRI-O); nothing else of it is used: a pull is otherwise the same whatever pod asks for it (one store, the node's platform, the registries' configuration)"),
+		"PullImageRequest.sandbox_config": h("its metadata.namespace picks that namespace's signature policy (`image.signature_policy_dir`, as CRI-O); the rest of a pull is the same for every pod"),
 
 		"RemoveContainerRequest.container_id":    h(containerID + "; an unknown one is success, as the CRI says"),
 		"RemoveImageRequest.image":               h("the image to remove; an unknown one is success"),

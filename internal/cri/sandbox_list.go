@@ -12,6 +12,10 @@ import (
 // The items go out as the index keeps them encoded (as its field "items").
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	resp := &runtimeapi.ListPodSandboxResponse{}
+	if protocache.IsPlain() {
+		resp.Items = s.Sandboxes.List(req.GetFilter())
+		return resp, nil
+	}
 	protocache.SetRepeated(resp, "items", s.Sandboxes.ListEncoded(req.GetFilter()))
 	return resp, nil
 }

@@ -23,6 +23,10 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerSt
 // The items go out as encoded once per reading (as the field "stats").
 func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	resp := &runtimeapi.ListContainerStatsResponse{}
+	if protocache.IsPlain() {
+		resp.Stats = s.Stats.ListStats(req.GetFilter())
+		return resp, nil
+	}
 	protocache.SetRepeated(resp, "stats", s.Stats.ListStatsEncoded(req.GetFilter()))
 	return resp, nil
 }

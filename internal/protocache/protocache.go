@@ -111,6 +111,10 @@ var plain atomic.Bool
 // Plain turns the plain answers on or off for the whole process (the daemon, at start).
 func Plain(on bool) { plain.Store(on) }
 
+// IsPlain says the plain answers are on: a List handler then sends the messages it keeps
+// (the managers' List) instead of encodings SetRepeated would decode again.
+func IsPlain() bool { return plain.Load() }
+
 // number is the field number of msg's field name; a name the message does not have is a
 // mistake in the code, found by the first call.
 func number(m protoreflect.Message, name protoreflect.Name) protowire.Number {

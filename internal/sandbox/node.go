@@ -29,7 +29,9 @@ type Node interface {
 	MountPodTmpfs(path string, owner *oci.IDMappings) error
 	// Unmount undoes every mount stacked at path; none is not an error.
 	Unmount(path string) error
-	// TmpfsInHome reports whether a pod's tmpfs can be in the pin home.
+	// TmpfsInHome reports whether a new pod's tmpfs goes in the pin home (a home is open,
+	// can lend, and pin_home is on). Tmpfs of pods no record names are released by the
+	// home's Collect whatever this says.
 	TmpfsInHome() bool
 	// MountPodTmpfsInHome mounts pod id's tmpfs, as MountPodTmpfs makes it, in the pin
 	// home, and returns the node's path to its root there (through the home's link,

@@ -25,11 +25,7 @@ import (
 // tell the two starts apart).
 func TestStartThroughExecFifo(t *testing.T) {
 	dir := t.TempDir()
-	calls := filepath.Join(dir, "runc-calls")
-	wrapper := filepath.Join(dir, "runc")
-	if err := os.WriteFile(wrapper, []byte(fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %s\nexec /usr/sbin/runc \"$@\"\n", calls)), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, calls := loggedRunc(t, dir)
 	hookFile := filepath.Join(dir, "poststart-ran")
 	specDir := t.TempDir()
 	cdi := fmt.Sprintf(`{"cdiVersion":"0.6.0","kind":"rtshimd.test/hook","devices":[{"name":"poststart","containerEdits":{"hooks":[{"hookName":"poststart","path":"/bin/sh","args":["sh","-c","echo ran >> %s"]}]}}]}`, hookFile)

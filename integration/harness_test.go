@@ -378,6 +378,18 @@ var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_owners
 // keys (up to the next table).
 var newerTables = regexp.MustCompile(`(?m)^\[(tracing|node|mechanisms)\]\n(?:[^\[\n].*\n|\n)*`)
 
+// loggedRunc writes, in dir, a runc wrapper that appends each call's arguments to a file
+// and runs /usr/sbin/runc; it returns the wrapper's path and the file's.
+func loggedRunc(t *testing.T, dir string) (wrapper, calls string) {
+	t.Helper()
+	wrapper, calls = filepath.Join(dir, "runc-logged"), filepath.Join(dir, "runc-calls")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >>%s\nexec /usr/sbin/runc \"$@\"\n", calls)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, calls
+}
+
 // earlierConfig writes d's config without newerKeys beside it and returns its path.
 func (d *Daemon) earlierConfig() string {
 	b, err := os.ReadFile(d.Config)

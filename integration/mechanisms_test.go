@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,12 +19,7 @@ import (
 // (no pin home in the way), and the List and stats answers, built as plain messages, say
 // what they say with the kept encodings.
 func TestPlainMechanisms(t *testing.T) {
-	dir := t.TempDir()
-	calls := filepath.Join(dir, "runc-calls")
-	wrapper := filepath.Join(dir, "runc")
-	if err := os.WriteFile(wrapper, []byte(fmt.Sprintf("#!/bin/sh\necho \"$*\" >> %s\nexec /usr/sbin/runc \"$@\"\n", calls)), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, calls := loggedRunc(t, t.TempDir())
 	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
 		c.Handlers["runc"].RuntimePath = wrapper
 		c.Mechanisms = config.Mechanisms{}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +18,7 @@ import (
 func TestRollingRuntime(t *testing.T) {
 	e := newContainerEnv(t)
 	d := e.d
-	next, calls := filepath.Join(d.Dir, "runc-next"), filepath.Join(d.Dir, "runc-next-calls")
-	script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >>%s\nexec /usr/sbin/runc \"$@\"\n", calls)
-	if err := os.WriteFile(next, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	next, calls := loggedRunc(t, d.Dir)
 	oldID, oldCfg := e.pod("rolling-before", "runc")
 	first := e.run(oldID, oldCfg, e.ctrConfig("first", "sleep", "1000"))
 

@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,11 +208,7 @@ func TestShimOptions(t *testing.T) {
 	var wrapper, calls string
 	e := newContainerEnv(t, withConfig(func(d *Daemon, c *config.Config) {
 		// Before the daemon starts: its probe of the row runs through the wrapper too.
-		wrapper, calls = filepath.Join(d.Dir, "runc-logged"), filepath.Join(d.Dir, "runc-calls")
-		script := fmt.Sprintf("#!/bin/sh\necho \"$*\" >>%s\nexec /usr/sbin/runc \"$@\"\n", calls)
-		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		wrapper, calls = loggedRunc(t, d.Dir)
 		c.Handlers["runc-shim"].ShimOptions = map[string]any{"BinaryName": wrapper}
 	}))
 	creates := func() int {

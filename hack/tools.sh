@@ -138,8 +138,13 @@ build_busybox() {
 	local dir=$TOOLS/src/busybox-$BUSYBOX_VERSION tarball=$TOOLS/src/busybox_$BUSYBOX_VERSION.orig.tar.bz2
 	log "building busybox $BUSYBOX_VERSION (upstream, from Debian's source tarball; about two minutes)"
 	if ! echo "$BUSYBOX_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
-		curl -fsSL -o "$tarball.tmp" "http://deb.debian.org/debian/pool/main/b/busybox/busybox_$BUSYBOX_VERSION.orig.tar.bz2"
-		echo "$BUSYBOX_SHA256  $tarball.tmp" | sha256sum -c --quiet
+		local url="http://deb.debian.org/debian/pool/main/b/busybox/busybox_$BUSYBOX_VERSION.orig.tar.bz2"
+		curl -fsSL -o "$tarball.tmp" "$url" || { log "download of $url failed"; rm -f "$tarball.tmp"; exit 1; }
+		if ! echo "$BUSYBOX_SHA256  $tarball.tmp" | sha256sum -c --quiet >/dev/null 2>&1; then
+			log "$url does not match BUSYBOX_SHA256 in hack/tools.sh (got $(sha256sum <"$tarball.tmp" | cut -d' ' -f1)); not used"
+			rm -f "$tarball.tmp"
+			exit 1
+		fi
 		mv "$tarball.tmp" "$tarball"
 	fi
 	rm -rf "$dir" && tar -xjf "$tarball" -C "$TOOLS/src"

@@ -319,9 +319,18 @@ func (r *Runtime) KillLost(ctx context.Context, t kind.Task) kind.Exit {
 // and waits for it to go, so its files are final before the caller removes them.
 func (r *Runtime) Delete(ctx context.Context, t kind.Task) error {
 	if err := r.rt.Delete(ctx, t.ID, true); err != nil {
-		return err
+		// runsc deletes a container whose sandbox is already gone (kubelet stops a pod
+		// before it removes its containers) and then fails it ("no control socket found"):
+		// a container the runtime no longer knows is deleted, which is what was asked.
+		if _, serr := r.rt.State(ctx, t.ID); !ocicmd.IsNotExist(serr) {
+			return err
+		}
+		logrus.WithError(err).WithField("container", t.ID).Debug("runtime failed a delete it did")
 	}
-	if r.sandboxed && t.Sandbox {
+	if r.sandboxed {
+		// After any delete, not the sandbox's only: a pod's containers outlive its sandbox
+		// in runsc's root when the sandbox goes at StopPodSandbox, so the last state to go
+		// may be a container's.
 		r.releaseNullNetNS()
 	}
 	if monitor.Alive(t.Dir) {

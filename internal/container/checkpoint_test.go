@@ -55,7 +55,7 @@ func TestCheckpointArchive(t *testing.T) {
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "sha256:abc", ImageID: "sha256:abc", ImageName: "busybox:1"},
 		config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "sha256:abc", UserSpecifiedImage: "busybox:1"}},
 		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
-	m := &Manager{containers: map[string]*Container{"c1": c}, opts: Options{CheckpointDir: t.TempDir()}}
+	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: t.TempDir()}}
 	out := t.TempDir()
 	loc := filepath.Join(out, "c1.tar")
 	if err := m.Checkpoint(context.Background(), "c1", loc, 0); err != nil {
@@ -104,10 +104,10 @@ func TestCheckpointArchive(t *testing.T) {
 
 func TestCheckpointRefusals(t *testing.T) {
 	dir := t.TempDir()
-	m := &Manager{containers: map[string]*Container{
-		"exited1": {Metadata: Metadata{ID: "exited1", Handler: "runc"}, status: store.NewTracked(Status{State: StateExited})},
-		"shim1":   {Metadata: Metadata{ID: "shim1", Handler: "runc-shim"}, status: store.NewTracked(Status{State: StateRunning}), rt: noCheckpoint{}},
-	}}
+	m := &Manager{index: indexOf(
+		&Container{Metadata: Metadata{ID: "exited1", Handler: "runc"}, status: store.NewTracked(Status{State: StateExited})},
+		&Container{Metadata: Metadata{ID: "shim1", Handler: "runc-shim"}, status: store.NewTracked(Status{State: StateRunning}), rt: noCheckpoint{}},
+	)}
 	loc := filepath.Join(dir, "c.tar")
 	for _, tc := range []struct {
 		id, location string
@@ -221,7 +221,7 @@ func TestCheckpointSwappedDirectory(t *testing.T) {
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "n", Handler: "runc", Dir: bundle},
 		config: &runtimeapi.ContainerConfig{}, status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{during: swap}}
 	ckDir := t.TempDir()
-	m := &Manager{containers: map[string]*Container{"c1": c}, opts: Options{CheckpointDir: ckDir}}
+	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: ckDir}}
 	if err := m.Checkpoint(context.Background(), "c1", filepath.Join(dir, "c1.tar"), 0); err != nil {
 		t.Fatal(err)
 	}

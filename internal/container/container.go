@@ -16,6 +16,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/cgroups/oomevent"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/protocache"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -112,6 +113,14 @@ type Status struct {
 	// Resources are the limits last applied (CreateContainer or UpdateContainerResources).
 	Resources json.RawMessage `json:"resources,omitempty"`
 }
+
+// RegistryKey is how the container is indexed: by ID, name and pod.
+func (c *Container) RegistryKey() registry.Key {
+	return registry.Key{ID: c.ID, Name: c.Name, Pod: c.SandboxID}
+}
+
+// OpLock is the container's lifecycle lock.
+func (c *Container) OpLock() sync.Locker { return &c.op }
 
 // Container is one container in memory.
 type Container struct {

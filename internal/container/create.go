@@ -2,8 +2,6 @@ package container
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,12 +28,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
-
-func newID() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // Create makes a container in a ready sandbox: its rootfs from the image, its spec and
 // bundle, and the runtime's `create` under a monitor. On error nothing is left.
@@ -70,18 +62,14 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	}
 	tm.Mark("lookup")
 	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
-	id := newID()
-	m.mu.Lock()
-	if other, ok := m.names[name]; ok {
-		m.mu.Unlock()
-		return "", fmt.Errorf("container name %q is already used by container %s; remove it first: %w", name, other, errdefs.ErrAlreadyExists)
+	id, err := m.index.Reserve(name)
+	if err != nil {
+		return "", err
 	}
-	m.names[name] = id
-	m.mu.Unlock()
 
 	raw, err := encodeConfig(cfg)
 	if err != nil {
-		m.releaseName(name, id)
+		m.index.Release(name, id)
 		return "", err
 	}
 	c := &Container{
@@ -121,14 +109,12 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 			m.keepForCleanup(c, err, cerr)
 			return "", err
 		}
-		m.releaseName(name, id)
+		m.index.Release(name, id)
 		return "", err
 	}
 	// Listed before the pod's lifecycle lock is released: a StopPodSandbox waiting for it
 	// sees this container.
-	m.mu.Lock()
-	m.add(c)
-	m.mu.Unlock()
+	m.index.Add(c)
 	log.Info("container created")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	tm.Mark("publish")
@@ -138,14 +124,6 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	}
 	tm.Log(logrus.Fields{"container": id}, "container create timing")
 	return id, nil
-}
-
-func (m *Manager) releaseName(name, id string) {
-	m.mu.Lock()
-	if m.names[name] == id {
-		delete(m.names, name)
-	}
-	m.mu.Unlock()
 }
 
 func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox, tm *phasetime.Timer) error {

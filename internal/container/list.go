@@ -1,8 +1,6 @@
 package container
 
 import (
-	"strings"
-
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -37,18 +35,7 @@ func (m *Manager) ListEncoded(filter *runtimeapi.ContainerFilter) [][]byte {
 
 // match picks the containers filter selects; the index's lock is held only to copy it.
 func (m *Manager) match(filter *runtimeapi.ContainerFilter) []*Container {
-	m.mu.RLock()
-	all := make([]*Container, 0, len(m.containers))
-	for id, c := range m.containers {
-		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
-			continue
-		}
-		if f := filter.GetPodSandboxId(); f != "" && !strings.HasPrefix(c.SandboxID, f) {
-			continue
-		}
-		all = append(all, c)
-	}
-	m.mu.RUnlock()
+	all := m.index.Pick(filter.GetId(), filter.GetPodSandboxId())
 	out := all[:0]
 	for _, c := range all {
 		if f := filter.GetState(); f != nil && f.State != criState(c.Status().State) {

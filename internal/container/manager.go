@@ -21,10 +21,10 @@ import (
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
-	"github.com/rtshimd/rtshimd/internal/idmap"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/lsm"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
@@ -97,16 +97,10 @@ type NRI interface {
 type Manager struct {
 	opts Options
 
-	mu         sync.RWMutex
-	containers map[string]*Container
-	// bySandbox indexes containers by their pod: kubelet's stats calls and the collector
-	// ask for each pod's containers, and a scan of all of them per pod was O(pods²)
-	// (a third of the daemon's idle CPU at 1,000 pods).
-	bySandbox map[string]map[string]*Container
-	names     map[string]string
-	// kept: containers without a usable record that still ran at recovery, by ID, with
-	// their quarantine entries: left running with their files until an operator decides.
-	kept map[string]string
+	// index lists the containers, by pod too; its kept ones are containers without a
+	// usable record that still ran at recovery, left running with their files until an
+	// operator decides.
+	index *registry.Index[*Container]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -156,7 +150,7 @@ func NewManager(opts Options) (*Manager, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{opts: opts, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
+	m := &Manager{opts: opts, index: registry.New[*Container]("container_id", "container"), ctx: ctx, cancel: cancel}
 	return m, nil
 }
 
@@ -327,59 +321,13 @@ func (m *Manager) publish(c *Container, t runtimeapi.ContainerEventType) {
 }
 
 // All returns every container, whatever its state.
-func (m *Manager) All() []*Container {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*Container, 0, len(m.containers))
-	for _, c := range m.containers {
-		out = append(out, c)
-	}
-	return out
-}
+func (m *Manager) All() []*Container { return m.index.All() }
 
 // Get finds a container by ID or unique ID prefix.
-func (m *Manager) Get(id string) (*Container, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return idmap.Find(m.containers, id, "container_id", "container")
-}
+func (m *Manager) Get(id string) (*Container, error) { return m.index.Get(id) }
 
 // OfSandbox is the containers of a pod (none for a pod it does not know).
-func (m *Manager) OfSandbox(sandboxID string) []*Container {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	of := m.bySandbox[sandboxID]
-	if len(of) == 0 {
-		return nil
-	}
-	out := make([]*Container, 0, len(of))
-	for _, c := range of {
-		out = append(out, c)
-	}
-	return out
-}
-
-// add lists c; m.mu is held.
-func (m *Manager) add(c *Container) {
-	m.containers[c.ID] = c
-	of := m.bySandbox[c.SandboxID]
-	if of == nil {
-		of = map[string]*Container{}
-		m.bySandbox[c.SandboxID] = of
-	}
-	of[c.ID] = c
-}
-
-// forget unlists c; m.mu is held.
-func (m *Manager) forget(c *Container) {
-	delete(m.containers, c.ID)
-	if of := m.bySandbox[c.SandboxID]; of != nil {
-		delete(of, c.ID)
-		if len(of) == 0 {
-			delete(m.bySandbox, c.SandboxID)
-		}
-	}
-}
+func (m *Manager) OfSandbox(sandboxID string) []*Container { return m.index.OfPod(sandboxID) }
 
 // Spec reads the container's OCI spec from its bundle.
 func (c *Container) Spec() (*specs.Spec, error) {

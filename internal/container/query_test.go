@@ -14,6 +14,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/image"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
@@ -161,9 +162,7 @@ func TestPodStatusesAndEvents(t *testing.T) {
 			config:   &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: id}},
 			status:   store.NewTracked(Status{State: StateRunning}), exited: make(chan struct{}),
 		}
-		m.mu.Lock()
-		m.add(c)
-		m.mu.Unlock()
+		m.index.Add(c)
 		return c
 	}
 	b := add("b", "p1", 2)
@@ -183,9 +182,7 @@ func TestPodStatusesAndEvents(t *testing.T) {
 		t.Errorf("PodStatuses of a pod without containers = %v", got)
 	}
 	m.publish(b, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
-	m.mu.Lock()
-	m.forget(b)
-	m.mu.Unlock()
+	m.index.Remove(b)
 	m.publish(b, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	for _, want := range []string{"a,b", "a,b"} { // the removed one still named by its event
 		select {
@@ -211,7 +208,16 @@ func bareManager(t *testing.T) *Manager {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{opts: Options{Sandboxes: sbs, Store: st}, containers: map[string]*Container{}, bySandbox: map[string]map[string]*Container{}, names: map[string]string{}, ctx: ctx, cancel: cancel}
+	m := &Manager{opts: Options{Sandboxes: sbs, Store: st}, index: indexOf(), ctx: ctx, cancel: cancel}
 	t.Cleanup(m.Close)
 	return m
+}
+
+// indexOf is an index listing cs.
+func indexOf(cs ...*Container) *registry.Index[*Container] {
+	x := registry.New[*Container]("container_id", "container")
+	for _, c := range cs {
+		x.Add(c)
+	}
+	return x
 }

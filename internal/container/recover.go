@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -25,106 +25,33 @@ import (
 // was down are recorded with their real code and time, and half-created containers are
 // undone. Sandboxes must be recovered first.
 func (m *Manager) Recover(ctx context.Context) error {
-	recs, err := m.opts.Store.Load()
+	known, err := m.index.Recover(ctx, registry.Recovery[*Container]{
+		Store: m.opts.Store, RunDir: m.opts.RunDir, Field: "container", Object: "container",
+		Unwritten: func(id string, log *logrus.Entry) {
+			// Nothing was created.
+			log.Info("container record without metadata (created when the daemon stopped); removing what it may hold")
+			if err := m.removeLeftovers(id); err != nil {
+				log.WithError(err).Error("container record kept: what it holds could not be removed")
+				return
+			}
+			_ = m.opts.Store.Delete(id)
+		},
+		Decode: m.decodeRecord,
+		Leave: func(id string, err error) bool {
+			if !errors.Is(err, handlers.ErrNoRuntime) {
+				return false
+			}
+			logrus.WithError(err).WithField("container", id).Error("container record left as it is")
+			return true
+		},
+		Settle:      m.settle,
+		Quarantined: m.settleQuarantined,
+		// One a runtime still runs is kept; only what none runs is removed.
+		Unrecorded: m.recoverUnrecorded,
+	})
 	if err != nil {
 		return err
 	}
-	known := map[string]bool{}
-	m.mu.Lock()
-	m.kept = map[string]string{}
-	m.mu.Unlock()
-	for _, r := range recs {
-		known[r.ID] = true
-		log := logrus.WithField("container", r.ID)
-		if r.Err != nil {
-			m.quarantine(ctx, r.ID, fmt.Sprintf("unreadable: %v", r.Err))
-			continue
-		}
-		if r.Meta == nil {
-			// A crash between the record's mkdir and its first write: nothing was created.
-			log.Info("container record without metadata (created when the daemon stopped); removing what it may hold")
-			if err := m.removeLeftovers(r.ID); err != nil {
-				log.WithError(err).Error("container record kept: what it holds could not be removed")
-				continue
-			}
-			_ = m.opts.Store.Delete(r.ID)
-			continue
-		}
-		c, err := m.decodeRecord(r.ID, r.Meta, r.Status)
-		if errors.Is(err, handlers.ErrNoRuntime) {
-			log.WithError(err).Error("container record left as it is")
-			continue
-		}
-		if err != nil {
-			m.quarantine(ctx, r.ID, fmt.Sprintf("undecodable: %v", err))
-			continue
-		}
-		if c.Status().State == StateCreating {
-			log.Info("container was half-created when the daemon stopped; cleaning up")
-			if err := m.cleanup(c); err != nil {
-				log.WithError(err).Error("clean up half-created container")
-			}
-			continue
-		}
-		if st := c.Status(); st.State == StateUnknown && st.Reason == reasonCleanupFailed {
-			// Kept by an earlier daemon because its cleanup failed: try again now, and keep
-			// retrying while it fails.
-			if err := m.cleanup(c); err == nil {
-				log.Info("cleanup of a container kept for it done")
-				continue
-			}
-			c.markExited()
-			m.mu.Lock()
-			m.add(c)
-			m.names[c.Name] = c.ID
-			m.mu.Unlock()
-			m.retryCleanup(c)
-			continue
-		}
-		if m.opts.Sandboxes.Kept(c.SandboxID) {
-			// Its pod runs on without a usable record: the container is kept with it.
-			m.quarantine(ctx, r.ID, fmt.Sprintf("its pod %s has no usable record and is kept", c.SandboxID))
-			continue
-		}
-		if _, err := m.opts.Sandboxes.Get(c.SandboxID); err != nil {
-			log.WithField("sandbox", c.SandboxID).Warn("container of a sandbox that no longer exists; removing it")
-			if err := m.cleanup(c); err != nil {
-				log.WithError(err).Error("clean up orphan container")
-			}
-			continue
-		}
-		m.reconcile(c)
-		m.mu.Lock()
-		m.add(c)
-		m.names[c.Name] = c.ID
-		m.mu.Unlock()
-		log.WithField("state", c.Status().State).Info("container recovered")
-	}
-	// Containers without a record: a run directory no record names, or a record a damaged
-	// journal lost. One a runtime still runs is kept; only what none runs is removed.
-	unrecorded := map[string]bool{}
-	entries, _ := os.ReadDir(m.opts.RunDir)
-	for _, e := range entries {
-		if e.IsDir() && !known[e.Name()] {
-			unrecorded[e.Name()] = true
-		}
-	}
-	// A lost record's object has its run directory (made before anything runs): an ID
-	// the damaged bytes name without one is only said (a garbled ID, or one a tenant's
-	// label spelled), never acted on.
-	for _, id := range m.opts.Store.Lost() {
-		if !known[id] && !unrecorded[id] {
-			logrus.WithField("id", id).Warn("a damaged record journal names this ID, but no container directory of it exists; nothing to keep or clean up")
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(unrecorded)) {
-		m.recoverUnrecorded(ctx, id)
-	}
-	m.mu.RLock()
-	for id := range m.kept {
-		known[id] = true
-	}
-	m.mu.RUnlock()
 	// Image volumes whose container left neither record nor directory.
 	owners, err := m.opts.Images.VolumeOwners()
 	if err != nil {
@@ -141,21 +68,50 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-// quarantine sets aside a container record that cannot be used (kept, named in the log
-// and in Status verbose). A container a runtime still runs is kept running with its
-// rootfs and files, for an operator to stop or adopt; one that no runtime runs is
-// deleted there and its files removed.
-func (m *Manager) quarantine(ctx context.Context, id, why string) {
-	log := logrus.WithFields(logrus.Fields{"container": id, "reason": why})
-	path, err := m.opts.Store.Quarantine(id, why)
-	if path == "" {
-		log.WithError(err).Error("bad container record could not be set aside; left as it is, container not listed")
-		return
+// settle reconciles a recovered container with the node and lists it, or cleans it up;
+// a container of a pod kept without a record is set aside with it.
+func (m *Manager) settle(c *Container, log *logrus.Entry) (quarantine string) {
+	if c.Status().State == StateCreating {
+		log.Info("container was half-created when the daemon stopped; cleaning up")
+		if err := m.cleanup(c); err != nil {
+			log.WithError(err).Error("clean up half-created container")
+		}
+		return ""
 	}
-	if err != nil {
-		log.WithError(err).Warn("bad container record set aside, but not all of it was synced")
+	if st := c.Status(); st.State == StateUnknown && st.Reason == reasonCleanupFailed {
+		// Kept by an earlier daemon because its cleanup failed: try again now, and keep
+		// retrying while it fails.
+		if err := m.cleanup(c); err == nil {
+			log.Info("cleanup of a container kept for it done")
+			return ""
+		}
+		c.markExited()
+		m.index.Add(c)
+		m.retryCleanup(c)
+		return ""
 	}
-	log = log.WithField("quarantined_at", path)
+	if m.opts.Sandboxes.Kept(c.SandboxID) {
+		// Its pod runs on without a usable record: the container is kept with it.
+		return fmt.Sprintf("its pod %s has no usable record and is kept", c.SandboxID)
+	}
+	if _, err := m.opts.Sandboxes.Get(c.SandboxID); err != nil {
+		log.WithField("sandbox", c.SandboxID).Warn("container of a sandbox that no longer exists; removing it")
+		if err := m.cleanup(c); err != nil {
+			log.WithError(err).Error("clean up orphan container")
+		}
+		return ""
+	}
+	m.reconcile(c)
+	m.index.Add(c)
+	log.WithField("state", c.Status().State).Info("container recovered")
+	return ""
+}
+
+// settleQuarantined settles a container whose record was set aside as bad (named in the
+// log and in Status verbose). One a runtime still runs is kept running with its rootfs and
+// files, for an operator to stop or adopt; one that no runtime runs is deleted there and
+// its files removed.
+func (m *Manager) settleQuarantined(ctx context.Context, id, path string, log *logrus.Entry) {
 	if m.keepIfRunning(ctx, id, path, log) {
 		return
 	}
@@ -168,16 +124,10 @@ func (m *Manager) quarantine(ctx context.Context, id, why string) {
 // hold its state, and its files removed.
 func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	log := logrus.WithField("container", id)
-	if q, _ := m.opts.Store.ListQuarantined(); len(q) > 0 {
-		for _, e := range q {
-			if e.ID == id && e.Kept {
-				m.mu.Lock()
-				m.kept[id] = e.Path
-				m.mu.Unlock()
-				log.WithField("quarantined_at", e.Path).Warn("container without a record still kept; " + store.KeepHint(id))
-				return
-			}
-		}
+	if path := registry.KeptEntry(m.opts.Store, id); path != "" {
+		m.index.Keep(id, path)
+		log.WithField("quarantined_at", path).Warn("container without a record still kept; " + store.KeepHint(id))
+		return
 	}
 	if m.keepIfRunning(ctx, id, "", log) {
 		return
@@ -210,9 +160,7 @@ func (m *Manager) keepIfRunning(ctx context.Context, id, path string, log *logru
 	if err != nil {
 		log.WithError(err).Error("container without a usable record still runs; its quarantine entry could not be written, it is kept as it is")
 	}
-	m.mu.Lock()
-	m.kept[id] = path
-	m.mu.Unlock()
+	m.index.Keep(id, path)
 	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why, "sandbox": task.PodID}).Error("container without a usable record still runs: kept, not stopped, its files kept; " + store.KeepHint(id))
 	return true
 }
@@ -277,9 +225,7 @@ func (m *Manager) StopRequested(ctx context.Context, pods []string) []string {
 		if err := store.MarkKept(e.Path, false); err != nil {
 			log.WithError(err).Warn("mark a stopped container's quarantine entry")
 		}
-		m.mu.Lock()
-		delete(m.kept, e.ID)
-		m.mu.Unlock()
+		m.index.Unkeep(e.ID)
 		log.Warn("kept container stopped as asked")
 		done = append(done, e.ID)
 	}
@@ -288,9 +234,7 @@ func (m *Manager) StopRequested(ctx context.Context, pods []string) []string {
 
 // anyKept says whether some container is kept without a usable record.
 func (m *Manager) anyKept() bool {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return len(m.kept) > 0
+	return len(m.index.KeptIDs()) > 0
 }
 
 // Damage says what was wrong with the container records' journal at start, if anything.

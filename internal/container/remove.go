@@ -11,7 +11,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/podcgroup"
-	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/retry"
@@ -20,21 +19,11 @@ import (
 // Remove removes a container, killing it if it runs. A container that is gone is not an
 // error.
 func (m *Manager) Remove(ctx context.Context, id string) error {
-	c, err := m.Get(id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
+	c, unlock, ok, err := m.index.Hold(id)
+	if !ok {
+		return err // nil: gone, or removed by a concurrent call
 	}
-	if err != nil {
-		return err
-	}
-	c.op.Lock()
-	defer c.op.Unlock()
-	m.mu.RLock()
-	_, present := m.containers[c.ID]
-	m.mu.RUnlock()
-	if !present {
-		return nil
-	}
+	defer unlock()
 	// A container kept because its create and cleanup failed never ran, and plugins were
 	// told of its removal already: only its cleanup is left.
 	if st := c.Status(); st.State != StateUnknown || st.Reason != reasonCleanupFailed {
@@ -53,12 +42,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.cleanup(c); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	m.forget(c)
-	if m.names[c.Name] == c.ID {
-		delete(m.names, c.Name)
-	}
-	m.mu.Unlock()
+	m.index.Remove(c)
 	m.containerStopped(c.ID)
 	logrus.WithField("container", c.ID).Info("container removed")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
@@ -84,9 +68,7 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 		s.Message = fmt.Sprintf("create failed (%v) and its cleanup failed (%v); retrying", createErr, cleanupErr)
 	})
 	c.markExited()
-	m.mu.Lock()
-	m.add(c)
-	m.mu.Unlock()
+	m.index.Add(c)
 	m.retryCleanup(c)
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 )
 
@@ -18,15 +17,11 @@ const killWait = 10 * time.Second
 // Stop stops a running container: its stop signal, then SIGKILL after timeout seconds.
 // A container that is not running (or gone) is not an error.
 func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
-	c, err := m.Get(id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	c, unlock, ok, err := m.index.Hold(id)
+	if !ok {
 		return err
 	}
-	c.op.Lock()
-	defer c.op.Unlock()
+	defer unlock()
 	if err := m.stop(ctx, c, timeout); err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"strings"
-
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -37,15 +35,7 @@ func (m *Manager) ListEncoded(filter *runtimeapi.PodSandboxFilter) [][]byte {
 // match picks the sandboxes filter selects. The index's lock is held only to copy it:
 // the answers are built without it, so a List does not hold up a RunPodSandbox.
 func (m *Manager) match(filter *runtimeapi.PodSandboxFilter) []*Sandbox {
-	m.mu.RLock()
-	all := make([]*Sandbox, 0, len(m.sandboxes))
-	for id, sb := range m.sandboxes {
-		if f := filter.GetId(); f != "" && !strings.HasPrefix(id, f) {
-			continue
-		}
-		all = append(all, sb)
-	}
-	m.mu.RUnlock()
+	all := m.index.Pick(filter.GetId(), "")
 	out := all[:0]
 	for _, sb := range all {
 		if f := filter.GetState(); f != nil && f.State != sb.criState() {

@@ -17,6 +17,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/lsm"
 	"github.com/rtshimd/rtshimd/internal/network"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -82,15 +83,14 @@ type Manager struct {
 	opts       Options
 	containers Containers
 
-	mu        sync.RWMutex
-	sandboxes map[string]*Sandbox
-	names     map[string]string // sandbox name -> id
+	// index lists the pods; its kept ones are pods without a usable record that still ran
+	// at recovery, left running with their pins and files until an operator stops them
+	// (`rtshimd quarantine stop`) or adopts their records.
+	index *registry.Index[*Sandbox]
+
+	mu sync.Mutex
 	// quarantined: pods whose records recovery set aside, stopped by StopQuarantined.
 	quarantined []string
-	// kept: pods without a usable record that still ran at recovery, by ID, with their
-	// quarantine entries: left running, with their pins and files, until an operator
-	// stops them (`rtshimd quarantine stop`) or adopts their records.
-	kept map[string]string
 	// left: records this daemon has no runtime for, left as they are for a later one.
 	left map[string]bool
 
@@ -106,7 +106,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("create %s: %w", opts.RunDir, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{opts: opts, sandboxes: map[string]*Sandbox{}, names: map[string]string{}, ctx: ctx, cancel: cancel}, nil
+	return &Manager{opts: opts, index: registry.New[*Sandbox]("pod_sandbox_id", "pod sandbox"), left: map[string]bool{}, ctx: ctx, cancel: cancel}, nil
 }
 
 // SetContainers connects the container manager (built after this one, which it uses).

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -26,75 +26,46 @@ import (
 // still run are watched again, and sandboxes that were half-created when the previous
 // daemon died are cleaned up, as are run directories nobody owns.
 func (m *Manager) Recover(ctx context.Context) error {
-	recs, err := m.opts.Store.Load()
-	if err != nil {
-		return err
-	}
-	known := map[string]bool{}
 	m.mu.Lock()
-	m.kept, m.left = map[string]string{}, map[string]bool{}
+	m.left = map[string]bool{}
 	m.mu.Unlock()
-	for _, r := range recs {
-		known[r.ID] = true
-		log := logrus.WithField("sandbox", r.ID)
-		if r.Err != nil {
-			m.quarantine(ctx, r.ID, fmt.Sprintf("unreadable: %v", r.Err))
-			continue
-		}
-		if r.Meta == nil {
-			// A crash between the record's mkdir and its first write: nothing ran yet.
+	_, err := m.index.Recover(ctx, registry.Recovery[*Sandbox]{
+		Store: m.opts.Store, RunDir: m.opts.RunDir, Field: "sandbox", Object: "pod",
+		Unwritten: func(id string, log *logrus.Entry) {
+			// Nothing ran yet.
 			log.Info("sandbox record without metadata (created when the daemon stopped); cleaning up")
-			m.cleanupOrphan(r.ID)
-			continue
-		}
-		sb, err := m.decodeRecord(r.ID, r.Meta, r.Status)
-		if errors.Is(err, handlers.ErrNoRuntime) {
-			// Not ours to undo: a later rtshimd that knows its runtime takes it up.
-			log.WithError(err).Error("sandbox record left as it is")
-			m.mu.Lock()
-			m.left[r.ID] = true
-			m.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			m.quarantine(ctx, r.ID, fmt.Sprintf("undecodable: %v", err))
-			continue
-		}
-		if sb.Status().State == StateCreating {
-			log.Info("sandbox was half-created when the daemon stopped; cleaning up")
-			if err := m.cleanup(sb); err != nil {
-				log.WithError(err).Error("clean up half-created sandbox")
+			m.cleanupOrphan(id)
+		},
+		Decode: m.decodeRecord,
+		Leave: func(id string, err error) bool {
+			if !errors.Is(err, handlers.ErrNoRuntime) {
+				return false
 			}
-			continue
-		}
-		m.reconcile(sb)
-		m.mu.Lock()
-		m.sandboxes[sb.ID] = sb
-		m.names[sb.Name] = sb.ID
-		m.mu.Unlock()
-		log.WithField("state", sb.Status().State).Info("sandbox recovered")
-	}
-	// Pods without a record: a run directory nobody's record names, or a record a damaged
-	// journal lost. One that still runs is kept; only what no runtime runs is removed.
-	unrecorded := map[string]bool{}
-	entries, _ := os.ReadDir(m.opts.RunDir)
-	for _, e := range entries {
-		if e.IsDir() && !known[e.Name()] {
-			unrecorded[e.Name()] = true
-		}
-	}
-	// A lost record's object has its run directory (made before anything runs): an ID
-	// the damaged bytes name without one is only said (a garbled ID, or one a tenant's
-	// label spelled), never acted on.
-	for _, id := range m.opts.Store.Lost() {
-		if !known[id] && !unrecorded[id] {
-			logrus.WithField("id", id).Warn("a damaged record journal names this ID, but no pod directory of it exists; nothing to keep or clean up")
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(unrecorded)) {
-		m.recoverUnrecorded(ctx, id)
-	}
-	return nil
+			// Not ours to undo: a later rtshimd that knows its runtime takes it up.
+			logrus.WithError(err).WithField("sandbox", id).Error("sandbox record left as it is")
+			m.mu.Lock()
+			m.left[id] = true
+			m.mu.Unlock()
+			return true
+		},
+		Settle: func(sb *Sandbox, log *logrus.Entry) string {
+			if sb.Status().State == StateCreating {
+				log.Info("sandbox was half-created when the daemon stopped; cleaning up")
+				if err := m.cleanup(sb); err != nil {
+					log.WithError(err).Error("clean up half-created sandbox")
+				}
+				return ""
+			}
+			m.reconcile(sb)
+			m.index.Add(sb)
+			log.WithField("state", sb.Status().State).Info("sandbox recovered")
+			return ""
+		},
+		Quarantined: m.settleQuarantined,
+		// One that still runs is kept; only what no runtime runs is removed.
+		Unrecorded: m.recoverUnrecorded,
+	})
+	return err
 }
 
 // recoverUnrecorded settles a pod that has no usable record: kept, with its pins and
@@ -102,9 +73,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 // pinned: its containers may run in them); otherwise its directory is cleaned up.
 func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "dir": filepath.Join(m.opts.RunDir, id)})
-	if path := m.keptEntry(id); path != "" {
+	if path := registry.KeptEntry(m.opts.Store, id); path != "" {
 		// Kept by an earlier start and not yet decided on.
-		m.keep(id, path)
+		m.index.Keep(id, path)
 		log.WithField("quarantined_at", path).Warn("pod without a record still kept; " + store.KeepHint(id))
 		return
 	}
@@ -121,25 +92,8 @@ func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	if err != nil {
 		log.WithError(err).Error("pod without a record still runs; its quarantine entry could not be written, it is kept as it is")
 	}
-	m.keep(id, path)
+	m.index.Keep(id, path)
 	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why}).Error("pod without a record still runs: kept, not removed; " + store.KeepHint(id))
-}
-
-// keptEntry is the quarantine entry an earlier start kept the pod id under, if any.
-func (m *Manager) keptEntry(id string) string {
-	q, _ := m.opts.Store.ListQuarantined()
-	for _, e := range q {
-		if e.ID == id && e.Kept {
-			return e.Path
-		}
-	}
-	return ""
-}
-
-func (m *Manager) keep(id, path string) {
-	m.mu.Lock()
-	m.kept[id] = path
-	m.mu.Unlock()
 }
 
 // podAlive says whether a pod without a usable record may still run, and why: a runtime
@@ -194,22 +148,18 @@ func (m *Manager) FindUnrecorded(ctx context.Context, task kind.Task) ([]string,
 
 // Kept says whether the pod id is kept without a usable record: its containers are kept
 // with it.
-func (m *Manager) Kept(id string) bool {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	_, ok := m.kept[id]
-	return ok
-}
+func (m *Manager) Kept(id string) bool { return m.index.Kept(id) }
 
 // Holds says whether id is a pod this daemon keeps on the node: listed, kept without a
 // usable record, or recorded for a runtime it does not have. The pin home releases only
 // what it does not hold.
 func (m *Manager) Holds(id string) bool {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	_, listed := m.sandboxes[id]
-	_, kept := m.kept[id]
-	return listed || kept || m.left[id]
+	if m.index.Listed(id) || m.index.Kept(id) {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.left[id]
 }
 
 // StopRequested stops the kept pods an operator asked to stop (`rtshimd quarantine
@@ -234,9 +184,7 @@ func (m *Manager) StopRequested(ctx context.Context, before func(pod string)) []
 			if err := store.MarkKept(e.Path, false); err != nil {
 				logrus.WithError(err).WithField("sandbox", e.ID).Warn("mark a stopped pod's quarantine entry")
 			}
-			m.mu.Lock()
-			delete(m.kept, e.ID)
-			m.mu.Unlock()
+			m.index.Unkeep(e.ID)
 			done = append(done, e.ID)
 		}
 	}
@@ -309,25 +257,15 @@ func (m *Manager) reconcile(sb *Sandbox) {
 	}
 }
 
-// quarantine sets aside a sandbox record that cannot be read (kept, named in the log and
+// settleQuarantined settles a pod whose record recovery set aside as bad (named in the log and
 // in Status verbose). A pod that still runs is kept running with its files, for an
 // operator to stop or adopt; StopQuarantined cleans up after one that does not.
-func (m *Manager) quarantine(ctx context.Context, id, why string) {
-	log := logrus.WithFields(logrus.Fields{"sandbox": id, "reason": why})
-	path, err := m.opts.Store.Quarantine(id, why)
-	if path == "" {
-		log.WithError(err).Error("bad sandbox record could not be set aside; left as it is, pod not listed")
-		return
-	}
-	if err != nil {
-		log.WithError(err).Warn("bad sandbox record set aside, but not all of it was synced")
-	}
-	log = log.WithField("quarantined_at", path)
+func (m *Manager) settleQuarantined(ctx context.Context, id, path string, log *logrus.Entry) {
 	if alive, how := m.podAlive(ctx, id); alive {
 		if err := store.MarkKept(path, true); err != nil {
 			log.WithError(err).Warn("mark a kept pod's quarantine entry")
 		}
-		m.keep(id, path)
+		m.index.Keep(id, path)
 		log.WithField("why", how).Error("bad sandbox record quarantined; the pod still runs and is kept, not stopped; " + store.KeepHint(id))
 		return
 	}

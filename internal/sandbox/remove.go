@@ -11,7 +11,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/podcgroup"
-	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/retry"
@@ -20,21 +19,11 @@ import (
 // Remove stops the sandbox if needed and releases all it holds. A sandbox that is gone is
 // not an error.
 func (m *Manager) Remove(ctx context.Context, id string) error {
-	sb, err := m.Get(id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
+	sb, unlock, ok, err := m.index.Hold(id)
+	if !ok {
+		return err // nil: gone, or removed by a concurrent call
 	}
-	if err != nil {
-		return err
-	}
-	sb.op.Lock()
-	defer sb.op.Unlock()
-	m.mu.RLock()
-	_, present := m.sandboxes[sb.ID]
-	m.mu.RUnlock()
-	if !present {
-		return nil // removed by a concurrent call
-	}
+	defer unlock()
 	if err := m.stop(ctx, sb); err != nil {
 		return err
 	}
@@ -59,12 +48,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 			m.opts.NRI.RemovePodSandbox(ctx, sb)
 		}
 	}
-	m.mu.Lock()
-	delete(m.sandboxes, sb.ID)
-	if m.names[sb.Name] == sb.ID {
-		delete(m.names, sb.Name)
-	}
-	m.mu.Unlock()
+	m.index.Remove(sb)
 	logrus.WithField("sandbox", sb.ID).Info("pod sandbox removed")
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
@@ -86,9 +70,7 @@ func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 		sb.markExited()
 	}
 	sb.kept = true
-	m.mu.Lock()
-	m.sandboxes[sb.ID] = sb
-	m.mu.Unlock()
+	m.index.Add(sb)
 	// A later daemon lists what the record says; kubelet's removal finishes it.
 	retry.Every(m.ctx, &m.wg, cleanupRetry, log.WithField("step", "cleanup of a failed run"), func() error { return m.Remove(m.ctx, sb.ID) })
 }

@@ -51,7 +51,7 @@ func TestUpdateResources(t *testing.T) {
 		config:   &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "n", Uid: "u"}},
 		rt:       rt, status: store.NewTracked(Status{State: StateReady}), exited: make(chan struct{}),
 	}
-	m.sandboxes[sb.ID] = sb
+	m.index.Add(sb)
 	if err := m.saveMeta(sb, nil); err != nil {
 		t.Fatal(err)
 	}

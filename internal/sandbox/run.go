@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -29,12 +27,6 @@ import (
 	"github.com/rtshimd/rtshimd/internal/phasetime"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
-
-func newID() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // Run creates and starts a pod sandbox through the handler and returns its ID and the
 // handler that runs it. The handler is resolved here, once: the pod keeps a copy of its
@@ -72,18 +64,14 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		defer m.opts.NRI.BlockSync()()
 	}
 	name := MakeName(cfg.Metadata)
-	id := newID()
-	m.mu.Lock()
-	if other, ok := m.names[name]; ok {
-		m.mu.Unlock()
-		return "", fmt.Errorf("pod sandbox name %q is already used by sandbox %s; remove it first: %w", name, other, errdefs.ErrAlreadyExists)
+	id, err := m.index.Reserve(name)
+	if err != nil {
+		return "", err
 	}
-	m.names[name] = id
-	m.mu.Unlock()
 
 	raw, err := encodeConfig(cfg)
 	if err != nil {
-		m.releaseName(name, id)
+		m.index.Release(name, id)
 		return "", err
 	}
 	idm, _ := userNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()) // checked by validate
@@ -136,26 +124,16 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			m.keepForCleanup(sb, cerr)
 			return "", err
 		}
-		m.releaseName(name, id)
+		m.index.Release(name, id)
 		return "", err
 	}
-	m.mu.Lock()
-	m.sandboxes[id] = sb
-	m.mu.Unlock()
+	m.index.Add(sb)
 	log.Info("pod sandbox ready")
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT)
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	tm.Mark("publish")
 	tm.Log(logrus.Fields{"sandbox": id}, "pod sandbox run timing")
 	return id, nil
-}
-
-func (m *Manager) releaseName(name, id string) {
-	m.mu.Lock()
-	if m.names[name] == id {
-		delete(m.names, name)
-	}
-	m.mu.Unlock()
 }
 
 // create makes every part of the sandbox; the record is on disk (as "creating") before

@@ -18,6 +18,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/protocache"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -146,6 +147,12 @@ type Sandbox struct {
 	listed     protocache.Item[runtimeapi.PodSandboxState]
 	statsAttrs protocache.Item[struct{}]
 }
+
+// RegistryKey is how the pod is indexed: by ID and name.
+func (s *Sandbox) RegistryKey() registry.Key { return registry.Key{ID: s.ID, Name: s.Name} }
+
+// OpLock is the pod's lifecycle lock, held exclusively.
+func (s *Sandbox) OpLock() sync.Locker { return &s.op }
 
 // StatsAttributes is the pod's PodSandboxStats attributes, encoded, built once.
 func (s *Sandbox) StatsAttributes() []byte {

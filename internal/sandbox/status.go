@@ -4,27 +4,13 @@ import (
 	"encoding/json"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/rtshimd/rtshimd/internal/idmap"
 )
 
 // All returns every sandbox, whatever its state.
-func (m *Manager) All() []*Sandbox {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]*Sandbox, 0, len(m.sandboxes))
-	for _, sb := range m.sandboxes {
-		out = append(out, sb)
-	}
-	return out
-}
+func (m *Manager) All() []*Sandbox { return m.index.All() }
 
 // Get finds a sandbox by ID or unique ID prefix.
-func (m *Manager) Get(id string) (*Sandbox, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return idmap.Find(m.sandboxes, id, "pod_sandbox_id", "pod sandbox")
-}
+func (m *Manager) Get(id string) (*Sandbox, error) { return m.index.Get(id) }
 
 // MatchLabels reports whether labels has every key and value of the selector sel.
 func MatchLabels(sel, labels map[string]string) bool {
@@ -93,19 +79,13 @@ func criStatusOf(sb *Sandbox) *runtimeapi.PodSandboxStatus {
 }
 
 // Count returns the number of sandboxes (for logs and tests).
-func (m *Manager) Count() int {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return len(m.sandboxes)
-}
+func (m *Manager) Count() int { return m.index.Len() }
 
 // ReadyByHandler counts ready sandboxes by handler, and the sandbox containers among them
 // (each has a monitor).
 func (m *Manager) ReadyByHandler() (byHandler map[string]int, sandboxContainers int) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
 	byHandler = map[string]int{}
-	for _, sb := range m.sandboxes {
+	for _, sb := range m.index.All() {
 		if sb.Status().State == StateReady {
 			byHandler[sb.Handler]++
 			if sb.SandboxContainer {

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -12,22 +11,17 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/podcgroup"
-	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 )
 
 // Stop stops the sandbox's sandbox container, if any; the sandbox becomes NOTREADY. A
 // sandbox that is gone is not an error.
 func (m *Manager) Stop(ctx context.Context, id string) error {
-	sb, err := m.Get(id)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	sb, unlock, ok, err := m.index.Hold(id)
+	if !ok {
 		return err
 	}
-	sb.op.Lock()
-	defer sb.op.Unlock()
+	defer unlock()
 	return m.stop(ctx, sb)
 }
 

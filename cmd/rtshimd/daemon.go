@@ -214,6 +214,9 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		logrus.WithError(err).Warn("pods' namespaces are pinned in the node's mount table, where each runc reads them")
 		home = nil
 	}
+	// The containers' index, before either manager: the container manager lists its
+	// containers there, and the pods' events carry their statuses from it.
+	ctrIndex := container.NewIndex()
 	mgr, err := sandbox.NewManager(sandbox.Options{
 		Node:           sandbox.HostNode{Home: home, PinOnNode: !cfg.Mechanisms.PinHome},
 		LSM:            host,
@@ -227,6 +230,7 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Network:        netw,
 		Events:         bus,
 		NRI:            podNRI,
+		Containers:     ctrIndex,
 	})
 	if err != nil {
 		return nil, err
@@ -260,6 +264,7 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Runtimes:       rts,
 		Images:         images,
 		Sandboxes:      mgr,
+		Index:          ctrIndex,
 		CgroupDriver:   cfg.CgroupDriver,
 		OOMScoreAdjMin: sandbox.ReadOOMScoreAdj(),
 		Capabilities:   oci.GrantableCapabilities(),
@@ -271,14 +276,8 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr.SetContainers(ctrs)
-	// Before the containers' recovery: the exits it records reach the service.
 	statsSvc := stats.New(stats.Options{Containers: ctrs, Pods: mgr, Images: images, CgroupDriver: cfg.CgroupDriver,
 		Period: cfg.Stats.CollectionPeriod.Duration})
-	if nri != nil {
-		// Before the containers' recovery: the watchers it starts may tell NRI of exits.
-		nri.Attach(mgr, ctrs)
-	}
 	if err := ctrs.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover containers: %w", err)
 	}
@@ -297,7 +296,7 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		logrus.WithError(err).Warn("the next start will not know whether the node restarted")
 	}
 	if nri != nil {
-		if err := nri.Start(); err != nil {
+		if err := nri.Start(mgr, ctrs); err != nil {
 			nri.Stop() // plugins it launched before its socket failed
 			return nil, err
 		}

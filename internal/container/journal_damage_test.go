@@ -144,13 +144,13 @@ func TestJournalDamageKeepsRunningContainer(t *testing.T) {
 			if q, _ := e.CtrStore.ListQuarantined(); len(q) != 1 || q[0].Kept {
 				t.Errorf("entry after the stop: %+v", q)
 			}
-			if err := sbs.Stop(ctx, podID); err != nil {
+			if err := sbs.Stop(ctx, podID, m); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.Remove(ctx, other); err != nil {
 				t.Fatal(err)
 			}
-			if err := sbs.Remove(ctx, podID); err != nil {
+			if err := sbs.Remove(ctx, podID, m); err != nil {
 				t.Fatal(err)
 			}
 			e.Clean(t)

@@ -103,7 +103,7 @@ func TestContainerLifecycle(t *testing.T) {
 				t.Errorf("removed container: %v", err)
 			}
 			// The pod's removal takes its remaining container with it.
-			if err := sbs.Remove(ctx, podID); err != nil {
+			if err := sbs.Remove(ctx, podID, m); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := m.Get(other); !errors.Is(err, errdefs.ErrNotFound) {
@@ -144,7 +144,7 @@ func TestContainerCreateFailsAtEachStep(t *testing.T) {
 			if _, err := m.Create(ctx, podID, containertest.CtrConfig("app", "busybox")); err != nil {
 				t.Errorf("create again: %v", err)
 			}
-			if err := sbs.Remove(ctx, podID); err != nil {
+			if err := sbs.Remove(ctx, podID, m); err != nil {
 				t.Fatal(err)
 			}
 			e.Clean(t)
@@ -186,7 +186,7 @@ func TestContainerStartAndRemoveFail(t *testing.T) {
 	if err := m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := sbs.Remove(ctx, podID); err != nil {
+	if err := sbs.Remove(ctx, podID, m); err != nil {
 		t.Fatal(err)
 	}
 	e.Clean(t)
@@ -249,7 +249,7 @@ func TestContainersEndedByReboot(t *testing.T) {
 			t.Errorf("%s finished at %v, want the boot's time %v", n, time.Unix(0, st.FinishedAt), booted)
 		}
 	}
-	if err := sbs2.Remove(ctx, podID); err != nil {
+	if err := sbs2.Remove(ctx, podID, m2); err != nil {
 		t.Fatal(err)
 	}
 	e.Clean(t)
@@ -293,7 +293,7 @@ func TestContainerRecovery(t *testing.T) {
 			if _, err := m2.Create(ctx, podID, containertest.CtrConfig("running", "busybox")); !errors.Is(err, errdefs.ErrAlreadyExists) {
 				t.Errorf("a recovered container's name is free: %v", err)
 			}
-			if err := sbs2.Remove(ctx, podID); err != nil {
+			if err := sbs2.Remove(ctx, podID, m2); err != nil {
 				t.Fatal(err)
 			}
 			e.Clean(t)
@@ -346,7 +346,7 @@ func TestRootfsKeptForHostHooks(t *testing.T) {
 	if !sb.TmpfsHome || !e.Node.Lent(sb.Tmpfs) {
 		t.Errorf("pod tmpfs in the home %v, lent to the node after the create %v; want both", sb.TmpfsHome, e.Node.Lent(sb.Tmpfs))
 	}
-	if err := sbs.Remove(ctx, podID); err != nil {
+	if err := sbs.Remove(ctx, podID, m); err != nil {
 		t.Fatal(err)
 	}
 	e.Clean(t)
@@ -409,7 +409,7 @@ func TestPodTmpfsLent(t *testing.T) {
 				t.Errorf("containers after a failed lend: %d, want the two made before", len(ctrs))
 			}
 		}
-		if err := sbs.Remove(ctx, podID); err != nil {
+		if err := sbs.Remove(ctx, podID, m); err != nil {
 			t.Fatal(err)
 		}
 		e.Clean(t)
@@ -442,7 +442,7 @@ func TestPodTmpfsLentKeptOverRestart(t *testing.T) {
 	if !e.Node.Lent(sb.Tmpfs) {
 		t.Error("the copy lent before the restart was taken off the node by a later create")
 	}
-	if err := sbs2.Remove(ctx, podID); err != nil {
+	if err := sbs2.Remove(ctx, podID, m2); err != nil {
 		t.Fatal(err)
 	}
 	e.Clean(t)

@@ -37,10 +37,13 @@ type Options struct {
 	// (<state_root>/checkpoints, root's only; emptied at start).
 	CheckpointDir string
 	// Runtimes makes the runtime of a recovered record from the row it kept.
-	Runtimes       kind.Maker
-	Images         Images
-	LSM            lsm.Host // what the node's AppArmor and SELinux can do
-	Sandboxes      *sandbox.Manager
+	Runtimes  kind.Maker
+	Images    Images
+	LSM       lsm.Host // what the node's AppArmor and SELinux can do
+	Sandboxes Sandboxes
+	// Index is where the manager lists its containers, shared with the pods' side (their
+	// events carry their containers' statuses); nil makes one of its own.
+	Index          *Index
 	CgroupDriver   string
 	OOMScoreAdjMin int
 	// Capabilities the node can grant at all (the daemon's bounding set).
@@ -72,6 +75,31 @@ type Images interface {
 }
 
 var _ Images = (*image.Service)(nil)
+
+// Sandboxes is what containers need of the pods: a pod to make or start a container in,
+// its status for the events, its tmpfs lent to a container's hooks, and at recovery the
+// pods kept without a record and what the runtimes still run.
+type Sandboxes interface {
+	Get(id string) (*sandbox.Sandbox, error)
+	CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStatus, map[string]string, error)
+	LendTmpfs(sb *sandbox.Sandbox) (giveBack func(keep bool), err error)
+	Kept(id string) bool
+	BundleOf(id string) string
+	FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
+	StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
+}
+
+var _ Sandboxes = (*sandbox.Manager)(nil)
+
+// Index is the daemon's index of containers. The daemon makes it before either manager:
+// the container manager lists its containers there, and the pods' events read their
+// containers' statuses from it (sandbox.Containers).
+type Index struct{ x *registry.Index[*Container] }
+
+// NewIndex returns an empty index.
+func NewIndex() *Index { return &Index{registry.New[*Container]("container_id", "container")} }
+
+var _ sandbox.Containers = (*Index)(nil)
 
 // NRI is what containers tell NRI plugins, in NRI's order. CreateContainer comes before
 // the runtime's create and may adjust the spec; it, StartContainer and UpdateContainer
@@ -106,33 +134,9 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// stats is told when a container or pod stops having usage to serve (SetStats).
-	stats StatsSink
 	// cg reads the OOM kills of a container's cgroup when it exits.
 	cgOnce sync.Once
 	cg     *cgstats.Reader
-}
-
-// StatsSink is the stats service's side of the manager: a container that no longer runs
-// and a pod that stopped have no usage to serve, and their kept readings go at once.
-type StatsSink interface {
-	ContainerStopped(id string)
-	PodStopped(id string)
-}
-
-// SetStats connects the stats service (built after the manager, which it reads).
-func (m *Manager) SetStats(s StatsSink) { m.stats = s }
-
-func (m *Manager) containerStopped(id string) {
-	if m.stats != nil {
-		m.stats.ContainerStopped(id)
-	}
-}
-
-func (m *Manager) podStopped(id string) {
-	if m.stats != nil {
-		m.stats.PodStopped(id)
-	}
 }
 
 // NewManager returns a Manager with no containers; call Recover to load the stored ones.
@@ -149,8 +153,11 @@ func NewManager(opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("create %s: %w", opts.CheckpointDir, err)
 		}
 	}
+	if opts.Index == nil {
+		opts.Index = NewIndex()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{opts: opts, index: registry.New[*Container]("container_id", "container"), ctx: ctx, cancel: cancel}
+	m := &Manager{opts: opts, index: opts.Index.x, ctx: ctx, cancel: cancel}
 	return m, nil
 }
 
@@ -227,7 +234,6 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 		s.Reason, s.Message = reason, msg
 	})
 	c.markExited()
-	m.containerStopped(c.ID) // a container that does not run has no usage to serve
 	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}

@@ -42,7 +42,12 @@ func (m *Manager) CRIStatus(id string, verbose bool) (*runtimeapi.ContainerStatu
 // memory: PodSandboxStatus and the events carry them, and kubelet's Evented PLEG takes a
 // pod's containers from there alone.
 func (m *Manager) PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus {
-	of := m.OfSandbox(sandboxID)
+	return (&Index{m.index}).PodStatuses(sandboxID)
+}
+
+// PodStatuses is the ContainerStatus of every container of the pod, oldest first.
+func (i *Index) PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus {
+	of := i.x.OfPod(sandboxID)
 	slices.SortFunc(of, func(a, b *Container) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})

@@ -43,7 +43,6 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	m.index.Remove(c)
-	m.containerStopped(c.ID)
 	logrus.WithField("container", c.ID).Info("container removed")
 	m.publish(c, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT)
 	return nil
@@ -129,7 +128,6 @@ func (m *Manager) cleanup(c *Container) error {
 
 // RemoveAll removes every container of a sandbox (RemovePodSandbox).
 func (m *Manager) RemoveAll(ctx context.Context, sandboxID string) error {
-	m.podStopped(sandboxID)
 	var errs []error
 	for _, c := range m.OfSandbox(sandboxID) {
 		if err := m.Remove(ctx, c.ID); err != nil {

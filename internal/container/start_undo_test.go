@@ -54,7 +54,7 @@ func TestStartFailedAfterTheRuntimeStartedIsUndone(t *testing.T) {
 			if st := containertest.CtrState(t, m, id); st.Reason == "" || st.ExitCode != 137 || st.FinishedAt == 0 {
 				t.Errorf("recorded: reason %q code %d finished %d, want a reason, 137 (SIGKILL)", st.Reason, st.ExitCode, st.FinishedAt)
 			}
-			if err := sbs.Remove(context.Background(), podID); err != nil {
+			if err := sbs.Remove(context.Background(), podID, m); err != nil {
 				t.Fatal(err)
 			}
 			e.Clean(t)

@@ -76,7 +76,6 @@ func (m *Manager) hasExited(c *Container) bool {
 
 // StopAll stops every container of a sandbox (StopPodSandbox).
 func (m *Manager) StopAll(ctx context.Context, sandboxID string) error {
-	m.podStopped(sandboxID) // a stopped pod is not in the stats lists
 	var errs []error
 	for _, c := range m.OfSandbox(sandboxID) {
 		if err := m.Stop(ctx, c.ID, 0); err != nil {

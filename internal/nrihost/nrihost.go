@@ -69,7 +69,8 @@ type Host struct {
 	seen                   seenPlugins
 }
 
-// New makes the host and NRI's adaptation; Start (after recovery) opens it to plugins.
+// New makes the host and NRI's adaptation; Start (after recovery, with the managers it
+// reports on) opens it to plugins.
 func New(cfg config.NRI, version string) (*Host, error) {
 	h := &Host{cfg: cfg, stopped: map[string]bool{}, podStopped: map[string]bool{}}
 	// The adaptation keeps its timeouts in package variables.
@@ -92,12 +93,12 @@ func New(cfg config.NRI, version string) (*Host, error) {
 	return h, nil
 }
 
-// Attach gives the host the managers it reports on; before Start.
-func (h *Host) Attach(pods Pods, ctrs Containers) { h.pods, h.ctrs = pods, ctrs }
-
 // Start runs the installed plugins and listens on the socket; each plugin is synchronized
-// with every pod and container there is.
-func (h *Host) Start() error {
+// with every pod and container of pods and ctrs, and its updates applied to ctrs. The
+// managers are made after the host, which they tell of their events: they are given here,
+// where the host starts to serve, never before.
+func (h *Host) Start(pods Pods, ctrs Containers) error {
+	h.pods, h.ctrs = pods, ctrs
 	// A plugin_path NRI would refuse fails the adaptation's Start below.
 	installed, _ := Installed(h.cfg.PluginPath)
 	h.preinstalled.Store(len(installed) > 0)

@@ -195,8 +195,7 @@ func TestHostWithPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Attach(noPods{}, noContainers{})
-	if err := h.Start(); err != nil {
+	if err := h.Start(noPods{}, noContainers{}); err != nil {
 		t.Fatal(err)
 	}
 	defer h.Stop()
@@ -352,8 +351,7 @@ func TestHostWithInstalledPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Attach(noPods{}, noContainers{})
-	if err := h.Start(); err != nil {
+	if err := h.Start(noPods{}, noContainers{}); err != nil {
 		t.Fatal(err)
 	}
 	defer h.Stop()

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -13,8 +12,6 @@ import (
 
 type podContainers map[string][]*runtimeapi.ContainerStatus
 
-func (podContainers) StopAll(context.Context, string) error   { return nil }
-func (podContainers) RemoveAll(context.Context, string) error { return nil }
 func (p podContainers) PodStatuses(id string) []*runtimeapi.ContainerStatus {
 	return p[id]
 }
@@ -23,12 +20,12 @@ func (p podContainers) PodStatuses(id string) []*runtimeapi.ContainerStatus {
 // of the pod with what an event carries, and a stopped pod still has its containers.
 func TestEventsCarryContainers(t *testing.T) {
 	bus := events.NewBus()
-	m := &Manager{opts: Options{Runtimes: handlers.NewRuntimes(handlers.Env{}), Events: bus}}
+	m := &Manager{opts: Options{Runtimes: handlers.NewRuntimes(handlers.Env{}), Events: bus,
+		Containers: podContainers{"p1": {{Id: "c1", State: runtimeapi.ContainerState_CONTAINER_EXITED}}}}}
 	sb, err := m.decodeRecord("p1", []byte(`{"id":"p1","kind":"oci","dir":"/run/x/p1","runtime":{"handler":"runc","path":"/usr/sbin/runc"},"config":{"metadata":{"name":"p","namespace":"n","uid":"u"}}}`), []byte(`{"state":"notready"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetContainers(podContainers{"p1": {{Id: "c1", State: runtimeapi.ContainerState_CONTAINER_EXITED}}})
 	sub := bus.Subscribe()
 	defer bus.Unsubscribe(sub)
 	m.publish(sb, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)

@@ -134,7 +134,7 @@ func TestPodLifecycle(t *testing.T) {
 				t.Errorf("second pod of the name: %v", err)
 			}
 
-			if err := m.Stop(ctx, id); err != nil {
+			if err := m.Stop(ctx, id, nil); err != nil {
 				t.Fatal(err)
 			}
 			if s := state(t, m, id); s != StateNotReady {
@@ -146,16 +146,16 @@ func TestPodLifecycle(t *testing.T) {
 			case c.sharedPID && got != kind.TaskStopped:
 				t.Errorf("sandbox container after stop: %q, want it stopped until the pod is removed", got)
 			}
-			if err := m.Stop(ctx, id); err != nil {
+			if err := m.Stop(ctx, id, nil); err != nil {
 				t.Errorf("second stop: %v", err)
 			}
-			if err := m.Remove(ctx, id); err != nil {
+			if err := m.Remove(ctx, id, nil); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := m.Get(id); err == nil {
 				t.Error("removed pod still there")
 			}
-			if err := m.Remove(ctx, id); err != nil {
+			if err := m.Remove(ctx, id, nil); err != nil {
 				t.Errorf("second remove: %v", err)
 			}
 			e.clean(t)
@@ -229,7 +229,7 @@ func TestPodCleanupFailureKept(t *testing.T) {
 	if s := state(t, m2, id); s != StateNotReady {
 		t.Errorf("recovered kept pod: %q", s)
 	}
-	if err := m2.Remove(context.Background(), id); err != nil {
+	if err := m2.Remove(context.Background(), id, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.clean(t)
@@ -252,7 +252,7 @@ func TestPodRecovery(t *testing.T) {
 				}
 				ids = append(ids, id)
 			}
-			if err := m.Stop(ctx, ids[2]); err != nil {
+			if err := m.Stop(ctx, ids[2], nil); err != nil {
 				t.Fatal(err)
 			}
 			m.Close() // the daemon is killed: nothing is stopped
@@ -279,7 +279,7 @@ func TestPodRecovery(t *testing.T) {
 				sandboxtest.Await(t, "pod a not ready after its sandbox container exited", func() bool { return state(t, m2, ids[0]) == StateNotReady })
 			}
 			for _, id := range ids {
-				if err := m2.Remove(ctx, id); err != nil {
+				if err := m2.Remove(ctx, id, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -300,7 +300,7 @@ func TestPodRemoveRetried(t *testing.T) {
 	}
 	for _, op := range []string{"unmount", "unpin"} {
 		e.node.FailNext(op, 1)
-		if err := m.Remove(ctx, id); !errors.Is(err, sandboxtest.ErrInjected) {
+		if err := m.Remove(ctx, id, nil); !errors.Is(err, sandboxtest.ErrInjected) {
 			t.Fatalf("remove with %s failing: %v", op, err)
 		}
 		if _, err := m.Get(id); err != nil {
@@ -310,7 +310,7 @@ func TestPodRemoveRetried(t *testing.T) {
 			t.Fatalf("record gone after a failed removal: %v", ids)
 		}
 	}
-	if err := m.Remove(ctx, id); err != nil {
+	if err := m.Remove(ctx, id, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.clean(t)

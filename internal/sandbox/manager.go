@@ -46,6 +46,9 @@ type Options struct {
 	NRI NRI
 	// Node pins namespaces and mounts pod files; nil is the node itself (HostNode).
 	Node Node
+	// Containers gives a pod's events its containers' statuses (the container index);
+	// nil sends none.
+	Containers Containers
 }
 
 // NRI is what pods tell NRI plugins: that a pod runs (a plugin's error fails
@@ -70,18 +73,23 @@ type Handlers interface {
 	FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
 }
 
-// Containers is what a sandbox needs of the container manager: its containers go
-// before it does, and its events carry their statuses.
+// Containers is what a pod's events take of its containers: kubelet's Evented PLEG
+// replaces its view of a pod with what an event carries.
 type Containers interface {
+	PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus
+}
+
+// PodContainers is what a pod's stop and removal do to its containers first, under the
+// pod's lifecycle lock, so that none is made or started meanwhile. The caller that owns
+// both managers (the CRI server) gives it; nil where the pod can have none.
+type PodContainers interface {
 	StopAll(ctx context.Context, sandboxID string) error
 	RemoveAll(ctx context.Context, sandboxID string) error
-	PodStatuses(sandboxID string) []*runtimeapi.ContainerStatus
 }
 
 // Manager runs pod sandboxes.
 type Manager struct {
-	opts       Options
-	containers Containers
+	opts Options
 
 	// index lists the pods; its kept ones are pods without a usable record that still ran
 	// at recovery, left running with their pins and files until an operator stops them
@@ -108,9 +116,6 @@ func NewManager(opts Options) (*Manager, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{opts: opts, index: registry.New[*Sandbox]("pod_sandbox_id", "pod sandbox"), left: map[string]bool{}, ctx: ctx, cancel: cancel}, nil
 }
-
-// SetContainers connects the container manager (built after this one, which it uses).
-func (m *Manager) SetContainers(c Containers) { m.containers = c }
 
 // Close stops the watchers; sandboxes keep running.
 func (m *Manager) Close() {
@@ -181,8 +186,8 @@ func (m *Manager) publish(sb *Sandbox, t runtimeapi.ContainerEventType) {
 	ev := &runtimeapi.ContainerEventResponse{
 		ContainerId: sb.ID, ContainerEventType: t, CreatedAt: time.Now().UnixNano(), PodSandboxStatus: criStatusOf(sb),
 	}
-	if m.containers != nil {
-		ev.ContainersStatuses = m.containers.PodStatuses(sb.ID)
+	if m.opts.Containers != nil {
+		ev.ContainersStatuses = m.opts.Containers.PodStatuses(sb.ID)
 	}
 	m.opts.Events.Publish(ev)
 }

@@ -16,19 +16,19 @@ import (
 	"github.com/rtshimd/rtshimd/internal/retry"
 )
 
-// Remove stops the sandbox if needed and releases all it holds. A sandbox that is gone is
-// not an error.
-func (m *Manager) Remove(ctx context.Context, id string) error {
+// Remove stops the sandbox if needed, removes its containers (ctrs) and releases all it
+// holds. A sandbox that is gone is not an error.
+func (m *Manager) Remove(ctx context.Context, id string, ctrs PodContainers) error {
 	sb, unlock, ok, err := m.index.Hold(id)
 	if !ok {
 		return err // nil: gone, or removed by a concurrent call
 	}
 	defer unlock()
-	if err := m.stop(ctx, sb); err != nil {
+	if err := m.stop(ctx, sb, ctrs); err != nil {
 		return err
 	}
-	if m.containers != nil {
-		if err := m.containers.RemoveAll(ctx, sb.ID); err != nil {
+	if ctrs != nil {
+		if err := ctrs.RemoveAll(ctx, sb.ID); err != nil {
 			return fmt.Errorf("remove containers of pod sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -72,7 +72,9 @@ func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 	sb.kept = true
 	m.index.Add(sb)
 	// A later daemon lists what the record says; kubelet's removal finishes it.
-	retry.Every(m.ctx, &m.wg, cleanupRetry, log.WithField("step", "cleanup of a failed run"), func() error { return m.Remove(m.ctx, sb.ID) })
+	retry.Every(m.ctx, &m.wg, cleanupRetry, log.WithField("step", "cleanup of a failed run"), func() error {
+		return m.Remove(m.ctx, sb.ID, nil) // no container is made in a pod that never ran
+	})
 }
 
 // cleanup undoes everything a sandbox may hold, whatever state it got to, and deletes

@@ -14,20 +14,20 @@ import (
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 )
 
-// Stop stops the sandbox's sandbox container, if any; the sandbox becomes NOTREADY. A
-// sandbox that is gone is not an error.
-func (m *Manager) Stop(ctx context.Context, id string) error {
+// Stop stops the pod's containers (ctrs), then its sandbox container, if any; the
+// sandbox becomes NOTREADY. A sandbox that is gone is not an error.
+func (m *Manager) Stop(ctx context.Context, id string, ctrs PodContainers) error {
 	sb, unlock, ok, err := m.index.Hold(id)
 	if !ok {
 		return err
 	}
 	defer unlock()
-	return m.stop(ctx, sb)
+	return m.stop(ctx, sb, ctrs)
 }
 
-func (m *Manager) stop(ctx context.Context, sb *Sandbox) error {
-	if m.containers != nil {
-		if err := m.containers.StopAll(ctx, sb.ID); err != nil {
+func (m *Manager) stop(ctx context.Context, sb *Sandbox, ctrs PodContainers) error {
+	if ctrs != nil {
+		if err := ctrs.StopAll(ctx, sb.ID); err != nil {
 			return fmt.Errorf("stop containers of pod sandbox %s: %w", sb.ID, err)
 		}
 	}

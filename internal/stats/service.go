@@ -67,8 +67,7 @@ type Service struct {
 	wg     sync.WaitGroup
 }
 
-// New starts the service's collector; the container manager tells it of stops
-// (container.Manager.SetStats). Close stops it.
+// New starts the service's collector. Close stops it.
 func New(opts Options) *Service { return newService(opts, true) }
 
 // newService is New; run false leaves the collector stopped (tests whose readings age).
@@ -84,7 +83,6 @@ func newService(opts Options, run bool) *Service {
 			svc.collector.Run(ctx)
 		}()
 	}
-	opts.Containers.SetStats(svc)
 	return svc
 }
 
@@ -101,18 +99,6 @@ func (svc *Service) SetPeriod(d time.Duration) {
 	svc.podStats.SetRateWindow(statscache.RateWindow(d))
 	svc.collector.SetPeriod(d)
 }
-
-// ContainerStopped drops what is kept of a container that no longer runs: it has no usage
-// to serve (container.StatsSink).
-func (svc *Service) ContainerStopped(id string) {
-	svc.ctrStats.Delete(id)
-	svc.encMu.Lock()
-	delete(svc.encs, id)
-	svc.encMu.Unlock()
-}
-
-// PodStopped drops a stopped pod's kept reading: it is not in the stats lists.
-func (svc *Service) PodStopped(id string) { svc.podStats.Delete(id) }
 
 // encoding is container id's kept encoding.
 func (svc *Service) encoding(id string) *protocache.Item[statsKey] {
@@ -137,7 +123,7 @@ func staleAfter(period time.Duration) time.Duration { return period + period/10 
 
 // collectUnits lists the pods the collector reads in a pass: the ready ones and those with
 // a running container. The kept readings of containers that no longer run and of pods no
-// longer ready are dropped here too (each is also dropped as it stops).
+// longer ready are dropped here too.
 func (svc *Service) collectUnits() []string {
 	running := map[string]bool{}
 	pods := map[string]bool{}
@@ -167,6 +153,15 @@ func (svc *Service) collectUnits() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// pruneUncollected drops, where no collector runs, the readings of what no longer runs:
+// with one, each of its passes does (collectUnits). Served readings are those of running
+// containers and ready pods only, so this is about memory, not answers.
+func (svc *Service) pruneUncollected() {
+	if svc.collector.Period() == 0 {
+		svc.collectUnits()
+	}
 }
 
 // collect reads one pod for the collector: its running containers, then its own figures.
@@ -404,6 +399,7 @@ func (svc *Service) ListStatsEncoded(filter *runtimeapi.ContainerStatsFilter) []
 
 // listReadings picks the containers of a stats list and their readings.
 func (svc *Service) listReadings(filter *runtimeapi.ContainerStatsFilter) ([]*container.Container, []statscache.Entry[sample]) {
+	svc.pruneUncollected()
 	var picked []*container.Container
 	for _, c := range svc.opts.Containers.All() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(c.ID, f) {
@@ -619,6 +615,7 @@ func netPid(sb *sandbox.Sandbox, running []*container.Container) int {
 // read at the call as ListStats does; those read at the call are read as ListStats reads
 // containers, a few at a time: the cgroup files are syscall-bound.
 func (svc *Service) ListPodStats(filter *runtimeapi.PodSandboxStatsFilter) []*runtimeapi.PodSandboxStats {
+	svc.pruneUncollected()
 	var picked []*sandbox.Sandbox
 	for _, sb := range svc.opts.Pods.All() {
 		if f := filter.GetId(); f != "" && !strings.HasPrefix(sb.ID, f) {

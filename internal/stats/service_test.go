@@ -96,6 +96,13 @@ func statsByID(l []*runtimeapi.ContainerStats) map[string]*runtimeapi.ContainerS
 	return out
 }
 
+// encodedCount is the number of containers whose encoded stats are kept.
+func (svc *Service) encodedCount() int {
+	svc.encMu.Lock()
+	defer svc.encMu.Unlock()
+	return len(svc.encs)
+}
+
 // With a collector, ListStats answers from its readings: a container it has not read yet
 // is read at the call; every answer's timestamps are its reading's, never older than the
 // period and a tenth; the collector reads each container about once a period however
@@ -192,8 +199,9 @@ func TestStaleReadingIsReadAgain(t *testing.T) {
 	}
 }
 
-// With no collector (period 0), every list reads every container, and a second reading
-// within the rate window keeps the rate of the last.
+// With no collector (period 0), every list reads every container, a second reading within
+// the rate window keeps the rate of the last, and what a stopped container kept goes at the
+// next list.
 func TestListStatsOnDemand(t *testing.T) {
 	e := statsService(t, 0, true)
 	m, rt := e.svc, e.rt
@@ -207,6 +215,14 @@ func TestListStatsOnDemand(t *testing.T) {
 	}
 	if m.collector.Passes() != 0 {
 		t.Errorf("period 0: %d collector passes", m.collector.Passes())
+	}
+	// With no collector, the next list drops what a stopped container and pod kept.
+	if err := e.ctrs.Stop(context.Background(), a, 0); err != nil {
+		t.Fatal(err)
+	}
+	m.ListPodStats(nil)
+	if _, ok := statsByID(m.ListStats(nil))[a]; ok || m.ctrStats.Len() != 0 || m.encodedCount() != 0 {
+		t.Errorf("a stopped container: listed %v, %d readings and %d encodings kept", ok, m.ctrStats.Len(), m.encodedCount())
 	}
 }
 

@@ -175,17 +175,18 @@ func NewEnv(t *testing.T, plan kind.PodPlan) *Env {
 // managers are a daemon's sandbox and container managers, recovered in the daemon's order.
 func (e *Env) Managers() (*sandbox.Manager, *container.Manager) {
 	e.T.Helper()
+	index := container.NewIndex()
 	sbs, err := sandbox.NewManager(sandbox.Options{
 		Handlers: sandboxtest.NewHandlers(e.Kind, filepath.Join(e.Dir, "runtime")), Runtimes: kindtest.Maker{Runtime: e.Kind},
 		Store: e.PodStore, RunDir: filepath.Join(e.Dir, "run", "sandboxes"), PauseRootfs: filepath.Join(e.Dir, "pause"),
-		CgroupDriver: config.CgroupfsDriver, Node: e.Node,
+		CgroupDriver: config.CgroupfsDriver, Node: e.Node, Containers: index,
 	})
 	if err != nil {
 		e.T.Fatal(err)
 	}
 	opts := container.Options{
 		Store: e.CtrStore, RunDir: filepath.Join(e.Dir, "run", "containers"), Runtimes: kindtest.Maker{Runtime: e.Kind},
-		Images: e.Images, Sandboxes: sbs, CgroupDriver: config.CgroupfsDriver, Capabilities: oci.GrantableCapabilities(),
+		Images: e.Images, Sandboxes: sbs, Index: index, CgroupDriver: config.CgroupfsDriver, Capabilities: oci.GrantableCapabilities(),
 	}
 	if e.Options != nil {
 		e.Options(&opts)
@@ -194,7 +195,6 @@ func (e *Env) Managers() (*sandbox.Manager, *container.Manager) {
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	sbs.SetContainers(m)
 	e.T.Cleanup(func() { m.Close(); sbs.Close() })
 	ctx := context.Background()
 	if err := sbs.Recover(ctx); err != nil {

@@ -6,11 +6,9 @@ package container
 
 import (
 	"encoding/json"
-	"fmt"
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/cgroups/oomevent"
@@ -180,19 +178,12 @@ func (c *Container) markExited() {
 }
 
 func encodeConfig(cfg *runtimeapi.ContainerConfig) (json.RawMessage, error) {
-	b, err := protojson.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("encode container config: %w", err)
-	}
-	return b, nil
+	return store.MarshalConfig(cfg, "container config")
 }
 
 func decodeConfig(raw json.RawMessage) (*runtimeapi.ContainerConfig, error) {
 	cfg := &runtimeapi.ContainerConfig{}
-	if err := protojson.Unmarshal(raw, cfg); err != nil {
-		return nil, fmt.Errorf("decode container config: %w", err)
-	}
-	return cfg, nil
+	return cfg, store.UnmarshalConfig(raw, cfg, "container config")
 }
 
 func criState(s string) runtimeapi.ContainerState {

@@ -62,14 +62,14 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	}
 	tm.Mark("lookup")
 	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
-	id, err := m.index.Reserve(name)
+	id, release, err := m.index.Reserve(name)
 	if err != nil {
 		return "", err
 	}
+	defer release() // frees the name unless the create listed its object
 
 	raw, err := encodeConfig(cfg)
 	if err != nil {
-		m.index.Release(name, id)
 		return "", err
 	}
 	c := &Container{
@@ -109,7 +109,6 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 			m.keepForCleanup(c, err, cerr)
 			return "", err
 		}
-		m.index.Release(name, id)
 		return "", err
 	}
 	// Listed before the pod's lifecycle lock is released: a StopPodSandbox waiting for it

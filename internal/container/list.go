@@ -4,33 +4,20 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/internal/protocache"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 )
 
 // List returns the containers that match filter, from memory. The messages are shared
 // (built once per state of each container): callers must not change them.
 func (m *Manager) List(filter *runtimeapi.ContainerFilter) []*runtimeapi.Container {
-	picked := m.match(filter)
-	out := make([]*runtimeapi.Container, len(picked))
-	for i, c := range picked {
-		out[i], _ = c.listItem()
-	}
-	return out
+	return protocache.Messages(m.match(filter), (*Container).listItem)
 }
 
 // ListEncoded is List's items in their wire encoding, for ListContainers to send as they
 // are (protocache.SetRepeated).
 func (m *Manager) ListEncoded(filter *runtimeapi.ContainerFilter) [][]byte {
-	picked := m.match(filter)
-	out := make([][]byte, len(picked))
-	for i, c := range picked {
-		msg, enc := c.listItem()
-		if enc == nil { // not encodable: protocache kept nothing
-			enc, _ = proto.Marshal(msg)
-		}
-		out[i] = enc
-	}
-	return out
+	return protocache.Encodings(m.match(filter), (*Container).listItem)
 }
 
 // match picks the containers filter selects; the index's lock is held only to copy it.

@@ -301,9 +301,6 @@ func (m *Manager) update(c *Container, fn func(*Status)) error {
 
 // saveMeta is update that writes the container's metadata too (fn may be nil).
 func (m *Manager) saveMeta(c *Container, fn func(*Status)) error {
-	if fn == nil {
-		fn = func(*Status) {}
-	}
 	return c.status.Update(m.opts.Store, c.ID, &c.Metadata, fn)
 }
 

@@ -45,6 +45,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return true
 		},
 		Settle:      m.settle,
+		State:       func(c *Container) string { return c.Status().State },
 		Quarantined: m.settleQuarantined,
 		// One a runtime still runs is kept; only what none runs is removed.
 		Unrecorded: m.recoverUnrecorded,
@@ -68,43 +69,41 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-// settle reconciles a recovered container with the node and lists it, or cleans it up;
-// a container of a pod kept without a record is set aside with it.
-func (m *Manager) settle(c *Container, log *logrus.Entry) (quarantine string) {
+// settle reconciles a recovered container with the node, or cleans it up; a container of
+// a pod kept without a record is set aside with it.
+func (m *Manager) settle(c *Container, log *logrus.Entry) (list bool, quarantine string) {
 	if c.Status().State == StateCreating {
 		log.Info("container was half-created when the daemon stopped; cleaning up")
 		if err := m.cleanup(c); err != nil {
 			log.WithError(err).Error("clean up half-created container")
 		}
-		return ""
+		return false, ""
 	}
 	if st := c.Status(); st.State == StateUnknown && st.Reason == reasonCleanupFailed {
 		// Kept by an earlier daemon because its cleanup failed: try again now, and keep
 		// retrying while it fails.
 		if err := m.cleanup(c); err == nil {
 			log.Info("cleanup of a container kept for it done")
-			return ""
+			return false, ""
 		}
 		c.markExited()
 		m.index.Add(c)
 		m.retryCleanup(c)
-		return ""
+		return false, ""
 	}
 	if m.opts.Sandboxes.Kept(c.SandboxID) {
 		// Its pod runs on without a usable record: the container is kept with it.
-		return fmt.Sprintf("its pod %s has no usable record and is kept", c.SandboxID)
+		return false, fmt.Sprintf("its pod %s has no usable record and is kept", c.SandboxID)
 	}
 	if _, err := m.opts.Sandboxes.Get(c.SandboxID); err != nil {
 		log.WithField("sandbox", c.SandboxID).Warn("container of a sandbox that no longer exists; removing it")
 		if err := m.cleanup(c); err != nil {
 			log.WithError(err).Error("clean up orphan container")
 		}
-		return ""
+		return false, ""
 	}
 	m.reconcile(c)
-	m.index.Add(c)
-	log.WithField("state", c.Status().State).Info("container recovered")
-	return ""
+	return true, ""
 }
 
 // settleQuarantined settles a container whose record was set aside as bad (named in the
@@ -242,11 +241,7 @@ func (m *Manager) Damage() string { return m.opts.Store.Damage() }
 
 // Quarantined lists the container records set aside as unreadable.
 func (m *Manager) Quarantined() []store.Quarantined {
-	q, err := m.opts.Store.ListQuarantined()
-	if err != nil {
-		logrus.WithError(err).Warn("list quarantined container records")
-	}
-	return q
+	return registry.Quarantined(m.opts.Store, "container")
 }
 
 // removeLeftovers removes what a container without a usable record may hold: the mounts
@@ -280,13 +275,10 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 	if err := store.CheckOwnDir(c.Dir, id); err != nil {
 		return nil, err
 	}
-	st := Status{State: StateCreating}
-	if status != nil {
-		if err := json.Unmarshal(status, &st); err != nil {
-			return nil, err
-		}
+	var err error
+	if c.status, err = store.LoadTracked(status, Status{State: StateCreating}); err != nil {
+		return nil, err
 	}
-	c.status = store.NewTracked(st)
 	cfg, err := decodeConfig(c.Metadata.Config)
 	if err != nil {
 		return nil, err

@@ -54,6 +54,30 @@ func (c *Item[K]) Encoded(key K, build func() proto.Message) []byte {
 	return enc
 }
 
+// Messages is the kept message of each of objs, as item gives it (with its encoding): a
+// List's items.
+func Messages[T any, M proto.Message](objs []T, item func(T) (M, []byte)) []M {
+	out := make([]M, len(objs))
+	for i, o := range objs {
+		out[i], _ = item(o)
+	}
+	return out
+}
+
+// Encodings is the kept encoding of each of objs, as item gives it, or the message
+// encoded now where none could be kept (as Encoded does): a List's items on the wire.
+func Encodings[T any, M proto.Message](objs []T, item func(T) (M, []byte)) [][]byte {
+	out := make([][]byte, len(objs))
+	for i, o := range objs {
+		msg, enc := item(o)
+		if enc == nil {
+			enc, _ = proto.Marshal(msg)
+		}
+		out[i] = enc
+	}
+	return out
+}
+
 // SetField sets msg's message field name to the encoded message enc, as an unknown field,
 // which the receiver decodes as the field itself. msg's own field must be empty.
 func SetField(msg proto.Message, name protoreflect.Name, enc []byte) {

@@ -27,9 +27,12 @@ type Recovery[T Entry] struct {
 	// Leave says whether a record Decode refused is left as it is for a later daemon (one
 	// that has its runtime), and notes it; any other refusal is quarantined.
 	Leave func(id string, err error) bool
-	// Settle reconciles a decoded object with the node, and lists it or cleans it up; or
-	// it returns why the record is to be set aside after all.
-	Settle func(v T, log *logrus.Entry) (quarantine string)
+	// Settle reconciles a decoded object with the node and says whether to list it; one
+	// not listed it has cleaned up (or listed itself), or it says why its record is to be
+	// set aside after all.
+	Settle func(v T, log *logrus.Entry) (list bool, quarantine string)
+	// State is what the log says of a listed object.
+	State func(v T) string
 	// Quarantined settles an object whose record was set aside as bad, at path.
 	Quarantined func(ctx context.Context, id, path string, log *logrus.Entry)
 	// Unrecorded settles a run directory that no record names (a record a damaged
@@ -66,8 +69,13 @@ func (x *Index[T]) Recover(ctx context.Context, r Recovery[T]) (map[string]bool,
 			}
 			continue
 		}
-		if why := r.Settle(v, log); why != "" {
+		list, why := r.Settle(v, log)
+		switch {
+		case why != "":
 			x.quarantine(ctx, r, rec.ID, why)
+		case list:
+			x.Add(v)
+			log.WithField("state", r.State(v)).Infof("%s recovered", r.Field)
 		}
 	}
 	unrecorded := map[string]bool{}
@@ -117,4 +125,14 @@ func KeptEntry(s *store.Store, id string) string {
 		}
 	}
 	return ""
+}
+
+// Quarantined lists the records of s set aside as unreadable (Status verbose shows them);
+// field names the records in the log of a failure to list them.
+func Quarantined(s *store.Store, field string) []store.Quarantined {
+	q, err := s.ListQuarantined()
+	if err != nil {
+		logrus.WithError(err).Warnf("list quarantined %s records", field)
+	}
+	return q
 }

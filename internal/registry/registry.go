@@ -55,26 +55,26 @@ func New[T Entry](field, noun string) *Index[T] {
 		byPod: map[string]map[string]T{}, kept: map[string]string{}}
 }
 
-// Reserve takes name for a new object and returns the object's new ID; the name is the
-// object's until Release or Remove frees it.
-func (x *Index[T]) Reserve(name string) (string, error) {
+// Reserve takes name for a new object and returns the object's new ID, and release, for
+// the create to defer: it frees the name unless the object was listed by then (Add), after
+// which the name is the object's until Remove.
+func (x *Index[T]) Reserve(name string) (id string, release func(), err error) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id = hex.EncodeToString(b[:])
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if other, ok := x.names[name]; ok {
-		return "", fmt.Errorf("%s name %q is already used by %s %s; remove it first: %w", x.noun, name, x.noun, other, errdefs.ErrAlreadyExists)
+		return "", nil, fmt.Errorf("%s name %q is already used by %s %s; remove it first: %w", x.noun, name, x.noun, other, errdefs.ErrAlreadyExists)
 	}
 	x.names[name] = id
-	return id, nil
-}
-
-// Release frees name if it is still id's (a create that failed before listing).
-func (x *Index[T]) Release(name, id string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.release(name, id)
+	return id, func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if _, listed := x.byID[id]; !listed {
+			x.release(name, id)
+		}
+	}, nil
 }
 
 func (x *Index[T]) release(name, id string) {

@@ -50,31 +50,31 @@ func TestGet(t *testing.T) {
 	}
 }
 
-// A name is taken from Reserve to Remove; a failed create gives it back with Release, but
-// only its own reservation.
+// A name is taken from Reserve to Remove: a create that failed before listing its object
+// frees it by the release it deferred; one that listed it keeps it past that release.
 func TestNames(t *testing.T) {
 	x := New[*obj]("pod_sandbox_id", "pod sandbox")
-	id, err := x.Reserve("web")
+	id, release, err := x.Reserve("web")
 	if err != nil || len(id) != 64 {
 		t.Fatalf("Reserve: %q %v", id, err)
 	}
-	if _, err := x.Reserve("web"); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), `pod sandbox name "web" is already used by pod sandbox `+id) {
+	if _, _, err := x.Reserve("web"); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), `pod sandbox name "web" is already used by pod sandbox `+id) {
 		t.Errorf("second Reserve: %v", err)
-	}
-	x.Release("web", "someone-else")
-	if _, err := x.Reserve("web"); err == nil {
-		t.Error("Release of another ID freed the name")
 	}
 	o := &obj{id: id, name: "web"}
 	x.Add(o)
+	release()
+	if _, _, err := x.Reserve("web"); err == nil {
+		t.Error("the release of a listed object's create freed its name")
+	}
 	x.Remove(o)
-	again, err := x.Reserve("web")
+	again, release, err := x.Reserve("web")
 	if err != nil || again == id {
 		t.Errorf("Reserve after Remove: %q %v", again, err)
 	}
-	x.Release("web", again)
-	if _, err := x.Reserve("web"); err != nil {
-		t.Errorf("Reserve after Release: %v", err)
+	release()
+	if _, _, err := x.Reserve("web"); err != nil {
+		t.Errorf("Reserve after a failed create's release: %v", err)
 	}
 }
 

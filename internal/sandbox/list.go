@@ -3,33 +3,20 @@ package sandbox
 import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/protocache"
 )
 
 // List returns the sandboxes that match filter, from memory. The messages are shared
 // (built once per state of each sandbox): callers must not change them.
 func (m *Manager) List(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
-	picked := m.match(filter)
-	out := make([]*runtimeapi.PodSandbox, len(picked))
-	for i, sb := range picked {
-		msg, _ := sb.listItem()
-		out[i] = msg
-	}
-	return out
+	return protocache.Messages(m.match(filter), (*Sandbox).listItem)
 }
 
 // ListEncoded is List's items in their wire encoding, for ListPodSandbox to send as they
 // are (protocache.SetRepeated).
 func (m *Manager) ListEncoded(filter *runtimeapi.PodSandboxFilter) [][]byte {
-	picked := m.match(filter)
-	out := make([][]byte, len(picked))
-	for i, sb := range picked {
-		msg, enc := sb.listItem()
-		if enc == nil { // not encodable: protocache kept nothing
-			enc, _ = proto.Marshal(msg)
-		}
-		out[i] = enc
-	}
-	return out
+	return protocache.Encodings(m.match(filter), (*Sandbox).listItem)
 }
 
 // match picks the sandboxes filter selects. The index's lock is held only to copy it:

@@ -169,9 +169,6 @@ func (m *Manager) updateIf(sb *Sandbox, fn func(*Status) bool) error {
 
 // saveMeta is update that writes the sandbox's metadata too (fn may be nil).
 func (m *Manager) saveMeta(sb *Sandbox, fn func(*Status)) error {
-	if fn == nil {
-		fn = func(*Status) {}
-	}
 	return sb.status.Update(m.opts.Store, sb.ID, &sb.Metadata, fn)
 }
 

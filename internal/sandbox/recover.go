@@ -48,19 +48,18 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.mu.Unlock()
 			return true
 		},
-		Settle: func(sb *Sandbox, log *logrus.Entry) string {
+		Settle: func(sb *Sandbox, log *logrus.Entry) (bool, string) {
 			if sb.Status().State == StateCreating {
 				log.Info("sandbox was half-created when the daemon stopped; cleaning up")
 				if err := m.cleanup(sb); err != nil {
 					log.WithError(err).Error("clean up half-created sandbox")
 				}
-				return ""
+				return false, ""
 			}
 			m.reconcile(sb)
-			m.index.Add(sb)
-			log.WithField("state", sb.Status().State).Info("sandbox recovered")
-			return ""
+			return true, ""
 		},
+		State:       func(sb *Sandbox) string { return sb.Status().State },
 		Quarantined: m.settleQuarantined,
 		// One that still runs is kept; only what no runtime runs is removed.
 		Unrecorded: m.recoverUnrecorded,
@@ -202,13 +201,10 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 	if err := checkPaths(id, &sb.Metadata); err != nil {
 		return nil, err
 	}
-	st := Status{State: StateCreating}
-	if status != nil {
-		if err := json.Unmarshal(status, &st); err != nil {
-			return nil, err
-		}
+	var err error
+	if sb.status, err = store.LoadTracked(status, Status{State: StateCreating}); err != nil {
+		return nil, err
 	}
-	sb.status = store.NewTracked(st)
 	cfg, err := decodeConfig(sb.Config)
 	if err != nil {
 		return nil, err
@@ -322,11 +318,7 @@ func (m *Manager) Damage() string { return m.opts.Store.Damage() }
 
 // Quarantined lists the sandbox records set aside as unreadable.
 func (m *Manager) Quarantined() []store.Quarantined {
-	q, err := m.opts.Store.ListQuarantined()
-	if err != nil {
-		logrus.WithError(err).Warn("list quarantined sandbox records")
-	}
-	return q
+	return registry.Quarantined(m.opts.Store, "sandbox")
 }
 
 // cleanupOrphan releases what a sandbox directory may hold when no usable record says

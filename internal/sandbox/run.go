@@ -64,14 +64,14 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		defer m.opts.NRI.BlockSync()()
 	}
 	name := MakeName(cfg.Metadata)
-	id, err := m.index.Reserve(name)
+	id, release, err := m.index.Reserve(name)
 	if err != nil {
 		return "", err
 	}
+	defer release() // frees the name unless the create listed its object
 
 	raw, err := encodeConfig(cfg)
 	if err != nil {
-		m.index.Release(name, id)
 		return "", err
 	}
 	idm, _ := userNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()) // checked by validate
@@ -124,7 +124,6 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			m.keepForCleanup(sb, cerr)
 			return "", err
 		}
-		m.index.Release(name, id)
 		return "", err
 	}
 	m.index.Add(sb)

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -196,19 +195,12 @@ func (s *Sandbox) markExited() {
 }
 
 func encodeConfig(cfg *runtimeapi.PodSandboxConfig) (json.RawMessage, error) {
-	b, err := protojson.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("encode sandbox config: %w", err)
-	}
-	return b, nil
+	return store.MarshalConfig(cfg, "sandbox config")
 }
 
 func decodeConfig(raw json.RawMessage) (*runtimeapi.PodSandboxConfig, error) {
 	cfg := &runtimeapi.PodSandboxConfig{}
-	if err := protojson.Unmarshal(raw, cfg); err != nil {
-		return nil, fmt.Errorf("decode sandbox config: %w", err)
-	}
-	return cfg, nil
+	return cfg, store.UnmarshalConfig(raw, cfg, "sandbox config")
 }
 
 // MakeName is the unique name of a pod sandbox, as kubelet's metadata defines it.

@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"encoding/json"
+	"sync"
+)
 
 // Tracked is an object's mutable status in memory, kept in step with its record. Every
 // change goes through Update: the record is written before the change is visible, so no
@@ -22,6 +25,17 @@ type Tracked[S any] struct {
 // NewTracked returns a tracked status that starts as s.
 func NewTracked[S any](s S) *Tracked[S] { return &Tracked[S]{cur: s} }
 
+// LoadTracked is the tracked status a record kept (its status as Load returns it), or
+// initial where none was ever written.
+func LoadTracked[S any](status []byte, initial S) (*Tracked[S], error) {
+	if status != nil {
+		if err := json.Unmarshal(status, &initial); err != nil {
+			return nil, err
+		}
+	}
+	return NewTracked(initial), nil
+}
+
 // Get returns a copy of the status; the zero S where there is none yet.
 func (t *Tracked[S]) Get() S {
 	if t == nil {
@@ -37,7 +51,12 @@ func (t *Tracked[S]) Get() S {
 // metadata too when meta is not nil. A failed write still makes the change visible —
 // what fn records has happened (an exit, a teardown) — and is returned.
 func (t *Tracked[S]) Update(st *Store, id string, meta any, fn func(*S)) error {
-	return t.UpdateIf(st, id, meta, func(s *S) bool { fn(s); return true })
+	return t.UpdateIf(st, id, meta, func(s *S) bool {
+		if fn != nil { // nil: the metadata alone
+			fn(s)
+		}
+		return true
+	})
 }
 
 // UpdateIf is Update where fn decides whether the change is written: false keeps it in

@@ -121,3 +121,19 @@ func TestTrackedFailedWriteStillVisible(t *testing.T) {
 		t.Errorf("a failed write was not made again: %+v %v", got, ok)
 	}
 }
+
+// A record's status is loaded as written; a record without one starts from initial, and
+// one that does not decode is an error.
+func TestLoadTracked(t *testing.T) {
+	type st struct{ State string }
+	got, err := LoadTracked([]byte(`{"State":"running"}`), st{State: "creating"})
+	if err != nil || got.Get().State != "running" {
+		t.Errorf("written: %+v %v", got.Get(), err)
+	}
+	if got, err := LoadTracked(nil, st{State: "creating"}); err != nil || got.Get().State != "creating" {
+		t.Errorf("none written: %+v %v", got.Get(), err)
+	}
+	if _, err := LoadTracked([]byte(`{`), st{}); err == nil {
+		t.Error("a status that does not decode loaded")
+	}
+}

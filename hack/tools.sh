@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Builds the real clients the test suites drive, from the Go module proxy, at pinned versions,
 # into a cache outside the checkout (kept between runs; a version bump builds anew):
-#   kubelet, kube-apiserver   k8s.io/kubernetes (static, version-stamped)
+#   kubelet, kube-apiserver   k8s.io/kubernetes (static, version-stamped); also a cluster's
+#   kube-controller-manager,  control plane, kube-proxy and clients (kubeadm compares its
+#   kube-scheduler, kube-proxy, own version with the cluster's, and `kubectl version` is
+#   kubectl, kubeadm          a conformance spec: both need the stamp)
 #   e2e-node, ginkgo, agnhost the node e2e suite (e2e_node.test), the ginkgo CLI of its
 #                             go.mod and agnhost, from the same k8s.io/kubernetes module
+#   e2e                       the cluster e2e suite (e2e.test), from the same module
 #   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
+#   coredns                   github.com/coredns/coredns with only the plugins kubeadm's
+#                             Corefile names (a cluster's DNS; the full build pulls in the
+#                             AWS, Azure, Google and DataDog SDKs its go.mod requires)
 #   crictl, critest           sigs.k8s.io/cri-tools
 #   runsc                     gvisor.dev/gvisor/runsc (gVisor's Go-buildable tree; version-stamped)
 #   containerd-shim-runsc-v1  gvisor.dev/gvisor/shim, gVisor's own shim v2 at the same version
@@ -26,8 +33,11 @@
 # has local replaces too, so it gets a scratch module of its own.
 set -euo pipefail
 
-KUBE_VERSION=v1.37.2          # kubelet, kube-apiserver (staging modules: v0.37.2)
+KUBE_VERSION=v1.37.2          # kubelet, kube-apiserver, ... (staging modules: v0.37.2)
+# The commands built from the scratch module (kube_module): their packages' go.sum lines.
+KUBE_CMDS="kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubeadm"
 ETCD_VERSION=v3.6.16          # the etcd line kube-apiserver 1.37 is tested with
+COREDNS_VERSION=v1.14.6       # kubeadm v1.37's CoreDNSVersion
 CRI_TOOLS_VERSION=v1.37.0     # cri-api v0.37, as the daemon's
 # gVisor: the proxy's latest pseudo-version of gVisor's Go branch. The one place its version
 # is kept (the default config names the installed path, /usr/local/bin/runsc).
@@ -58,7 +68,7 @@ kube_module() {
 	local dir=$TOOLS/src/kubernetes${1:+-$1}-$KUBE_VERSION staging=v0${KUBE_VERSION#v1} lock
 	exec {lock}>"$dir.lock"
 	flock "$lock"
-	if [ ! -f "$dir/go.sum.done" ]; then
+	if [ ! -f "$dir/go.sum.done" ] || [ "$(cat "$dir/go.sum.done")" != "$KUBE_CMDS" ]; then
 		log "resolving k8s.io/kubernetes@$KUBE_VERSION (staging modules at $staging)"
 		rm -rf "$dir" && mkdir -p "$dir"
 		local mod gomod
@@ -70,14 +80,16 @@ kube_module() {
 			echo "require k8s.io/kubernetes $KUBE_VERSION"
 			sed -n 's#^\s*\(k8s.io/[a-z-]*\) => ./staging/.*#replace \1 => \1 '"$staging"'#p' <<<"$mod"
 		} >"$dir/go.mod"
-		(cd "$dir" && go get "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION" "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION") >&2
-		touch "$dir/go.sum.done"
+		local c pkgs=()
+		for c in $KUBE_CMDS; do pkgs+=("k8s.io/kubernetes/cmd/$c@$KUBE_VERSION"); done
+		(cd "$dir" && go get "${pkgs[@]}") >&2
+		echo "$KUBE_CMDS" >"$dir/go.sum.done"
 	fi
 	exec {lock}>&-
 	echo "$dir"
 }
 
-build_kube() { # kubelet | kube-apiserver
+build_kube() { # one of KUBE_CMDS
 	local name=$1
 	have "$name" "$KUBE_VERSION" && return
 	local dir minor=${KUBE_VERSION#v1.}
@@ -91,19 +103,21 @@ build_kube() { # kubelet | kube-apiserver
 	have "$name" "$KUBE_VERSION"
 }
 
-# e2e-node: test/e2e_node as a test binary, e2e_node.test (its test-only dependencies add
-# only go.sum lines to the scratch module, hence -mod=mod), version-stamped as kubelet is.
-build_e2e_node() {
-	have e2e_node.test "$KUBE_VERSION" && return
+# e2e-node | e2e: test/e2e_node or test/e2e as a test binary, e2e_node.test or e2e.test
+# (their test-only dependencies add only go.sum lines to the scratch module, hence
+# -mod=mod), version-stamped as kubelet is.
+build_e2e() { # name package
+	local name=$1 pkg=$2
+	have "$name" "$KUBE_VERSION" && return
 	local dir minor=${KUBE_VERSION#v1.}
 	dir=$(kube_module e2e)
 	minor=${minor%%.*}
 	local v=k8s.io/component-base/version
-	log "building e2e_node.test $KUBE_VERSION (ten minutes or more on 2 cores)"
+	log "building $name $KUBE_VERSION (ten minutes or more on 2 cores)"
 	(cd "$dir" && GOFLAGS="$GOFLAGS -mod=mod" go test -c -trimpath -ldflags "-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION" \
-		-o "$BIN/e2e_node.test-$KUBE_VERSION.tmp" k8s.io/kubernetes/test/e2e_node)
-	mv "$BIN/e2e_node.test-$KUBE_VERSION.tmp" "$BIN/e2e_node.test-$KUBE_VERSION"
-	have e2e_node.test "$KUBE_VERSION"
+		-o "$BIN/$name-$KUBE_VERSION.tmp" "$pkg")
+	mv "$BIN/$name-$KUBE_VERSION.tmp" "$BIN/$name-$KUBE_VERSION"
+	have "$name" "$KUBE_VERSION"
 }
 
 # ginkgo | agnhost: a main package of the k8s.io/kubernetes module's build graph.
@@ -128,6 +142,31 @@ build_etcd() {
 		go build -trimpath -ldflags '-s -w' -o "$BIN/etcd-$ETCD_VERSION.tmp" go.etcd.io/etcd/server/v3)
 	mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
 	have etcd "$ETCD_VERSION"
+}
+
+# coredns: a main of our own with the plugins of kubeadm's Corefile (errors, health, ready,
+# kubernetes, prometheus, forward, cache, loop, reload, loadbalance) and log; CoreDNS's own
+# main imports every plugin.
+build_coredns() {
+	have coredns "$COREDNS_VERSION" && return
+	local dir=$TOOLS/src/coredns-$COREDNS_VERSION p
+	log "building coredns $COREDNS_VERSION (kubeadm's plugins only)"
+	rm -rf "$dir" && mkdir -p "$dir"
+	printf 'module rtshimd.local/corednstools\ngo %s\nrequire github.com/coredns/coredns %s\n' \
+		"$(go env GOVERSION | sed 's/^go//; s/\.[0-9]*$//')" "$COREDNS_VERSION" >"$dir/go.mod"
+	{
+		echo 'package main'
+		echo 'import ('
+		echo '	"github.com/coredns/coredns/coremain"'
+		for p in cache errors forward health kubernetes loadbalance log loop metrics ready reload; do
+			echo "	_ \"github.com/coredns/coredns/plugin/$p\""
+		done
+		echo ')'
+		echo 'func main() { coremain.Run() }'
+	} >"$dir/main.go"
+	(cd "$dir" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags '-s -w' -o "$BIN/coredns-$COREDNS_VERSION.tmp" .)
+	mv "$BIN/coredns-$COREDNS_VERSION.tmp" "$BIN/coredns-$COREDNS_VERSION"
+	have coredns "$COREDNS_VERSION"
 }
 
 # busybox: upstream's defconfig, dynamic against glibc as Debian's own build (NSS for
@@ -392,7 +431,7 @@ tool_lock() {
 	crictl | critest) echo cri-tools ;;
 	runsc | install-runsc) echo runsc ;;
 	runsc-shim | install-runsc-shim) echo runsc-shim ;;
-	e2e-node | ginkgo | agnhost) echo kubernetes-e2e ;;
+	e2e-node | e2e | ginkgo | agnhost) echo kubernetes-e2e ;;
 	*) echo "$1" ;;
 	esac
 }
@@ -401,9 +440,11 @@ for t in "$@"; do
 	exec {lockfd}>"$TOOLS/src/$(tool_lock "$t").build.lock"
 	flock "$lockfd"
 	case $t in
-	kubelet | kube-apiserver) build_kube "$t" ;;
+	kubelet | kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubectl | kubeadm) build_kube "$t" ;;
 	etcd) build_etcd ;;
-	e2e-node) build_e2e_node ;;
+	coredns) build_coredns ;;
+	e2e-node) build_e2e e2e_node.test k8s.io/kubernetes/test/e2e_node ;;
+	e2e) build_e2e e2e.test k8s.io/kubernetes/test/e2e ;;
 	ginkgo) build_kube_cmd ginkgo github.com/onsi/ginkgo/v2/ginkgo ;;
 	agnhost) build_kube_cmd agnhost k8s.io/kubernetes/test/images/agnhost ;;
 	crictl) build_crictl ;;

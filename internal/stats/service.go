@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -62,6 +63,8 @@ type Service struct {
 	// bytes.
 	encMu sync.Mutex
 	encs  map[string]*protocache.Item[statsKey]
+	// lastPrune is when a list last pruned the readings (no collector), in Unix ns.
+	lastPrune atomic.Int64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -155,13 +158,24 @@ func (svc *Service) collectUnits() []string {
 	return out
 }
 
-// pruneUncollected drops, where no collector runs, the readings of what no longer runs:
-// with one, each of its passes does (collectUnits). Served readings are those of running
-// containers and ready pods only, so this is about memory, not answers.
+// pruneEvery bounds how often a list prunes without a collector: the pass walks every
+// container and pod, and kubelet lists stats every few seconds.
+var pruneEvery = 10 * time.Second
+
+// pruneUncollected drops, where no collector runs, the readings of what no longer runs, at
+// most once per pruneEvery: with a collector each of its passes does (collectUnits).
+// Served readings are those of running containers and ready pods only, so this is about
+// memory, not answers.
 func (svc *Service) pruneUncollected() {
-	if svc.collector.Period() == 0 {
-		svc.collectUnits()
+	if svc.collector.Period() != 0 {
+		return
 	}
+	now := time.Now().UnixNano()
+	last := svc.lastPrune.Load()
+	if now-last < int64(pruneEvery) || !svc.lastPrune.CompareAndSwap(last, now) {
+		return
+	}
+	svc.collectUnits()
 }
 
 // collect reads one pod for the collector: its running containers, then its own figures.

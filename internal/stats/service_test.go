@@ -216,7 +216,10 @@ func TestListStatsOnDemand(t *testing.T) {
 	if m.collector.Passes() != 0 {
 		t.Errorf("period 0: %d collector passes", m.collector.Passes())
 	}
-	// With no collector, the next list drops what a stopped container and pod kept.
+	// With no collector, the next list past pruneEvery drops what a stopped container and
+	// pod kept.
+	defer func(d time.Duration) { pruneEvery = d }(pruneEvery)
+	pruneEvery = 0
 	if err := e.ctrs.Stop(context.Background(), a, 0); err != nil {
 		t.Fatal(err)
 	}

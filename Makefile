@@ -13,7 +13,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
 # gcc and libc6-dev build the monitor (cmd/rtshim-monitor, in C).
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
-TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo mmdebstrap make bzip2 curl
+TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo mmdebstrap make bzip2 curl bind9-dnsutils
 
 .PHONY: all build monitor monitor-sanitized run test unit integration deps-run deps-test install clean vet bench tools host-tools fuzz fuzz-short soak
 
@@ -162,6 +162,24 @@ soak: deps-test build tools
 systemd-node: deps-test build
 	hack/tools.sh kubelet crictl systemd-node-rootfs >/dev/null
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 20m -run '^TestSystemdNode$$' -v ./integration/
+
+# A Kubernetes cluster of two rtshimd nodes, joined by kubeadm, with kube-proxy, CoreDNS and a
+# pod network across the nodes, all in network namespaces of its own (TestCluster: its own
+# checks of Services, cross-node traffic, DNS, logs, a rollout, a Job, a webhook, a pod of
+# the RuntimeClass test-handler, here on runsc; about 90 s).
+CLUSTER_TOOLS := kubeadm kubectl kube-proxy kube-controller-manager kube-scheduler coredns
+.PHONY: cluster
+cluster: deps-test build
+	hack/tools.sh $(HOST_TOOLS) $(CLUSTER_TOOLS) agnhost >/dev/null
+	RTSHIMD_CLUSTER=1 RTSHIMD_CLUSTER_TEST_HANDLER=runsc $(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 30m -run '^TestCluster$$' -v ./integration/
+
+# Kubernetes' e2e [Conformance] suite on that cluster, checked against conformance/cluster/
+# (RTSHIMD_CLUSTER_FOCUS narrows it; RTSHIMD_CLUSTER_TEST_HANDLER=runsc puts the
+# RuntimeClass specs' test-handler on runsc).
+.PHONY: cluster-conformance
+cluster-conformance: deps-test build
+	hack/tools.sh $(HOST_TOOLS) $(CLUSTER_TOOLS) agnhost e2e ginkgo sample-apiserver >/dev/null
+	RTSHIMD_CLUSTER_CONFORMANCE=1 $(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 7h -run '^TestClusterConformance$$' -v ./integration/
 
 # The cgroup-v2 node (issue 39, docs/v2-node.md): a User-Mode Linux kernel built from Debian's
 # linux-source (about 9 minutes cold) booting the node's Debian root with systemd on the

@@ -7,7 +7,8 @@
 #   kubectl, kubeadm          a conformance spec: both need the stamp)
 #   e2e-node, ginkgo, agnhost the node e2e suite (e2e_node.test), the ginkgo CLI of its
 #                             go.mod and agnhost, from the same k8s.io/kubernetes module
-#   e2e                       the cluster e2e suite (e2e.test), from the same module
+#   e2e, sample-apiserver     the cluster e2e suite (e2e.test) and its aggregator spec's API
+#                             server (k8s.io/sample-apiserver), from the same module
 #   etcd                      go.etcd.io/etcd/server/v3 (for kube-apiserver)
 #   coredns                   github.com/coredns/coredns with only the plugins kubeadm's
 #                             Corefile names (a cluster's DNS; the full build pulls in the
@@ -431,7 +432,7 @@ tool_lock() {
 	crictl | critest) echo cri-tools ;;
 	runsc | install-runsc) echo runsc ;;
 	runsc-shim | install-runsc-shim) echo runsc-shim ;;
-	e2e-node | e2e | ginkgo | agnhost) echo kubernetes-e2e ;;
+	e2e-node | e2e | ginkgo | agnhost | sample-apiserver) echo kubernetes-e2e ;;
 	*) echo "$1" ;;
 	esac
 }
@@ -447,6 +448,9 @@ for t in "$@"; do
 	e2e) build_e2e e2e.test k8s.io/kubernetes/test/e2e ;;
 	ginkgo) build_kube_cmd ginkgo github.com/onsi/ginkgo/v2/ginkgo ;;
 	agnhost) build_kube_cmd agnhost k8s.io/kubernetes/test/images/agnhost ;;
+	# The aggregator spec's API server: the staging module at the release's version (upstream's
+	# image is older code serving the same wardle API).
+	sample-apiserver) build_kube_cmd sample-apiserver k8s.io/sample-apiserver ;;
 	crictl) build_crictl ;;
 	critest) build_critest ;;
 	golangci-lint) build_golangci_lint ;;

@@ -115,7 +115,7 @@ func main() {
 	results := flag.String("results", "", "write every spec's state, name and reason to this file")
 	exitCode := flag.Int("exit-code", -1, "the suite's exit status (-1: not known)")
 	selectedPath := flag.String("selected", "", "with -partial: a file of the specs the focused run selected (one full name a line), every one of which must have run")
-	suite := flag.String("suite", "critest", "the suite of the report: critest, or node-e2e (whose report also lists, as skipped, the thousands of specs its focus left out: only those a skip exception names are counted)")
+	suite := flag.String("suite", "critest", "the suite of the report: critest, node-e2e or cluster (Kubernetes' e2e suites, whose reports also list, as skipped, the thousands of specs their focus left out: only those a skip exception names are counted)")
 	flag.Parse()
 	if *handler == "" {
 		fatalf("-handler is required")
@@ -153,7 +153,7 @@ func main() {
 			fatalf("%v", err)
 		}
 	}
-	if *suite == "node-e2e" {
+	if *suite == "node-e2e" || *suite == "cluster" {
 		r.specs = dropFiltered(r.specs, mine)
 	}
 	o := options{partial: *partial, update: *update, verbose: *verbose, listPath: listPath, resultsPath: *results}
@@ -302,8 +302,11 @@ func check(w *os.File, suite, handler string, r run, expected map[string]bool, e
 	if update {
 		sort.Strings(passedNames)
 		header := fmt.Sprintf("# critest specs expected to pass on %s (written by make conformance CONFORMANCE_UPDATE=1;\n# see README.md). One full spec text a line.\n", handler)
-		if suite == "node-e2e" {
+		switch suite {
+		case "node-e2e":
 			header = fmt.Sprintf("# node e2e specs expected to pass on the %s pass (written by make node-e2e NODE_E2E_UPDATE=1;\n# see README.md). One full spec text a line.\n", handler)
+		case "cluster":
+			header = fmt.Sprintf("# Cluster [Conformance] specs expected to pass on a cluster of two rtshimd nodes on %s\n# (written by RTSHIMD_CLUSTER_UPDATE=1 make cluster-conformance). One full spec text a line.\n", handler)
 		}
 		if err := os.WriteFile(listPath, []byte(header+strings.Join(passedNames, "\n")+"\n"), 0o644); err != nil {
 			fatalf("%v", err)

@@ -86,9 +86,9 @@ type image struct {
 func main() {
 	registry := flag.String("registry", "", "registry host:port to push to (plain HTTP)")
 	busybox := flag.String("busybox", "", "busybox binary of the base layer; a dynamic one gets its ELF interpreter and libraries copied")
-	binDir := flag.String("bin", "", "directory holding the stand-in programs nginx, labutils, nnp and pause (and for -set node-e2e agnhost, localhost.crt and localhost.key)")
+	binDir := flag.String("bin", "", "directory holding the stand-in programs nginx, labutils, nnp and pause (and for -set node-e2e and cluster agnhost, localhost.crt and localhost.key; for cluster also sample-apiserver and kitten and nautilus's .jpg and .json)")
 	list := flag.Bool("list", false, "print the image list and exit")
-	set := flag.String("set", "critest", "which suite's images: critest or node-e2e")
+	set := flag.String("set", "critest", "which suite's images: critest, node-e2e or cluster")
 	out := flag.String("out", "", "write one 'reference digest' line per pushed tag to this file")
 	flag.Parse()
 
@@ -107,8 +107,24 @@ func main() {
 			}
 		}
 		imagesOf = func(h map[string][]byte) []image { return nodeE2ESpecs(h, tools) }
+	case "cluster":
+		// Beyond the node-e2e set's tools: dig and glibc's getent for the DNS specs' probers
+		// (in agnhost and glibc-dns-testing). busybox stays busybox: upstream's ash keeps
+		// environment names like data-1, and a spec reads ash's own error message.
+		var tools, dns []entry
+		if !*list {
+			var err error
+			if tools, err = hostPrograms([][2]string{{"/usr/bin/curl", "/usr/bin/curl"}, {"/bin/nc.openbsd", "/usr/bin/nc"}, {"/bin/bash", "/bin/bash"},
+				{"/usr/bin/dig", "/usr/bin/dig"}, {"/usr/bin/getent", "/usr/bin/getent"}}); err != nil {
+				fatalf("tools of the agnhost image: %v", err)
+			}
+			if dns, err = hostPrograms([][2]string{{"/usr/bin/dig", "/usr/bin/dig"}, {"/usr/bin/getent", "/usr/bin/getent"}}); err != nil {
+				fatalf("tools of the glibc-dns-testing image: %v", err)
+			}
+		}
+		imagesOf = func(h map[string][]byte) []image { return clusterSpecs(h, tools, dns) }
 	default:
-		fatalf("-set %q: want critest or node-e2e", *set)
+		fatalf("-set %q: want critest, node-e2e or cluster", *set)
 	}
 	if *list {
 		for _, im := range imagesOf(nil) {
@@ -123,8 +139,12 @@ func main() {
 	}
 	helpers := map[string][]byte{}
 	programs := []string{"pause", "nnp", "nginx", "labutils"}
-	if *set == "node-e2e" {
+	switch *set {
+	case "node-e2e":
 		programs = append(programs, "agnhost", "localhost.crt", "localhost.key")
+	case "cluster":
+		programs = append(programs, "agnhost", "localhost.crt", "localhost.key", "sample-apiserver",
+			"kitten.jpg", "kitten.json", "nautilus.jpg", "nautilus.json")
 	}
 	for _, h := range programs {
 		b, err := os.ReadFile(filepath.Join(*binDir, h))
@@ -317,6 +337,52 @@ func nodeE2ESpecs(helpers map[string][]byte, tools []entry) []image {
 		{Repo: "registry.k8s.io/pause", Tags: []string{"3.10.2", "3.10.1", "3.10"}, Extra: []entry{file("/pause", 0o755, helpers["pause"])},
 			Config: v1.Config{Entrypoint: []string{"/pause"}}, Note: "pause (rtshim-pause)"},
 	}
+}
+
+// clusterSpecs lists the images Kubernetes' e2e [Conformance] specs of v1.37 pull
+// (test/utils/image/manifest.go; make cluster-conformance) beyond the control plane's, which
+// the cluster's harness pushes: the node-e2e set with the DNS tools added, agnhost's
+// previous tag as an image of its own, the sample API server, and kitten and
+// nautilus (agnhost serving their picture). helpers may be nil when only listing.
+func clusterSpecs(helpers map[string][]byte, tools, dns []entry) []image {
+	const e2e = "registry.k8s.io/e2e-test-images/"
+	imgs := nodeE2ESpecs(helpers, tools)
+	var agnhost image
+	for i := range imgs {
+		switch imgs[i].Repo {
+		case e2e + "agnhost":
+			imgs[i].Tags = []string{"2.66.1"}
+			agnhost = imgs[i]
+		case e2e + "glibc-dns-testing":
+			imgs[i].Extra = append(append([]entry{}, imgs[i].Extra...), dns...)
+			imgs[i].Note += "; dig and getent from Debian"
+		}
+	}
+	// with is agnhost with more files: an image of its own, so a spec that rolls from one tag
+	// to the other sees a new image ID.
+	with := func(repo, tag, note string, cmd []string, files ...entry) image {
+		im := agnhost
+		im.Repo, im.Tags, im.Note = repo, []string{tag}, note
+		im.Extra = append(append([]entry{}, agnhost.Extra...), files...)
+		if cmd != nil {
+			im.Config.Cmd = cmd
+		}
+		return im
+	}
+	return append(imgs,
+		with(e2e+"agnhost", "2.55", "agnhost (the previous tag): the same binary and a marker file", nil,
+			text("/agnhost-prev", "2.55\n")),
+		with(e2e+"kitten", "1.8", "agnhost test-webserver serving kitten.jpg and data.json (test/images/kitten);"+
+			" /etc/os-release says Alpine Linux, as the image-volume spec reads it from upstream's base", []string{"test-webserver"},
+			file("/kitten.jpg", 0o644, helpers["kitten.jpg"]), file("/data.json", 0o644, helpers["kitten.json"]),
+			text("/etc/os-release", "NAME=\"Alpine Linux\"\nID=alpine\nPRETTY_NAME=\"Alpine Linux (rtshimd's kitten stand-in)\"\n")),
+		with(e2e+"nautilus", "1.8", "agnhost test-webserver serving nautilus.jpg and data.json (test/images/nautilus)", []string{"test-webserver"},
+			file("/nautilus.jpg", 0o644, helpers["nautilus.jpg"]), file("/data.json", 0o644, helpers["nautilus.json"])),
+		image{Repo: e2e + "sample-apiserver", Tags: []string{"1.29.2"}, Base: true,
+			Extra:  []entry{file("/sample-apiserver", 0o755, helpers["sample-apiserver"])},
+			Config: v1.Config{Env: []string{"PATH=" + defaultPath}, Entrypoint: []string{"/sample-apiserver"}},
+			Note:   "k8s.io/sample-apiserver at the release's version (upstream's 1.29.2 serves the same wardle API)"},
+	)
 }
 
 // nginxFiles is the nginx stand-in's layer, listening on port.

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +90,37 @@ metadata:
 			}
 		}
 		return l["runtime.rtshimd.io/runsc"] == "true", fmt.Sprint(l)
+	})
+}
+
+// On a kubeadm node kubelet's kubeconfig appears only after `kubeadm join`, which needs the
+// runtime running first: a kubeconfig that is not there yet is waited for (Status verbose
+// says so), and the labels are written once it appears.
+func TestNodeLabelsWaitForKubeconfig(t *testing.T) {
+	api := startAPIServer(t)
+	const node = "rtshimd-labels-later"
+	api.Create("/api/v1/nodes", fmt.Sprintf("apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n", node))
+	kubeconfig := filepath.Join(t.TempDir(), "kubelet.conf")
+	d := newDaemon(t, withConfig(func(_ *Daemon, c *config.Config) {
+		c.Node = config.Node{Kubeconfig: kubeconfig, Name: node}
+	}))
+	waitFor(t, 30*time.Second, "Status verbose to say the kubeconfig is awaited", func() (bool, string) {
+		st, err := d.RS.Status(context.Background(), true)
+		if err != nil {
+			return false, err.Error()
+		}
+		info := st.GetInfo()["node_labels"]
+		return strings.Contains(info, "waiting for it") && strings.Contains(info, kubeconfig), info
+	})
+	b, err := os.ReadFile(api.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "runc's label once the kubeconfig is there", func() (bool, string) {
+		b, err := api.Do(http.MethodGet, "/api/v1/nodes/"+node, "")
+		return err == nil && strings.Contains(string(b), `"runtime.rtshimd.io/runc":"true"`), fmt.Sprint(string(b), err)
 	})
 }

@@ -10,8 +10,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/url"
@@ -65,6 +67,9 @@ func ours(key string) bool {
 
 // Syncer writes Want of the live table to the Node.
 type Syncer struct {
+	kubeconfig string
+	// client and url are set once the kubeconfig is read (connect), by New or by the first
+	// Sync that finds it.
 	client *http.Client
 	url    string // the Node object's
 	node   string
@@ -83,19 +88,13 @@ type Status struct {
 }
 
 // New is a syncer for node (the hostname, lowercased, when empty) through kubeconfig, or
-// nil when kubeconfig is empty.
+// nil when kubeconfig is empty. A kubeconfig that exists must be usable now: a mistake in
+// it is refused at start. One that does not exist yet is waited for, as kubelet's is on a
+// kubeadm node: `kubeadm join` writes /etc/kubernetes/kubelet.conf only after kubelet has
+// registered, which needs the runtime running first.
 func New(kubeconfig, node string, table func() []*handlers.Handler) (*Syncer, error) {
 	if kubeconfig == "" {
 		return nil, nil
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("node.kubeconfig %s: %w", kubeconfig, err)
-	}
-	cfg.Timeout = 10 * time.Second
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("node.kubeconfig %s: %w", kubeconfig, err)
 	}
 	if node == "" {
 		h, err := os.Hostname()
@@ -104,13 +103,29 @@ func New(kubeconfig, node string, table func() []*handlers.Handler) (*Syncer, er
 		}
 		node = strings.ToLower(h)
 	}
-	return &Syncer{
-		client: client,
-		url:    strings.TrimSuffix(cfg.Host, "/") + "/api/v1/nodes/" + url.PathEscape(node),
-		node:   node,
-		table:  table,
-		status: Status{Node: node},
-	}, nil
+	s := &Syncer{kubeconfig: kubeconfig, node: node, table: table, status: Status{Node: node}}
+	if _, err := os.Stat(kubeconfig); errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err := s.connect(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect reads the kubeconfig and makes the client.
+func (s *Syncer) connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("node.kubeconfig %s: %w", s.kubeconfig, err)
+	}
+	cfg.Timeout = 10 * time.Second
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("node.kubeconfig %s: %w", s.kubeconfig, err)
+	}
+	s.client, s.url = client, strings.TrimSuffix(cfg.Host, "/")+"/api/v1/nodes/"+url.PathEscape(s.node)
+	return nil
 }
 
 // Status is what the syncer last did.
@@ -126,8 +141,9 @@ func (s *Syncer) Status() Status {
 }
 
 // Run syncs at once, then whenever the table's labels change (checked every period), and
-// again every resync (someone may have edited the node), until ctx ends. A node that is
-// not registered yet, or an API server that fails, is tried again at the next check.
+// again every resync (someone may have edited the node), until ctx ends. A kubeconfig not
+// written yet, a node not registered yet, or an API server that fails, is tried again at
+// the next check. Sync is called from one goroutine at a time.
 func (s *Syncer) Run(ctx context.Context, period, resync time.Duration) {
 	var last map[string]string
 	var lastSync time.Time
@@ -163,6 +179,14 @@ func (s *Syncer) Run(ctx context.Context, period, resync time.Duration) {
 // other label alone: one merge patch, which sets the wanted ones and deletes the rest of
 // ours.
 func (s *Syncer) Sync(ctx context.Context, want map[string]string) error {
+	if s.client == nil {
+		if _, err := os.Stat(s.kubeconfig); err != nil {
+			return fmt.Errorf("node.kubeconfig %s: waiting for it: %w", s.kubeconfig, err)
+		}
+		if err := s.connect(); err != nil {
+			return err
+		}
+	}
 	var node struct {
 		Metadata struct {
 			Labels map[string]string `json:"labels"`

@@ -41,6 +41,13 @@ type clusterNode struct {
 	Name    string
 	IP      string
 	PodCIDR string
+	// Config is the node's /etc/rtshimd/config.toml (WriteConfig writes it again).
+	Config *config.Config
+}
+
+// WriteConfig writes the node's config file, which the daemon reloads.
+func (n *clusterNode) WriteConfig() {
+	n.WriteFile("/etc/rtshimd/config.toml", configTOML(n.t, n.Config))
 }
 
 // The cluster's addresses: private to the test's namespaces, and apart from rtshimd's
@@ -191,23 +198,31 @@ func (c *cluster) install(node *clusterNode) {
 	node.MustExec("make", "-C", "/src", "--no-print-directory", "-o", "build", "install")
 	cfg := config.Default()
 	cfg.CgroupDriver = config.SystemdDriver
-	runc := cfg.Handlers["runc"]
+	runc, runsc := *cfg.Handlers["runc"], *cfg.Handlers["runsc"]
+	runsc.RuntimePath = toolPath(c.t, "runsc")
 	// test-handler: the RuntimeClass specs' handler, a second runc row as containerd and
 	// CRI-O configure it for the suite, or with RTSHIMD_CLUSTER_TEST_HANDLER=runsc the pinned
 	// runsc (another kind of isolation behind the same RuntimeClass).
 	testHandler := runc
 	if os.Getenv("RTSHIMD_CLUSTER_TEST_HANDLER") == "runsc" {
-		testHandler = cfg.Handlers["runsc"]
-		testHandler.RuntimePath = toolPath(c.t, "runsc")
+		testHandler = runsc
 	}
-	cfg.Handlers = map[string]*config.Handler{"runc": runc, "test-handler": testHandler}
+	cfg.Handlers = map[string]*config.Handler{"runc": &runc, "test-handler": &testHandler}
+	// The nodes differ as a heterogeneous cluster's do: only the first has a runsc row.
+	if node == c.nodes[0] {
+		cfg.Handlers["runsc"] = &runsc
+	}
+	// The node labels itself with kubelet's credentials, which kubeadm writes only after
+	// the runtime is up (the daemon waits for them).
+	cfg.Node = config.Node{Kubeconfig: "/etc/kubernetes/kubelet.conf", Name: node.Name}
 	cfg.DefaultHandler = "runc"
 	for _, prefix := range []string{"registry.k8s.io", "docker.io", "gcr.io", "quay.io"} {
 		cfg.Image.Registries = append(cfg.Image.Registries, config.Registry{
 			Prefix: prefix, Location: clusterRegistryIP + "/" + prefix, Insecure: true,
 		})
 	}
-	node.WriteFile("/etc/rtshimd/config.toml", configTOML(c.t, cfg))
+	node.Config = cfg
+	node.WriteConfig()
 	// The pod network is written per node once its pod CIDR is known (podNetwork).
 	node.MustExec("sh", "-c", "rm -f /etc/cni/net.d/*")
 	node.MustExec("systemctl", "enable", "--now", "rtshimd")

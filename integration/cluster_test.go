@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -26,10 +27,11 @@ import (
 // rtshimd; pods on the two nodes reach each other by their addresses; a ClusterIP Service
 // answers from a pod and a NodePort from the other node; kubernetes.default resolves in a
 // pod through the cluster's DNS; kubectl logs; a Deployment rolls to a new image; a Job
-// completes; an admission webhook served by a pod is asked by the API server; a pod of the
-// RuntimeClass test-handler runs on that row (runc, or runsc with
-// RTSHIMD_CLUSTER_TEST_HANDLER=runsc). Its cleanup takes every node down and fails on anything of
-// theirs left on this machine.
+// completes; an admission webhook served by a pod is asked by the API server; each node
+// labels itself with its ready handlers (with kubelet's credentials, which kubeadm writes
+// after the runtime started); a pod of the RuntimeClass test-handler runs on that row (runc,
+// or runsc with RTSHIMD_CLUSTER_TEST_HANDLER=runsc). Its cleanup takes every node down and
+// fails on anything of theirs left on this machine.
 func TestCluster(t *testing.T) {
 	if os.Getenv("RTSHIMD_CLUSTER") == "" {
 		t.Skip("make cluster runs it (RTSHIMD_CLUSTER=1): a control plane and two nodes take minutes")
@@ -107,6 +109,17 @@ func TestCluster(t *testing.T) {
 		}
 	})
 	t.Run("an admission webhook runs on the cluster", func(t *testing.T) { clusterWebhook(t, c, agnhost) })
+	t.Run("each node labels itself with its ready handlers", func(t *testing.T) {
+		for i, n := range c.nodes {
+			waitFor(t, time.Minute, n.Name+"'s runtime labels", func() (bool, string) {
+				out, err := c.kubectl("get", "node", n.Name, "-o", "jsonpath={.metadata.labels}")
+				runsc := strings.Contains(out, `"runtime.rtshimd.io/runsc":"true"`)
+				return err == nil && strings.Contains(out, `"runtime.rtshimd.io/runc":"true"`) &&
+					strings.Contains(out, `"runtime.rtshimd.io/test-handler":"true"`) && runsc == (i == 0), out
+			})
+		}
+	})
+	t.Run("RuntimeClasses on nodes that differ", func(t *testing.T) { clusterRuntimeClasses(t, c, agnhost) })
 	t.Run("a pod runs on the RuntimeClass test-handler", func(t *testing.T) {
 		c.nodes[0].WriteFile("/etc/kubernetes/runtimeclass.yaml", `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
@@ -130,6 +143,113 @@ handler: test-handler
 			}
 		}
 	})
+}
+
+// clusterRuntimeClasses checks, on a cluster where only node 0 has a runsc row, what
+// rtshimd tells the cluster: the RuntimeClasses `rtshimd runtimeclasses --admission` writes
+// place runsc pods only on node 0, and its policy refuses at creation a runsc pod asking for
+// the host's PID namespace; a reload that points the runc row at another binary leaves a
+// running pod on the one it started with while a new pod gets the new one; a reload that
+// takes the runsc row away takes node 0's label with it and leaves its pods running.
+func clusterRuntimeClasses(t *testing.T, c *cluster, image string) {
+	n0 := c.nodes[0]
+	kubectl := toolPath(t, "kubectl") + " --kubeconfig /etc/kubernetes/admin.conf"
+	if out, err := n0.Exec(time.Minute, "sh", "-c", "rtshimd runtimeclasses --admission | "+kubectl+" apply -f -"); err != nil {
+		t.Fatalf("rtshimd runtimeclasses --admission | kubectl apply: %v\n%s", err, out)
+	}
+	n0.WriteFile("/etc/kubernetes/gvisor.yaml", fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gvisor}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: gvisor}}
+  template:
+    metadata: {labels: {app: gvisor}}
+    spec:
+      runtimeClassName: runsc
+      containers: [{name: agnhost, image: %s, args: [pause]}]
+`, image))
+	c.mustKubectl("apply", "-f", "/etc/kubernetes/gvisor.yaml")
+	if out, err := c.kubectl("rollout", "status", "deployment/gvisor", "--timeout=3m"); err != nil {
+		t.Fatalf("the runsc Deployment: %v\n%s\n%s", err, out, c.mustKubectl("describe", "deployment", "gvisor"))
+	}
+	where := c.mustKubectl("get", "pods", "-l", "app=gvisor", "--field-selector", "status.phase=Running", "-o", "jsonpath={.items[*].spec.nodeName}")
+	if f := strings.Fields(where); len(f) != 3 || strings.Count(where, n0.Name) != 3 {
+		t.Errorf("runsc pods ran on %q, want all three on %s (the only node with runsc)", where, n0.Name)
+	}
+
+	n0.WriteFile("/etc/kubernetes/hostpid.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: hostpid}
+spec:
+  runtimeClassName: runsc
+  hostPID: true
+  containers: [{name: c, image: %s, args: [pause]}]
+`, image))
+	waitFor(t, time.Minute, "the admission policy to refuse a runsc pod with hostPID", func() (bool, string) {
+		out, err := c.kubectl("create", "-f", "/etc/kubernetes/hostpid.yaml")
+		if err == nil {
+			_, _ = c.kubectl("delete", "pod", "hostpid", "--wait=false")
+		}
+		return err != nil && strings.Contains(out, "spec.hostPID") && strings.Contains(out, "handler runsc"), out
+	})
+
+	// Rolling the runc row: a copy of runc under another name, for new pods only.
+	pod := func(name string) {
+		c.mustKubectl("run", name, "--image", image, "--restart", "Never",
+			"--overrides", fmt.Sprintf(`{"spec":{"nodeName":%q}}`, n0.Name), "--", "pause")
+		if out, err := c.kubectl("wait", "--for=condition=Ready", "pod/"+name, "--timeout=3m"); err != nil {
+			t.Fatalf("pod %s: %v\n%s", name, err, out)
+		}
+	}
+	runtimePath := func(name string) string {
+		crictl := toolPath(t, "crictl") + " --runtime-endpoint unix:///run/rtshimd/rtshimd.sock"
+		// crictl warns on stderr that it has no config file: only stdout is JSON.
+		out, err := n0.Exec(time.Minute, "sh", "-c", "exec 2>/dev/null; "+crictl+" inspectp $("+crictl+" pods -q --name '^"+name+"$')")
+		if err != nil {
+			t.Fatalf("crictl inspectp %s: %v\n%s", name, err, out)
+		}
+		var st struct {
+			Info struct {
+				Metadata struct {
+					Runtime struct{ Path string } `json:"runtime"`
+				} `json:"metadata"`
+			} `json:"info"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("crictl inspectp %s: %v\n%s", name, err, out)
+		}
+		return st.Info.Metadata.Runtime.Path
+	}
+	pod("before")
+	old := n0.Config.Handlers["runc"].RuntimePath
+	next := "/usr/local/bin/runc-next"
+	n0.MustExec("cp", old, next)
+	n0.Config.Handlers["runc"].RuntimePath = next
+	n0.WriteConfig()
+	n0.MustExec("rtshimd", "reload")
+	pod("after")
+	if got := runtimePath("before"); got != old {
+		t.Errorf("the pod started before the reload runs on %q, want %q", got, old)
+	}
+	if got := runtimePath("after"); got != next {
+		t.Errorf("the pod started after the reload runs on %q, want %q", got, next)
+	}
+	if out := c.mustKubectl("get", "pod", "before", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount}"); out != "Running 0" {
+		t.Errorf("the pod started before the reload: %q, want Running 0", out)
+	}
+
+	// Taking the runsc row away: the label goes, the running pods stay.
+	delete(n0.Config.Handlers, "runsc")
+	n0.WriteConfig()
+	n0.MustExec("rtshimd", "reload")
+	waitFor(t, time.Minute, n0.Name+"'s runsc label to go", func() (bool, string) {
+		out, err := c.kubectl("get", "node", n0.Name, "-o", "jsonpath={.metadata.labels}")
+		return err == nil && !strings.Contains(out, "runtime.rtshimd.io/runsc") && strings.Contains(out, "runtime.rtshimd.io/runc"), out
+	})
+	if out := c.mustKubectl("get", "pods", "-l", "app=gvisor", "--field-selector", "status.phase=Running", "-o", "name"); len(strings.Fields(out)) != 3 {
+		t.Errorf("runsc pods running after the row went: %q, want 3", out)
+	}
 }
 
 // clusterRollout creates a Deployment of two replicas, rolls it to agnhost's other tag (an

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/vishvananda/netns"
 
 	"github.com/rtshimd/rtshimd/internal/config"
 )
@@ -122,52 +120,7 @@ func (c *cluster) forward(addr, target string) {
 	if err != nil {
 		c.t.Fatalf("listen on %s in %s: %v", addr, c.ns, err)
 	}
-	c.t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-}
-
-// inNetnsPath runs f on an OS thread in the network namespace at path.
-func inNetnsPath(path string, f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return err
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(fmt.Sprintf("return to the test's network namespace: %v", err))
-		}
-	}()
-	return f()
+	serveForward(c.t, l, target)
 }
 
 // attach gives node i its eth0: a veth whose other end is on the bridge.

@@ -217,6 +217,15 @@ func (n *systemdNode) Unit(name string, props ...string) map[string]string {
 // inNetns runs f on an OS thread in the network namespace of pid: a socket made there stays
 // in that namespace whichever thread uses it afterwards.
 func inNetns(pid int, f func() error) error {
+	return inNetnsOf(func() (netns.NsHandle, error) { return netns.GetFromPid(pid) }, f)
+}
+
+// inNetnsPath is inNetns for the namespace at path (ip netns's /run/netns/NAME).
+func inNetnsPath(path string, f func() error) error {
+	return inNetnsOf(func() (netns.NsHandle, error) { return netns.GetFromPath(path) }, f)
+}
+
+func inNetnsOf(open func() (netns.NsHandle, error), f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -224,7 +233,7 @@ func inNetns(pid int, f func() error) error {
 		return err
 	}
 	defer orig.Close()
-	target, err := netns.GetFromPid(pid)
+	target, err := open()
 	if err != nil {
 		return err
 	}
@@ -234,7 +243,7 @@ func inNetns(pid int, f func() error) error {
 	}
 	defer func() {
 		if err := netns.Set(orig); err != nil {
-			// The thread cannot go back to the pool in the node's namespace.
+			// The thread cannot go back to the pool in the other namespace.
 			panic(fmt.Sprintf("return to the test's network namespace: %v", err))
 		}
 	}()
@@ -249,7 +258,13 @@ func (n *systemdNode) Forward(addr string) {
 	if err := inNetns(n.Pid, func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
 		n.t.Fatalf("listen on %s in the node: %v", addr, err)
 	}
-	n.t.Cleanup(func() { l.Close() })
+	serveForward(n.t, l, addr)
+}
+
+// serveForward copies each connection l accepts to a connection to target made here, until
+// the test ends.
+func serveForward(t testing.TB, l net.Listener, target string) {
+	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -258,7 +273,7 @@ func (n *systemdNode) Forward(addr string) {
 			}
 			go func() {
 				defer c.Close()
-				up, err := net.Dial("tcp", addr)
+				up, err := net.Dial("tcp", target)
 				if err != nil {
 					return
 				}

@@ -128,7 +128,7 @@ integration: build host-tools
 # foreground, a cold run took about 80 minutes. hack/tools.sh locks each build, so a part
 # that asks for a tool under way waits for it. A failed background build fails the run;
 # `make test BG_TOOLS=` builds each tool when its part first asks for it.
-BG_TOOLS ?= $(HOST_TOOLS) uml-kernel v2-node-root e2e-node ginkgo agnhost
+BG_TOOLS ?= $(HOST_TOOLS) uml-kernel v2-node-root e2e-node ginkgo agnhost $(CLUSTER_TOOLS)
 BG_LOG := /tmp/rtshimd-bg-tools.log
 test: deps-test
 	@bg=""; \
@@ -137,7 +137,7 @@ test: deps-test
 		setsid nice -n 19 hack/tools.sh $(BG_TOOLS) >$(BG_LOG) 2>&1 </dev/null & bg=$$!; \
 		trap 'kill -- -'$$bg' 2>/dev/null; exit 130' INT TERM; \
 	fi; \
-	$(MAKE) --no-print-directory vet unit fuzz-short integration conformance node-e2e-short; rc=$$?; \
+	$(MAKE) --no-print-directory vet unit fuzz-short integration conformance node-e2e-short cluster; rc=$$?; \
 	if [ -n "$$bg" ]; then \
 		if [ $$rc -ne 0 ]; then kill -- -$$bg 2>/dev/null; wait $$bg 2>/dev/null; \
 		elif ! wait $$bg; then echo "background tool build failed (hack/tools.sh $(strip $(BG_TOOLS))):"; tail -n 40 $(BG_LOG); rc=1; fi; \
@@ -166,7 +166,7 @@ systemd-node: deps-test build
 # A Kubernetes cluster of two rtshimd nodes, joined by kubeadm, with kube-proxy, CoreDNS and a
 # pod network across the nodes, all in network namespaces of its own (TestCluster: its own
 # checks of Services, cross-node traffic, DNS, logs, a rollout, a Job, a webhook, a pod of
-# the RuntimeClass test-handler, here on runsc; about 90 s).
+# the RuntimeClass test-handler, here on runsc; part of `make test`, about 90 s).
 CLUSTER_TOOLS := kubeadm kubectl kube-proxy kube-controller-manager kube-scheduler coredns
 .PHONY: cluster
 cluster: deps-test build

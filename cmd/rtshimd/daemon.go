@@ -48,7 +48,7 @@ type daemon struct {
 	reloader   *reload.Reloader
 	runtimes   *handlers.Runtimes
 	sandboxes  *sandbox.Manager
-	images     *image.Service
+	images     *image.Stores
 	containers *container.Manager
 	stats      *stats.Service
 	network    *network.Manager
@@ -238,7 +238,14 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
 	}
-	images, err := image.New(image.Options{StateRoot: cfg.StateRoot, RunRoot: cfg.RunRoot, Config: cfg.Image})
+	// Each row's image store is chosen at start (a reload's change applies at restart);
+	// a row a reload adds chooses at its first use.
+	separate := map[string]bool{}
+	for name, hc := range cfg.Handlers {
+		separate[name] = hc.ImageStore == config.ImageStoreSeparate
+	}
+	images, err := image.NewStores(image.Options{StateRoot: cfg.StateRoot, RunRoot: cfg.RunRoot, Config: cfg.Image},
+		func(h string) (string, bool, error) { return table.Table().ImageStore(h) }, separate)
 	if err != nil {
 		mgr.Close()
 		return nil, err
@@ -362,12 +369,12 @@ func (d *daemon) apply(ctx context.Context, old, cfg *config.Config) (any, []str
 	oi, ni := old.Image, cfg.Image
 	if !reflect.DeepEqual(oi.Registries, ni.Registries) || oi.RegistriesConf != ni.RegistriesConf ||
 		oi.SignaturePolicy != ni.SignaturePolicy || oi.SignaturePolicyDir != ni.SignaturePolicyDir || oi.RegistriesD != ni.RegistriesD {
-		if err := d.images.SetRegistries(cfg.Image); err != nil {
+		if err := d.images.SetRegistries(old.Image, cfg.Image); err != nil {
 			return nil, nil, fmt.Errorf("%s: image registries: %w", cfg.Path, err)
 		}
 		if err := failpoint.Fail("reload/registries-set"); err != nil {
 			// Refused means nothing applied: the registries served go back to the old.
-			if rerr := d.images.SetRegistries(old.Image); rerr != nil {
+			if rerr := d.images.SetRegistries(cfg.Image, old.Image); rerr != nil {
 				logrus.WithError(rerr).Error("config reload refused, but the previous image registries could not be set back")
 			}
 			return nil, nil, err

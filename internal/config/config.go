@@ -121,7 +121,21 @@ type Handler struct {
 	// SeccompProfile is a Docker-format JSON profile that RuntimeDefault means on the row,
 	// in place of Docker's default (CRI-O's seccomp_profile); read at each create.
 	SeccompProfile string `toml:"seccomp_profile" json:"seccomp_profile,omitempty"`
+	// ImageStore is where the row's images live: "shared" (the default: one store for
+	// every row) or "separate", a store of the row's own that the CRI's image calls reach
+	// through ImageSpec.runtime_handler (KEP-4216; kubelet sends it with its
+	// RuntimeClassInImageCriApi gate). Changed by a reload, it applies at restart.
+	ImageStore string `toml:"image_store" json:"image_store,omitempty"`
 }
+
+// The values of a handler's image_store.
+const (
+	ImageStoreShared   = "shared"
+	ImageStoreSeparate = "separate"
+)
+
+// separate reports whether the row keeps its own images.
+func (h *Handler) separate() bool { return h.ImageStore == ImageStoreSeparate }
 
 // Ulimits are the names default_ulimits accepts, with their RLIMIT_ types.
 var Ulimits = map[string]string{
@@ -765,6 +779,9 @@ func (c *Config) validate(p sources) error {
 				return p.errf(key+".seccomp_profile", "handler %q: seccomp_profile %q: %v", name, h.SeccompProfile, err)
 			}
 		}
+		if h.ImageStore != "" && h.ImageStore != ImageStoreShared && h.ImageStore != ImageStoreSeparate {
+			return p.errf(key+".image_store", "handler %q: image_store must be %q or %q, got %q", name, ImageStoreShared, ImageStoreSeparate, h.ImageStore)
+		}
 		if len(h.ShimOptions) > 0 && h.RuntimeType != "shim-v2" {
 			return p.errf(key+".shim_options", "handler %q: shim_options are for runtime_type \"shim-v2\" rows, this one is %q", name, h.RuntimeType)
 		}
@@ -885,6 +902,12 @@ func RestartNeeded(old, cfg *Config) []string {
 	differ("nri", old.NRI, cfg.NRI)
 	differ("debug", old.Debug, cfg.Debug)
 	differ("mechanisms", old.Mechanisms, cfg.Mechanisms)
+	// A row's image store is chosen once (image.Stores): no image moves under its pods.
+	for _, name := range cfg.HandlerNames() {
+		if o, n := old.Handlers[name], cfg.Handlers[name]; o != nil && n != nil && o.separate() != n.separate() {
+			out = append(out, "handlers."+name+".image_store")
+		}
+	}
 	return out
 }
 

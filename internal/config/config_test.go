@@ -476,3 +476,28 @@ func TestSeccompProfile(t *testing.T) {
 		}
 	}
 }
+
+// image_store: "shared" (or absent) or "separate"; anything else names the row and the
+// value. A reload that changes a row's choice needs a restart; adding a row does not.
+func TestImageStore(t *testing.T) {
+	for _, v := range []string{"shared", "separate"} {
+		if c, err := Parse("cfg.toml", []byte(base+"image_store = \""+v+"\"\n")); err != nil || c.Handlers["runc"].ImageStore != v {
+			t.Errorf("image_store = %q: %v", v, err)
+		}
+	}
+	_, err := Parse("cfg.toml", []byte(base+"image_store = \"own\"\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "cfg.toml:6: handler \"runc\": image_store must be \"shared\" or \"separate\", got \"own\"") {
+		t.Errorf("image_store = \"own\": %v", err)
+	}
+	a, err := Parse("cfg.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("cfg.toml", []byte(base+"image_store = \"separate\"\n[handlers.kata]\nruntime_path = \"/usr/bin/kata\"\nimage_store = \"separate\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RestartNeeded(a, b); strings.Join(got, ",") != "handlers.runc.image_store" {
+		t.Errorf("RestartNeeded = %q, want handlers.runc.image_store alone (a new row's store opens at its first use)", got)
+	}
+}

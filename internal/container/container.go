@@ -70,9 +70,14 @@ type Metadata struct {
 	// "" for an image without one. Records of earlier releases have neither.
 	ImageName       string `json:"image_name,omitempty"`
 	ImageRepoDigest string `json:"image_repo_digest,omitempty"`
-	CreatedAt       int64  `json:"created_at"`
-	Dir             string `json:"dir"` // bundle and monitor files
-	LogPath         string `json:"log_path,omitempty"`
+	// ImageHandler is the row whose own image store the image came from, "" for the
+	// shared store: status and list show it as image.runtime_handler, the key kubelet's
+	// image GC (RuntimeClassInImageCriApi) matches against ListImages' to keep the images
+	// in use.
+	ImageHandler string `json:"image_handler,omitempty"`
+	CreatedAt    int64  `json:"created_at"`
+	Dir          string `json:"dir"` // bundle and monitor files
+	LogPath      string `json:"log_path,omitempty"`
 	// LogDir is the pod's log directory, below which LogPath lies.
 	LogDir string `json:"log_dir,omitempty"`
 	Rootfs string `json:"rootfs"`

@@ -141,10 +141,10 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if idm := sb.IDMappings; idm != nil {
 		uids, gids = idm.UIDs, idm.GIDs
 	}
-	rootfs, imageID, err := m.opts.Images.CreateRootfs(c.ID, c.ImageRef, uids, gids)
+	rootfs, imageID, err := m.opts.Images.CreateRootfs(sb.Handler, c.ID, c.ImageRef, uids, gids)
 	tm.Mark("rootfs")
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return fmt.Errorf("config.image.image %q is not pulled on this node (pull it first): %w", c.ImageRef, errdefs.ErrNotFound)
+		return fmt.Errorf("config.image.image %q is not pulled on this node (pull it first): %w", c.ImageRef, err)
 	}
 	if err != nil {
 		return err
@@ -155,11 +155,11 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		}
 	}
 	c.Rootfs, c.ImageID = rootfs, imageID
-	c.ImageName, c.ImageRepoDigest = m.imageNames(c.ID, cfg.Image, imageID)
+	c.ImageName, c.ImageRepoDigest, c.ImageHandler = m.imageNames(sb.Handler, c.ID, cfg.Image, imageID)
 	if err := failpoint.Fail("create-container/rootfs"); err != nil {
 		return err
 	}
-	imgCfg, err := m.imageConfig(imageID)
+	imgCfg, err := m.imageConfig(sb.Handler, imageID)
 	if err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
-	if opts.ImageVolumes, err = m.mountImageVolumes(c, sb.IDMappings); err != nil {
+	if opts.ImageVolumes, err = m.mountImageVolumes(c, sb.Handler, sb.IDMappings); err != nil {
 		return err
 	}
 	spec, err := oci.ContainerSpec(opts)
@@ -303,17 +303,22 @@ func stopSignal(cfg *runtimeapi.ContainerConfig, img ocispec.ImageConfig) (strin
 	return oci.StopSignal(img.StopSignal)
 }
 
-// imageNames resolves the image's name and repo digest as the container's status shows
-// them (Metadata.ImageName, ImageRepoDigest), once: statuses never ask the image store.
-func (m *Manager) imageNames(id string, spec *runtimeapi.ImageSpec, imageID string) (name, repoDigest string) {
-	img, err := m.opts.Images.Status(imageID)
+// imageNames resolves the image's name, repo digest and store as the container's status
+// shows them (ImageName, ImageRepoDigest, ImageHandler), once: statuses never ask the
+// image store.
+func (m *Manager) imageNames(handler, id string, spec *runtimeapi.ImageSpec, imageID string) (name, repoDigest, store string) {
+	img, err := m.opts.Images.Status(handler, imageID)
 	if err != nil {
 		// Only the names are missing (RemoveImage may have hidden the image meanwhile):
 		// the status shows what the config said and the ID.
 		logrus.WithError(err).WithFields(logrus.Fields{"container": id, "image": imageID}).Warn("image names for the container's status")
 		img = nil
 	}
-	return imageNames(spec, img)
+	name, repoDigest = imageNames(spec, img)
+	if img != nil {
+		store = img.Handler
+	}
+	return name, repoDigest, store
 }
 
 // imageNames is the name status.image.image shows (user_specified_image, else the image's
@@ -333,8 +338,8 @@ func imageNames(spec *runtimeapi.ImageSpec, img *image.Image) (name, repoDigest 
 	return name, repoDigest
 }
 
-func (m *Manager) imageConfig(imageID string) (ocispec.ImageConfig, error) {
-	raw, err := m.opts.Images.Config(imageID)
+func (m *Manager) imageConfig(handler, imageID string) (ocispec.ImageConfig, error) {
+	raw, err := m.opts.Images.Config(handler, imageID)
 	if err != nil {
 		return ocispec.ImageConfig{}, fmt.Errorf("image config of %s: %w", imageID, err)
 	}

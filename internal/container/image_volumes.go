@@ -25,7 +25,7 @@ import (
 // hostUsers: false pod) gets the pod's, applied by the image store to the image's layers:
 // an overlay mount cannot be idmapped afterwards, so idmapMounts leaves image mounts be.
 // What it mounted before an error is undone by the container's cleanup.
-func (m *Manager) mountImageVolumes(c *Container, pod *oci.IDMappings) (map[int]string, error) {
+func (m *Manager) mountImageVolumes(c *Container, handler string, pod *oci.IDMappings) (map[int]string, error) {
 	mounts := c.config.GetMounts()
 	// What the request says is checked before anything is mounted. Sub paths: kubelet sends
 	// relative paths without "..", anything else is refused rather than clamped into the
@@ -52,9 +52,9 @@ func (m *Manager) mountImageVolumes(c *Container, pod *oci.IDMappings) (map[int]
 		if pod != nil && (len(mt.GetUidMappings()) > 0 || len(mt.GetGidMappings()) > 0) {
 			uids, gids = pod.UIDs, pod.GIDs
 		}
-		vol, err := m.opts.Images.MountVolume(c.ID, i, ref, uids, gids)
+		vol, err := m.opts.Images.MountVolume(handler, c.ID, i, ref, uids, gids)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, fmt.Errorf("config.mounts[%d].image.image %q is not pulled on this node (pull it first): %w", i, ref, errdefs.ErrNotFound)
+			return nil, fmt.Errorf("config.mounts[%d].image.image %q is not pulled on this node (pull it first): %w", i, ref, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("image volume %s at %s: %w", ref, mt.GetContainerPath(), err)

@@ -52,7 +52,7 @@ func (c *Container) listItem() (*runtimeapi.Container, []byte) {
 			Id:           c.ID,
 			PodSandboxId: c.SandboxID,
 			Metadata:     c.config.Metadata,
-			Image:        &runtimeapi.ImageSpec{Image: c.imageName()},
+			Image:        &runtimeapi.ImageSpec{Image: c.imageName(), RuntimeHandler: c.ImageHandler},
 			ImageRef:     c.imageRef(),
 			ImageId:      key.imageID,
 			State:        key.state,

@@ -59,22 +59,23 @@ type Options struct {
 	RebootedAt time.Time
 }
 
-// Images is what containers take of the image service: rootfs layers, image volumes, an
-// image's config and names. The daemon's is image.Service; the lifecycle unit tests give
-// a fake one.
+// Images is what containers take of the image stores: rootfs layers, image volumes, an
+// image's config and names, from the store of the pod's row (handler); the calls by
+// container ID find the store that holds it. The daemon's is image.Stores; the lifecycle
+// unit tests give a fake one.
 type Images interface {
-	CreateRootfs(id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
+	CreateRootfs(handler, id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
 	RemoveRootfs(id string) error
 	DetachRootfs(id string)
 	RootfsUsage(id string) (image.Usage, error)
-	MountVolume(owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*image.Volume, error)
+	MountVolume(handler, owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*image.Volume, error)
 	RemoveVolumes(owner string) error
 	VolumeOwners() ([]string, error)
-	Config(ref string) ([]byte, error)
-	Status(ref string) (*image.Image, error)
+	Config(handler, ref string) ([]byte, error)
+	Status(handler, ref string) (*image.Image, error)
 }
 
-var _ Images = (*image.Service)(nil)
+var _ Images = (*image.Stores)(nil)
 
 // Sandboxes is what containers need of the pods: a pod to make or start a container in,
 // its status for the events, its tmpfs lent to a container's hooks, and at recovery the

@@ -70,7 +70,7 @@ func criStatus(c *Container) *runtimeapi.ContainerStatus {
 		StartedAt:   st.StartedAt,
 		FinishedAt:  st.FinishedAt,
 		ExitCode:    st.ExitCode,
-		Image:       &runtimeapi.ImageSpec{Image: c.imageName()},
+		Image:       &runtimeapi.ImageSpec{Image: c.imageName(), RuntimeHandler: c.ImageHandler},
 		ImageRef:    c.imageRef(),
 		ImageId:     c.ImageID,
 		Reason:      st.Reason,

@@ -4,31 +4,50 @@ import (
 	"fmt"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/errdefs"
 )
 
 // checkImageHandler checks spec's runtime_handler (images per RuntimeClass, KEP-4216:
 // kubelet sends the pod's handler with RuntimeClassInImageCriApi) against the handler
-// table. rtshimd keeps one image store for every handler, as containerd does without a
-// per-runtime snapshotter, so a configured handler gets the same image as the default; an
-// unknown one is refused rather than dropped. field is the ImageSpec's path in the request.
+// table: any configured row, or "" for the default; an unknown one is refused rather than
+// dropped. Its images are in the row's own store where the row asks for one (image_store
+// = "separate"), else in the store every row shares (image.Stores). field is the
+// ImageSpec's path in the request.
 func (s *Server) checkImageHandler(field string, spec *runtimeapi.ImageSpec) error {
-	if err := s.Handlers.Table().ImageHandler(spec.GetRuntimeHandler()); err != nil {
+	if _, _, err := s.Handlers.Table().ImageStore(spec.GetRuntimeHandler()); err != nil {
 		return fmt.Errorf("%s.runtime_handler: %w", field, err)
 	}
 	return nil
 }
 
-// checkContainerImageHandlers checks the container's image and its image volumes.
-func (s *Server) checkContainerImageHandlers(cfg *runtimeapi.ContainerConfig) error {
-	if err := s.checkImageHandler("config.image", cfg.GetImage()); err != nil {
-		return err
-	}
+// checkContainerImageHandlers checks the container's image and its image volumes: a
+// container's images come from its pod's row's store (an ImageSpec naming no handler
+// means the pod's, as kubelet without RuntimeClassInImageCriApi sends it), so one naming
+// a handler whose images live in another store is refused rather than served from the
+// pod's.
+func (s *Server) checkContainerImageHandlers(podID string, cfg *runtimeapi.ContainerConfig) error {
+	specs := map[string]*runtimeapi.ImageSpec{"config.image": cfg.GetImage()}
 	for i, m := range cfg.GetMounts() {
-		if m.GetImage() == nil {
+		if m.GetImage() != nil {
+			specs[fmt.Sprintf("config.mounts[%d].image", i)] = m.GetImage()
+		}
+	}
+	sb, _ := s.Sandboxes.Get(podID) // an unknown pod is the create's own error
+	for field, spec := range specs {
+		if err := s.checkImageHandler(field, spec); err != nil {
+			return err
+		}
+		if sb == nil || spec.GetRuntimeHandler() == "" { // none: the pod's row
 			continue
 		}
-		if err := s.checkImageHandler(fmt.Sprintf("config.mounts[%d].image", i), m.GetImage()); err != nil {
-			return err
+		same, err := s.Images.SameStore(spec.GetRuntimeHandler(), sb.Handler)
+		if err != nil {
+			return fmt.Errorf("%s.runtime_handler: %w", field, err)
+		}
+		if !same {
+			return fmt.Errorf("%s.runtime_handler %q keeps its images in another store than the pod's runtime handler %q (image_store): name the pod's handler or leave it empty: %w",
+				field, spec.GetRuntimeHandler(), sb.Handler, errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil

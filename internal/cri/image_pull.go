@@ -17,7 +17,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	a := req.GetAuth()
 	start := time.Now()
-	id, err := s.Images.Pull(ctx, req.GetImage().GetImage(), image.Auth{
+	id, err := s.Images.Pull(ctx, req.GetImage().GetRuntimeHandler(), req.GetImage().GetImage(), image.Auth{
 		ServerAddress: a.GetServerAddress(),
 		Username:      a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
 		IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken(),
@@ -27,7 +27,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		return nil, err
 	}
 	metrics.PullDuration.WithLabelValues("ok").Observe(time.Since(start).Seconds())
-	if im, err := s.Images.Status(id); err == nil {
+	if im, err := s.Images.Status(req.GetImage().GetRuntimeHandler(), id); err == nil {
 		metrics.PullBytes.Add(float64(im.Size))
 	}
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil

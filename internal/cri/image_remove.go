@@ -11,7 +11,7 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageReq
 	if err := s.checkImageHandler("image", req.GetImage()); err != nil {
 		return nil, err
 	}
-	if err := s.Images.Remove(req.GetImage().GetImage()); err != nil {
+	if err := s.Images.Remove(req.GetImage().GetRuntimeHandler(), req.GetImage().GetImage()); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.RemoveImageResponse{}, nil

@@ -17,7 +17,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		return nil, err
 	}
 	ref := req.GetImage().GetImage()
-	im, err := s.Images.Status(ref)
+	im, err := s.Images.Status(req.GetImage().GetRuntimeHandler(), ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
@@ -26,7 +26,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	}
 	resp := &runtimeapi.ImageStatusResponse{Image: criImage(im)}
 	if req.GetVerbose() {
-		cfg, err := s.Images.Config(im.ID)
+		cfg, err := s.Images.Config(req.GetImage().GetRuntimeHandler(), im.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -42,7 +42,7 @@ func criImage(im *image.Image) *runtimeapi.Image {
 		RepoDigests: im.RepoDigests,
 		Size:        im.Size,
 		Pinned:      im.Pinned,
-		Spec:        &runtimeapi.ImageSpec{Image: im.ID},
+		Spec:        &runtimeapi.ImageSpec{Image: im.ID, RuntimeHandler: im.Handler},
 	}
 	uid, name := im.UID()
 	if uid != nil {

@@ -54,7 +54,7 @@ func (s *Server) StreamImages(req *runtimeapi.StreamImagesRequest, stream grpc.S
 	if err := s.checkImageHandler("filter.image", req.GetFilter().GetImage()); err != nil {
 		return err
 	}
-	imgs, err := s.Images.List(req.GetFilter().GetImage().GetImage())
+	imgs, err := listImages(s.Images, req.GetFilter().GetImage())
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ type Server struct {
 	Reload     *reload.Reloader
 	Handlers   *handlers.Live
 	Sandboxes  *sandbox.Manager
-	Images     *image.Service
+	Images     *image.Stores
 	Containers *container.Manager
 	Stats      *stats.Service
 	Network    *network.Manager

@@ -135,12 +135,12 @@ func init() {
 		"IDMapping.host_id":      h("first ID of the mapping, on the host"),
 		"IDMapping.length":       h("length of the mapping"),
 
-		"ImageFilter.image": h("ListImages returns the image the spec names, or none"),
+		"ImageFilter.image": h("ListImages returns the image the spec names, or none; a runtime_handler: its store's"),
 		"ImageSpec.annotations": i("meant to help a runtime pick an image within a multi-arch index; rtshimd always picks the node's platform, " +
 			"as containerd does on Linux"),
 		"ImageSpec.image":                h("the image: a reference to pull, or an ID or reference already pulled"),
 		"ImageSpec.image_ref":            i("the digest of an image volume's image, which the runtime reports back; rtshimd resolves image.image itself and reports the image it mounted"),
-		"ImageSpec.runtime_handler":      h("checked against the handler table (\"\" is the default); an unknown handler is InvalidArgument naming the field; all handlers share one image store"),
+		"ImageSpec.runtime_handler":      h("a configured row (\"\": the default), else InvalidArgument naming the field; the row's own store if `image_store = \"separate\"`"),
 		"ImageSpec.user_specified_image": h("the name the user wrote, reported as the container's image name and kept in checkpoints"),
 		"ImageStatusRequest.image":       h("the image asked about; unknown: an empty response, not an error, as the CRI says"),
 		"ImageStatusRequest.verbose":     h("adds the image's config as the info map"),
@@ -201,7 +201,7 @@ func init() {
 
 		"ListContainerStatsRequest.filter":    h(listFilter),
 		"ListContainersRequest.filter":        h(listFilter),
-		"ListImagesRequest.filter":            h("one image by its spec, else all"),
+		"ListImagesRequest.filter":            h("one image by its spec, else all (spec.runtime_handler: the store's)"),
 		"ListPodSandboxRequest.filter":        h(listFilter),
 		"ListPodSandboxStatsRequest.filter":   h(listFilter),
 		"StreamContainerStatsRequest.filter":  h(listFilter),

@@ -157,18 +157,20 @@ func (t *Table) Lookup(name string) (*Handler, error) {
 	return h, nil
 }
 
-// ImageHandler checks the handler an ImageSpec names (runtime_handler, KEP-4216). Every
-// handler shares one image store, so any configured row, ready or not, and "" (the default)
-// are accepted; a name the node does not have is ErrInvalidArgument naming the configured
-// ones. The caller adds the field's name.
-func (t *Table) ImageHandler(name string) error {
-	if name == "" {
-		return nil
+// ImageStore resolves the handler an ImageSpec names (runtime_handler, KEP-4216; "" is
+// the default) to its row and whether the row keeps its own images (image_store =
+// "separate"); any configured row counts, ready or not. A name the node does not have is
+// ErrInvalidArgument naming the configured ones; the caller adds the field's name.
+func (t *Table) ImageStore(name string) (row string, separate bool, err error) {
+	row = name
+	if row == "" {
+		row = t.defaultName
 	}
-	if _, ok := t.byName[name]; !ok {
-		return fmt.Errorf("%q is not a runtime handler of this node (configured: %s): %w", name, t.names(), errdefs.ErrInvalidArgument)
+	h, ok := t.byName[row]
+	if !ok {
+		return "", false, fmt.Errorf("%q is not a runtime handler of this node (configured: %s): %w", name, t.names(), errdefs.ErrInvalidArgument)
 	}
-	return nil
+	return row, h.Config.ImageStore == config.ImageStoreSeparate, nil
 }
 
 // CheckPod refuses a pod that asks for something the handler cannot do, naming the

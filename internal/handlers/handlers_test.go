@@ -116,22 +116,28 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-// An ImageSpec may name any configured row, ready or not (one store serves them all); an
-// unknown name is refused as invalid, naming the configured ones.
-func TestImageHandler(t *testing.T) {
+// An ImageSpec may name any configured row, ready or not; "" is the default row; a row
+// with image_store = "separate" says so; an unknown name is refused as invalid, naming the
+// configured ones.
+func TestImageStore(t *testing.T) {
 	tb, hs := table(t)
 	hs["crun"].Ready = false
-	for _, name := range []string{"", "runc", "runsc", "crun"} {
-		if err := tb.ImageHandler(name); err != nil {
-			t.Errorf("ImageHandler(%q) = %v", name, err)
+	hs["runsc"].Config.ImageStore = config.ImageStoreSeparate
+	for _, tt := range []struct {
+		name, row string
+		separate  bool
+	}{{"", tb.Default(), false}, {"runc", "runc", false}, {"runsc", "runsc", true}, {"crun", "crun", false}} {
+		row, sep, err := tb.ImageStore(tt.name)
+		if err != nil || row != tt.row || sep != tt.separate {
+			t.Errorf("ImageStore(%q) = %q, %v, %v; want %q, %v", tt.name, row, sep, err, tt.row, tt.separate)
 		}
 	}
-	err := tb.ImageHandler("gvisor")
+	_, _, err := tb.ImageStore("gvisor")
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Fatalf("ImageHandler(unknown) = %v, want ErrInvalidArgument", err)
+		t.Fatalf("ImageStore(unknown) = %v, want ErrInvalidArgument", err)
 	}
 	if !strings.Contains(err.Error(), `"gvisor"`) || !strings.Contains(err.Error(), "crun, kata, runc") {
-		t.Errorf("ImageHandler(unknown) = %q, want the name and the configured ones", err)
+		t.Errorf("ImageStore(unknown) = %q, want the name and the configured ones", err)
 	}
 }
 

@@ -207,7 +207,10 @@ type Image struct {
 	Size        uint64
 	User        string // the image's USER
 	Pinned      bool
-	storageID   string
+	// Handler is the row whose own store holds the image, "" for the shared store
+	// (Stores sets it).
+	Handler   string
+	storageID string
 }
 
 // UID and Username split the image's USER as the CRI wants them: a numeric user is a

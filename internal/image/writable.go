@@ -255,3 +255,29 @@ func (s *Service) removeWritable(id string) (ok bool, err error) {
 	s.deleteIfRemoved(imageID)
 	return true, nil
 }
+
+// holds reports whether the store has container id's rootfs: a writable layer of ours or
+// a containers/storage container (a rootfs with ID mappings, an image volume's owner is
+// not one: VolumeOwners). Stores routes the calls by container ID with it.
+func (s *Service) holds(id string) bool {
+	s.mu.Lock()
+	_, ours := s.writable[id]
+	s.mu.Unlock()
+	if ours {
+		return true
+	}
+	_, err := s.store.Container(id)
+	return err == nil
+}
+
+// unused reports whether no container has a rootfs or an image volume in the store.
+func (s *Service) unused() bool {
+	s.mu.Lock()
+	n := len(s.writable) + len(s.pending)
+	s.mu.Unlock()
+	if n > 0 {
+		return false
+	}
+	ctrs, err := s.store.Containers()
+	return err == nil && len(ctrs) == 0
+}

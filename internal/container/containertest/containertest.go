@@ -64,7 +64,7 @@ func (f *Images) failing(op string) error {
 	return nil
 }
 
-func (f *Images) CreateRootfs(id, ref string, _, _ []specs.LinuxIDMapping) (string, string, error) {
+func (f *Images) CreateRootfs(_, id, ref string, _, _ []specs.LinuxIDMapping) (string, string, error) {
 	if ref != "busybox" {
 		return "", "", fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
@@ -121,20 +121,20 @@ func (f *Images) Left() []string {
 }
 
 func (f *Images) RootfsUsage(string) (image.Usage, error) { return image.Usage{}, nil }
-func (f *Images) MountVolume(string, int, string, []specs.LinuxIDMapping, []specs.LinuxIDMapping) (*image.Volume, error) {
+func (f *Images) MountVolume(string, string, int, string, []specs.LinuxIDMapping, []specs.LinuxIDMapping) (*image.Volume, error) {
 	return nil, errors.New("fake images: no image volumes")
 }
 func (f *Images) RemoveVolumes(string) error      { return nil }
 func (f *Images) VolumeOwners() ([]string, error) { return nil, nil }
 
-func (f *Images) Config(ref string) ([]byte, error) {
+func (f *Images) Config(_, ref string) ([]byte, error) {
 	if ref != BusyboxID {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
 	return json.Marshal(ocispec.Image{Config: ocispec.ImageConfig{Env: []string{"PATH=/bin"}, Cmd: []string{"sh"}, StopSignal: "SIGTERM"}})
 }
 
-func (f *Images) Status(ref string) (*image.Image, error) {
+func (f *Images) Status(_, ref string) (*image.Image, error) {
 	if ref != BusyboxID {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}

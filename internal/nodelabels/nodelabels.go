@@ -147,6 +147,9 @@ func (s *Syncer) Status() Status {
 func (s *Syncer) Run(ctx context.Context, period, resync time.Duration) {
 	var last map[string]string
 	var lastSync time.Time
+	// lastErr: a failure is a warning once, its repeats (every period while a kubeconfig
+	// is not written yet, say) debug lines, so a node being joined does not log one a tick.
+	var lastErr string
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -161,10 +164,14 @@ func (s *Syncer) Run(ctx context.Context, period, resync time.Duration) {
 				s.status.Labels, s.status.Synced = want, time.Now()
 			}
 			s.mu.Unlock()
-			if err != nil {
-				logrus.WithError(err).WithField("node", s.node).Warn("node labels not written; trying again")
-			} else {
-				last, lastSync = want, time.Now()
+			switch log := logrus.WithError(err).WithField("node", s.node); {
+			case err == nil:
+				last, lastSync, lastErr = want, time.Now(), ""
+			case err.Error() == lastErr:
+				log.Debug("node labels not written; trying again")
+			default:
+				lastErr = err.Error()
+				log.Warn("node labels not written; trying again (said once until it changes or succeeds)")
 			}
 		}
 		select {

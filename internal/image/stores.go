@@ -39,6 +39,10 @@ type Stores struct {
 	mu     sync.Mutex
 	shared *Service
 	own    map[string]*Service // a row's own store, by row name
+	// owner maps each container whose rootfs is in a row's own store to that store
+	// (any other is the shared store's), so that the calls by container ID, RootfsUsage
+	// among them on every stats call, ask no store which has it.
+	owner map[string]*Service
 	// separate is each row's choice as first seen: at start, or at the first use of a row
 	// a reload added. A reload that changes it takes effect at restart
 	// (config.RestartNeeded), so no image changes stores under a running pod.
@@ -53,7 +57,7 @@ func NewStores(opts Options, storeOf StoreOf, rows map[string]bool) (*Stores, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Stores{opts: opts, storeOf: storeOf, shared: shared, own: map[string]*Service{}, separate: map[string]bool{}}
+	s := &Stores{opts: opts, storeOf: storeOf, shared: shared, own: map[string]*Service{}, owner: map[string]*Service{}, separate: map[string]bool{}}
 	for row, sep := range rows {
 		s.separate[row] = sep
 		if sep {
@@ -114,6 +118,9 @@ func (s *Stores) openOwn(row string) (*Service, error) {
 		return nil, fmt.Errorf("image store of handler %q: %w", row, err)
 	}
 	s.own[row] = svc
+	for _, id := range svc.rootfsOwners() {
+		s.owner[id] = svc
+	}
 	logrus.WithFields(logrus.Fields{"handler": row, "dir": o.StateRoot}).Info("opened the handler's own image store")
 	return svc, nil
 }
@@ -157,12 +164,13 @@ func (s *Stores) storeFor(handler string) (*Service, string, error) {
 	return svc, row, nil
 }
 
-// holder returns the store that holds container id's rootfs, the shared one if none does.
+// holder returns the store that holds container id's rootfs, the shared one if no own
+// store does.
 func (s *Stores) holder(id string) *Service {
-	for _, svc := range s.all() {
-		if svc.holds(id) {
-			return svc
-		}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if svc := s.owner[id]; svc != nil {
+		return svc
 	}
 	return s.shared
 }
@@ -345,6 +353,11 @@ func (s *Stores) CreateRootfs(handler, id, ref string, uids, gids []specs.LinuxI
 		return "", "", err
 	}
 	rootfs, imageID, err = svc.CreateRootfs(id, ref, uids, gids)
+	if err == nil && svc != s.shared {
+		s.mu.Lock()
+		s.owner[id] = svc
+		s.mu.Unlock()
+	}
 	return rootfs, imageID, notPulled(err, row)
 }
 
@@ -359,7 +372,15 @@ func (s *Stores) MountVolume(handler, owner string, index int, ref string, uids,
 }
 
 // RemoveRootfs removes container id's rootfs from the store that holds it.
-func (s *Stores) RemoveRootfs(id string) error { return s.holder(id).RemoveRootfs(id) }
+func (s *Stores) RemoveRootfs(id string) error {
+	if err := s.holder(id).RemoveRootfs(id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.owner, id)
+	s.mu.Unlock()
+	return nil
+}
 
 // DetachRootfs detaches container id's rootfs from the node's mount table.
 func (s *Stores) DetachRootfs(id string) { s.holder(id).DetachRootfs(id) }

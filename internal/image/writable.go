@@ -3,8 +3,10 @@ package image
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -256,18 +258,20 @@ func (s *Service) removeWritable(id string) (ok bool, err error) {
 	return true, nil
 }
 
-// holds reports whether the store has container id's rootfs: a writable layer of ours or
-// a containers/storage container (a rootfs with ID mappings, an image volume's owner is
-// not one: VolumeOwners). Stores routes the calls by container ID with it.
-func (s *Service) holds(id string) bool {
+// rootfsOwners names the containers whose rootfs the store has: writable layers of ours
+// and containers/storage containers (rootfs with ID mappings; image volumes' records too,
+// harmless: no container has their IDs). Read once per own store at start, when no pull
+// holds the container store's lock.
+func (s *Service) rootfsOwners() []string {
 	s.mu.Lock()
-	_, ours := s.writable[id]
+	out := slices.Collect(maps.Keys(s.writable))
 	s.mu.Unlock()
-	if ours {
-		return true
+	if ctrs, err := s.store.Containers(); err == nil {
+		for _, c := range ctrs {
+			out = append(out, c.ID)
+		}
 	}
-	_, err := s.store.Container(id)
-	return err == nil
+	return out
 }
 
 // unused reports whether no container has a rootfs or an image volume in the store.

@@ -27,14 +27,19 @@ func (s *Server) checkImageHandler(field string, spec *runtimeapi.ImageSpec) err
 // a handler whose images live in another store is refused rather than served from the
 // pod's.
 func (s *Server) checkContainerImageHandlers(podID string, cfg *runtimeapi.ContainerConfig) error {
-	specs := map[string]*runtimeapi.ImageSpec{"config.image": cfg.GetImage()}
+	type named struct {
+		field string
+		spec  *runtimeapi.ImageSpec
+	}
+	specs := []named{{"config.image", cfg.GetImage()}} // in the request's order: the first bad one is named
 	for i, m := range cfg.GetMounts() {
 		if m.GetImage() != nil {
-			specs[fmt.Sprintf("config.mounts[%d].image", i)] = m.GetImage()
+			specs = append(specs, named{fmt.Sprintf("config.mounts[%d].image", i), m.GetImage()})
 		}
 	}
 	sb, _ := s.Sandboxes.Get(podID) // an unknown pod is the create's own error
-	for field, spec := range specs {
+	for _, n := range specs {
+		field, spec := n.field, n.spec
 		if err := s.checkImageHandler(field, spec); err != nil {
 			return err
 		}

@@ -142,7 +142,7 @@ type Container struct {
 
 	mu sync.Mutex
 	// exited is closed once the container's end is known.
-	exited chan struct{}
+	exited *registry.Exit
 	// oom follows the container's memory cgroup for OOM kills while it runs (cgroup v1).
 	oom *oomevent.Watcher
 
@@ -171,25 +171,6 @@ func (c *Container) TTY() bool { return c.config.GetTty() }
 
 // Status returns a copy of the container's status.
 func (c *Container) Status() Status { return c.status.Get() }
-
-func (c *Container) markExited() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-c.exited:
-	default:
-		close(c.exited)
-	}
-}
-
-func encodeConfig(cfg *runtimeapi.ContainerConfig) (json.RawMessage, error) {
-	return store.MarshalConfig(cfg, "container config")
-}
-
-func decodeConfig(raw json.RawMessage) (*runtimeapi.ContainerConfig, error) {
-	cfg := &runtimeapi.ContainerConfig{}
-	return cfg, store.UnmarshalConfig(raw, cfg, "container config")
-}
 
 func criState(s string) runtimeapi.ContainerState {
 	switch s {

@@ -25,6 +25,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/monitor"
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/phasetime"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
@@ -44,6 +45,10 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		return "", invalid("config.log_path %q must be a relative path below the pod's log_directory", p)
 	}
 	if _, err := oci.CRIStopSignal(cfg.GetStopSignal()); err != nil {
+		return "", err
+	}
+	raw, err := store.MarshalConfig(cfg, "container config")
+	if err != nil {
 		return "", err
 	}
 	tm := phasetime.Start(ctx, "CreateContainer")
@@ -68,10 +73,6 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	}
 	defer release() // frees the name unless the create listed its object
 
-	raw, err := encodeConfig(cfg)
-	if err != nil {
-		return "", err
-	}
 	c := &Container{
 		Metadata: Metadata{
 			ID: id, Name: name, SandboxID: sb.ID, Handler: sb.Handler,
@@ -83,7 +84,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		config: cfg,
 		rt:     sb.KindRuntime(),
 		status: store.NewTracked(Status{State: StateCreating}),
-		exited: make(chan struct{}),
+		exited: registry.NewExit(),
 	}
 	if dir, p := sb.PodConfig().GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
 		c.LogDir = filepath.Clean(dir)

@@ -190,7 +190,7 @@ func (m *Manager) watch(c *Container, recovered bool) {
 		m.recordExit(c, e, ok)
 		if recovered && !ok && c.Status().State != StateExited {
 			_ = m.update(c, func(s *Status) { s.State = StateExited; s.ExitCode = 255; s.Reason = "Unknown" })
-			c.markExited()
+			c.exited.Mark()
 		}
 	}()
 }
@@ -198,13 +198,13 @@ func (m *Manager) watch(c *Container, recovered bool) {
 func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 	st := c.Status()
 	if st.State == StateExited {
-		c.markExited()
+		c.exited.Mark()
 		return
 	}
 	lostMsg := ""
 	if !ok {
 		if st.State == StateCreated || st.State == StateCreating {
-			c.markExited() // never started; removal ends its monitor
+			c.exited.Mark() // never started; removal ends its monitor
 			return
 		}
 		// The supervisor died without recording an exit. Its container may still run, with
@@ -234,7 +234,7 @@ func (m *Manager) recordExit(c *Container, e kind.Exit, ok bool) {
 		}
 		s.Reason, s.Message = reason, msg
 	})
-	c.markExited()
+	c.exited.Mark()
 	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Error("persist container status")
 	}

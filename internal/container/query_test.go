@@ -160,7 +160,7 @@ func TestPodStatusesAndEvents(t *testing.T) {
 		c := &Container{
 			Metadata: Metadata{ID: id, SandboxID: pod, CreatedAt: created},
 			config:   &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: id}},
-			status:   store.NewTracked(Status{State: StateRunning}), exited: make(chan struct{}),
+			status:   store.NewTracked(Status{State: StateRunning}), exited: registry.NewExit(),
 		}
 		m.index.Add(c)
 		return c

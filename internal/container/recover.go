@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -86,7 +87,7 @@ func (m *Manager) settle(c *Container, log *logrus.Entry) (list bool, quarantine
 			log.Info("cleanup of a container kept for it done")
 			return false, ""
 		}
-		c.markExited()
+		c.exited.Mark()
 		m.index.Add(c)
 		m.retryCleanup(c)
 		return false, ""
@@ -202,33 +203,17 @@ func (m *Manager) stopUnrecorded(ctx context.Context, id string, log *logrus.Ent
 // quarantine stop`), and those of the pods in pods, whose stop was asked: each is ended
 // in its runtime and its files removed. It returns the containers stopped.
 func (m *Manager) StopRequested(ctx context.Context, pods []string) []string {
-	q, err := m.opts.Store.ListQuarantined()
-	if err != nil {
-		logrus.WithError(err).Warn("list quarantined container records")
-		return nil
-	}
-	var done []string
-	for _, e := range q {
-		if !e.Kept {
-			continue
-		}
+	return m.index.StopKept(m.opts.Store, "container", func(e store.Quarantined) bool {
 		// The pod's ID is read from the bundle only when a pod's stop is asked: the daemon
 		// looks for requests every 2 s, and most have none.
-		if !e.StopRequested && (len(pods) == 0 || !slices.Contains(pods, m.unrecordedTask(e.ID).PodID)) {
-			continue
+		return e.StopRequested || (len(pods) > 0 && slices.Contains(pods, m.unrecordedTask(e.ID).PodID))
+	}, func(id string, log *logrus.Entry) bool {
+		if !m.stopUnrecorded(ctx, id, log) {
+			return false
 		}
-		log := logrus.WithFields(logrus.Fields{"container": e.ID, "quarantined_at": e.Path})
-		if !m.stopUnrecorded(ctx, e.ID, log) {
-			continue
-		}
-		if err := store.MarkKept(e.Path, false); err != nil {
-			log.WithError(err).Warn("mark a stopped container's quarantine entry")
-		}
-		m.index.Unkeep(e.ID)
 		log.Warn("kept container stopped as asked")
-		done = append(done, e.ID)
-	}
-	return done
+		return true
+	})
 }
 
 // anyKept says whether some container is kept without a usable record.
@@ -265,7 +250,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 	if meta == nil {
 		return nil, errors.New("no metadata")
 	}
-	c := &Container{exited: make(chan struct{})}
+	c := &Container{exited: registry.NewExit()}
 	if err := json.Unmarshal(meta, &c.Metadata); err != nil {
 		return nil, err
 	}
@@ -279,7 +264,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 	if c.status, err = store.LoadTracked(status, Status{State: StateCreating}); err != nil {
 		return nil, err
 	}
-	cfg, err := decodeConfig(c.Metadata.Config)
+	cfg, err := store.UnmarshalConfig[runtimeapi.ContainerConfig](c.Metadata.Config, "container config")
 	if err != nil {
 		return nil, err
 	}
@@ -306,12 +291,12 @@ func (m *Manager) reconcile(c *Container) {
 	}
 	switch c.Status().State {
 	case StateExited:
-		c.markExited()
+		c.exited.Mark()
 		return
 	case StateCreated:
 		m.reconcileCreated(c)
 		if c.Status().State == StateExited { // never started, and nothing left to watch
-			c.markExited()
+			c.exited.Mark()
 			return
 		}
 	}
@@ -336,7 +321,7 @@ func (m *Manager) endedByReboot(c *Container, was string, at time.Time) {
 	if err != nil {
 		logrus.WithError(err).WithField("container", c.ID).Warn("persist the exit of a container the node's restart ended")
 	}
-	c.markExited()
+	c.exited.Mark()
 	logrus.WithFields(logrus.Fields{"container": c.ID, "was": was}).Info("container ended by the node's restart")
 }
 

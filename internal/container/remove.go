@@ -66,7 +66,7 @@ func (m *Manager) keepForCleanup(c *Container, createErr, cleanupErr error) {
 		s.State, s.Reason = StateUnknown, reasonCleanupFailed
 		s.Message = fmt.Sprintf("create failed (%v) and its cleanup failed (%v); retrying", createErr, cleanupErr)
 	})
-	c.markExited()
+	c.exited.Mark()
 	m.index.Add(c)
 	m.retryCleanup(c)
 }

@@ -41,7 +41,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 			log.WithError(err).Warn("stop signal")
 		}
 		select {
-		case <-c.exited:
+		case <-c.exited.Done():
 			return nil
 		case <-time.After(time.Duration(timeout) * time.Second):
 			log.WithField("timeout", timeout).Info("container ignored its stop signal; killing it")
@@ -56,7 +56,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 		return err
 	}
 	select {
-	case <-c.exited:
+	case <-c.exited.Done():
 		return nil
 	case <-time.After(killWait):
 		return fmt.Errorf("container %s did not exit %v after SIGKILL", c.ID, killWait)
@@ -67,7 +67,7 @@ func (m *Manager) stop(ctx context.Context, c *Container, timeout int64) error {
 
 func (m *Manager) hasExited(c *Container) bool {
 	select {
-	case <-c.exited:
+	case <-c.exited.Done():
 		return true
 	case <-time.After(100 * time.Millisecond):
 		return false

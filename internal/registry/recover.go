@@ -136,3 +136,25 @@ func Quarantined(s *store.Store, field string) []store.Quarantined {
 	}
 	return q
 }
+
+// StopKept stops the objects of s's kept quarantine entries that want selects: stop ends
+// one and says whether it did; one stopped has its entry marked no longer kept and leaves
+// the kept set. It returns the IDs stopped. field names the object in logs.
+func (x *Index[T]) StopKept(s *store.Store, field string, want func(store.Quarantined) bool, stop func(id string, log *logrus.Entry) bool) []string {
+	var done []string
+	for _, e := range Quarantined(s, field) {
+		if !e.Kept || !want(e) {
+			continue
+		}
+		log := logrus.WithFields(logrus.Fields{field: e.ID, "quarantined_at": e.Path})
+		if !stop(e.ID, log) {
+			continue
+		}
+		if err := store.MarkKept(e.Path, false); err != nil {
+			log.WithError(err).Warnf("mark a stopped %s's quarantine entry", field)
+		}
+		x.Unkeep(e.ID)
+		done = append(done, e.ID)
+	}
+	return done
+}

@@ -1,8 +1,9 @@
 // Package registry is the daemon's index of its pods and of its containers, one Index of
 // each, with the rules both keep: objects by ID, found by a unique ID prefix as crictl and
 // containerd accept them; names reserved from the request that makes an object until its
-// removal; containers by their pod; the objects kept without a usable record; and the
-// recovery of both from their records at start (Recover).
+// removal; containers by their pod; the objects kept without a usable record, and their
+// stop when an operator asks (StopKept); the recovery of both from their records at start
+// (Recover); and an object's end, which waiters select on (Exit).
 package registry
 
 import (

@@ -147,3 +147,19 @@ func TestKept(t *testing.T) {
 		t.Error("Unkeep left it kept")
 	}
 }
+
+func TestExit(t *testing.T) {
+	e := NewExit()
+	select {
+	case <-e.Done():
+		t.Fatal("a new exit is done")
+	default:
+	}
+	e.Mark()
+	e.Mark() // the monitor and a removal may both learn the end
+	select {
+	case <-e.Done():
+	default:
+		t.Fatal("a marked exit is not done")
+	}
+}

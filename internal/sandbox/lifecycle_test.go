@@ -66,17 +66,9 @@ func (e *env) manager() *Manager {
 // or mounted, no pod directory, no record.
 func (e *env) clean(t *testing.T) {
 	t.Helper()
-	if tasks := e.rt.Tasks(); len(tasks) > 0 {
-		t.Errorf("runtime still holds %v", tasks)
-	}
-	if left := e.node.Left(); len(left) > 0 {
-		t.Errorf("node still has %v", left)
-	}
+	sandboxtest.CheckLeft(t, e.rt, e.node, e.store)
 	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) > 0 {
 		t.Errorf("run dir still has %v", ents)
-	}
-	if ids := sandboxtest.Records(e.t, e.store); len(ids) > 0 {
-		t.Errorf("store still has %v", ids)
 	}
 }
 

@@ -146,7 +146,7 @@ func (m *Manager) watch(sb *Sandbox) {
 			st.ContainerExit, st.ExitedAt, st.State = &code, e.ExitedAt, StateNotReady
 			return was != StateCreating // a half-made record stays half-made
 		})
-		sb.markExited()
+		sb.exited.Mark()
 		if was == StateReady && !expected {
 			logrus.WithFields(logrus.Fields{"sandbox": sb.ID, "status": e.Status}).Warn("sandbox container exited; sandbox not ready")
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
@@ -166,35 +167,20 @@ func (m *Manager) Holds(id string) bool {
 // manager's), then their sandbox containers, network and pins, then their files. It
 // returns the pods stopped.
 func (m *Manager) StopRequested(ctx context.Context, before func(pod string)) []string {
-	q, err := m.opts.Store.ListQuarantined()
-	if err != nil {
-		logrus.WithError(err).Warn("list quarantined sandbox records")
-		return nil
-	}
-	var done []string
-	for _, e := range q {
-		if !e.Kept || !e.StopRequested {
-			continue
-		}
-		if before != nil {
-			before(e.ID)
-		}
-		if m.stopQuarantined(ctx, e.ID) {
-			if err := store.MarkKept(e.Path, false); err != nil {
-				logrus.WithError(err).WithField("sandbox", e.ID).Warn("mark a stopped pod's quarantine entry")
+	return m.index.StopKept(m.opts.Store, "sandbox", func(e store.Quarantined) bool { return e.StopRequested },
+		func(id string, _ *logrus.Entry) bool {
+			if before != nil {
+				before(id)
 			}
-			m.index.Unkeep(e.ID)
-			done = append(done, e.ID)
-		}
-	}
-	return done
+			return m.stopQuarantined(ctx, id)
+		})
 }
 
 func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error) {
 	if meta == nil {
 		return nil, errors.New("no metadata")
 	}
-	sb := &Sandbox{exited: make(chan struct{})}
+	sb := &Sandbox{exited: registry.NewExit()}
 	if err := json.Unmarshal(meta, &sb.Metadata); err != nil {
 		return nil, err
 	}
@@ -205,7 +191,7 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Sandbox, error)
 	if sb.status, err = store.LoadTracked(status, Status{State: StateCreating}); err != nil {
 		return nil, err
 	}
-	cfg, err := decodeConfig(sb.Config)
+	cfg, err := store.UnmarshalConfig[runtimeapi.PodSandboxConfig](sb.Config, "sandbox config")
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +215,7 @@ func (m *Manager) reconcile(sb *Sandbox) {
 	}
 	if sb.Status().State != StateReady {
 		if sb.SandboxContainer {
-			close(sb.exited)
+			sb.exited.Mark()
 		}
 		return
 	}
@@ -241,7 +227,7 @@ func (m *Manager) reconcile(sb *Sandbox) {
 		if p != "" && !m.host().IsPinned(p) {
 			notReady("pinned namespace " + p + " is gone")
 			if sb.SandboxContainer {
-				close(sb.exited)
+				sb.exited.Mark()
 			}
 			return
 		}

@@ -67,7 +67,7 @@ func (m *Manager) keepForCleanup(sb *Sandbox, cleanupErr error) {
 	_ = m.update(sb, func(st *Status) { st.State = StateNotReady })
 	if sb.Status().ContainerPid == 0 {
 		// No sandbox container ran, so none is watched: there is no exit to wait for.
-		sb.markExited()
+		sb.exited.Mark()
 	}
 	sb.kept = true
 	m.index.Add(sb)
@@ -93,7 +93,7 @@ func (m *Manager) cleanup(sb *Sandbox) error {
 		if mp := sb.Status().MonitorPid; mp > 0 {
 			// The monitor exits once the sandbox container is gone; wait so its files are final.
 			select {
-			case <-sb.exited:
+			case <-sb.exited.Done():
 			case <-time.After(StopTimeout):
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -49,7 +50,7 @@ func TestUpdateResources(t *testing.T) {
 	sb := &Sandbox{
 		Metadata: Metadata{ID: "sb1", Handler: "runsc", SandboxContainer: true, Overhead: config.Overhead{MemoryBytes: 64 << 20, MilliCPU: 100}},
 		config:   &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "n", Uid: "u"}},
-		rt:       rt, status: store.NewTracked(Status{State: StateReady}), exited: make(chan struct{}),
+		rt:       rt, status: store.NewTracked(Status{State: StateReady}), exited: registry.NewExit(),
 	}
 	m.index.Add(sb)
 	if err := m.saveMeta(sb, nil); err != nil {

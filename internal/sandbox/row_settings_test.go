@@ -8,6 +8,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/store"
 )
 
 // The row's pod_annotations reach the sandbox container's spec from the pod's record, and
@@ -32,7 +33,7 @@ func TestRowSettingsFromRecord(t *testing.T) {
 		t.Errorf("unmatched pod annotation passed: %q", v)
 	}
 
-	raw, err := encodeConfig(cfg)
+	raw, err := store.MarshalConfig(cfg, "sandbox config")
 	if err != nil {
 		t.Fatal(err)
 	}

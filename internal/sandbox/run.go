@@ -25,6 +25,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/pause"
 	"github.com/rtshimd/rtshimd/internal/phasetime"
+	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -51,6 +52,10 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	if err := h.CheckPod(cfg); err != nil {
 		return "", err
 	}
+	raw, err := store.MarshalConfig(cfg, "sandbox config")
+	if err != nil {
+		return "", err
+	}
 	if _, err := resolvConf(cfg.GetDnsConfig()); err != nil {
 		return "", invalid("config.%v", err)
 	}
@@ -70,10 +75,6 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	}
 	defer release() // frees the name unless the create listed its object
 
-	raw, err := encodeConfig(cfg)
-	if err != nil {
-		return "", err
-	}
 	idm, _ := userNS(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()) // checked by validate
 	sb := &Sandbox{
 		Metadata: Metadata{
@@ -90,7 +91,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		security: security,
 		rt:       h.Kind,
 		status:   store.NewTracked(Status{State: StateCreating}),
-		exited:   make(chan struct{}),
+		exited:   registry.NewExit(),
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
 	if _, reserved := oci.PassedPodAnnotations(cfg, sb.PodAnnotations); len(reserved) > 0 {

@@ -139,7 +139,7 @@ type Sandbox struct {
 	// stopping is set once Stop has signalled the sandbox container, so its exit is not news.
 	stopping bool
 	// exited is closed when the sandbox container's exit is known.
-	exited chan struct{}
+	exited *registry.Exit
 
 	// listed is the sandbox as List reports it, kept per state (the rest never changes);
 	// statsAttrs is its stats' attributes, which never change.
@@ -181,26 +181,6 @@ func (s *Sandbox) KindRuntime() kind.Runtime { return s.rt }
 // Task is the sandbox container as its runtime knows it.
 func (s *Sandbox) Task() kind.Task {
 	return kind.Task{ID: s.ID, PodID: s.ID, Sandbox: true, Dir: s.ContainerDir(), PodDir: s.ContainerDir(), HostNetwork: s.NetNS == ""}
-}
-
-// markExited closes exited once the sandbox container's end is known.
-func (s *Sandbox) markExited() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case <-s.exited:
-	default:
-		close(s.exited)
-	}
-}
-
-func encodeConfig(cfg *runtimeapi.PodSandboxConfig) (json.RawMessage, error) {
-	return store.MarshalConfig(cfg, "sandbox config")
-}
-
-func decodeConfig(raw json.RawMessage) (*runtimeapi.PodSandboxConfig, error) {
-	cfg := &runtimeapi.PodSandboxConfig{}
-	return cfg, store.UnmarshalConfig(raw, cfg, "sandbox config")
 }
 
 // MakeName is the unique name of a pod sandbox, as kubelet's metadata defines it.

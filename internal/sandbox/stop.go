@@ -66,7 +66,7 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox, ctrs PodContainers) err
 
 func (m *Manager) stopSandboxContainer(ctx context.Context, sb *Sandbox) error {
 	select {
-	case <-sb.exited:
+	case <-sb.exited.Done():
 	default:
 		sb.mu.Lock()
 		sb.stopping = true
@@ -75,7 +75,7 @@ func (m *Manager) stopSandboxContainer(ctx context.Context, sb *Sandbox) error {
 			return fmt.Errorf("stop sandbox container: %w", err)
 		}
 		select {
-		case <-sb.exited:
+		case <-sb.exited.Done():
 		case <-time.After(StopTimeout):
 			return fmt.Errorf("stop pod sandbox %s: sandbox container did not exit %v after SIGKILL", sb.ID, StopTimeout)
 		case <-ctx.Done():

@@ -18,10 +18,14 @@ func MarshalConfig(m proto.Message, what string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// UnmarshalConfig reads into m a config MarshalConfig wrote.
-func UnmarshalConfig(raw json.RawMessage, m proto.Message, what string) error {
+// UnmarshalConfig reads a config MarshalConfig wrote, as a new T.
+func UnmarshalConfig[T any, P interface {
+	*T
+	proto.Message
+}](raw json.RawMessage, what string) (P, error) {
+	m := P(new(T))
 	if err := protojson.Unmarshal(raw, m); err != nil {
-		return fmt.Errorf("decode %s: %w", what, err)
+		return nil, fmt.Errorf("decode %s: %w", what, err)
 	}
-	return nil
+	return m, nil
 }

@@ -229,23 +229,13 @@ func CtrConfig(name, img string) *runtimeapi.ContainerConfig {
 // Clean fails unless nothing of any container or pod is left.
 func (e *Env) Clean(t *testing.T) {
 	t.Helper()
-	if tasks := e.RT.Tasks(); len(tasks) > 0 {
-		t.Errorf("runtime still holds %v", tasks)
-	}
-	if left := e.Node.Left(); len(left) > 0 {
-		t.Errorf("node still has %v", left)
-	}
+	sandboxtest.CheckLeft(t, e.RT, e.Node, e.PodStore, e.CtrStore)
 	if left := e.Images.Left(); len(left) > 0 {
 		t.Errorf("rootfs not removed: %v", left)
 	}
 	for _, d := range []string{"run/sandboxes", "run/containers"} {
 		if ents, _ := os.ReadDir(filepath.Join(e.Dir, d)); len(ents) > 0 {
 			t.Errorf("%s still has %v", d, ents)
-		}
-	}
-	for _, st := range []*store.Store{e.PodStore, e.CtrStore} {
-		if ids := sandboxtest.Records(t, st); len(ids) > 0 {
-			t.Errorf("records left: %v", ids)
 		}
 	}
 }

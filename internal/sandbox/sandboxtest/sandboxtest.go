@@ -265,6 +265,23 @@ func Await(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// CheckLeft fails unless rt (kindtest's runtime) holds no task, n has nothing pinned or
+// mounted, and st no record: what a test checks once its last pod is removed.
+func CheckLeft(t *testing.T, rt interface{ Tasks() []string }, n *Node, st ...*store.Store) {
+	t.Helper()
+	if tasks := rt.Tasks(); len(tasks) > 0 {
+		t.Errorf("runtime still holds %v", tasks)
+	}
+	if left := n.Left(); len(left) > 0 {
+		t.Errorf("node still has %v", left)
+	}
+	for _, s := range st {
+		if ids := Records(t, s); len(ids) > 0 {
+			t.Errorf("records left: %v", ids)
+		}
+	}
+}
+
 // Records is the IDs of the records in st.
 func Records(t *testing.T, st *store.Store) []string {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,7 +174,7 @@ func TestUserNamespaces(t *testing.T) {
 		name    string
 		handler string
 		opts    *runtimeapi.UserNamespace
-		hostNet bool
+		hostPID bool
 		code    codes.Code
 		want    string
 	}{
@@ -181,18 +182,112 @@ func TestUserNamespaces(t *testing.T) {
 		{"no-root", "runc", noRoot, false, codes.InvalidArgument, "userns_options.gids[0] maps container ID 1"},
 		{"mode-container", "runc", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_CONTAINER}, false, codes.InvalidArgument, "userns_options.mode CONTAINER is not supported"},
 		{"mode-target", "runc", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_TARGET}, false, codes.InvalidArgument, "userns_options.mode TARGET is not supported"},
-		{"host-network", "runc", usernsOptions(300000), true, codes.InvalidArgument, "namespace_options.network NODE"},
+		{"host-pid", "runc", usernsOptions(300000), true, codes.InvalidArgument, "namespace_options.pid NODE"},
 		{"runsc", "runsc", usernsOptions(300000), false, codes.FailedPrecondition, "feature user_namespaces"},
 	} {
 		pod := podConfig("userns-bad-"+c.name, runtimeapi.NamespaceMode_CONTAINER)
 		pod.Linux.SecurityContext.NamespaceOptions.UsernsOptions = c.opts
-		if c.hostNet {
-			pod.Linux.SecurityContext.NamespaceOptions.Network = runtimeapi.NamespaceMode_NODE
+		if c.hostPID {
+			pod.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_NODE
 		}
 		_, err := e.d.RS.RunPodSandbox(ctx, pod, c.handler)
 		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: RunPodSandbox = %v, want %s containing %q", c.name, err, c.code, c.want)
 		}
+	}
+	if pods, err := e.d.RS.ListPodSandbox(ctx, nil); err != nil || len(pods) != 0 {
+		t.Errorf("pods left: %v %v", pods, err)
+	}
+}
+
+// TestUserNamespacesHostNetwork runs pods with hostUsers: false and hostNetwork (KEP-5607,
+// kubelet's UserNamespacesHostNetworkSupport) on runc, with and without a sandbox
+// container: the containers are in the pod's user namespace and the node's network
+// namespace, and see the node's /sys, every mount of it read-only (no sysfs can be mounted
+// there: runc would fail with EPERM). A handler without user namespaces is refused by name.
+func TestUserNamespacesHostNetwork(t *testing.T) {
+	e := newContainerEnv(t)
+	ctx := ctxT(t)
+	// kubelet declares the node feature (NodeDeclaredFeatures) from Status.
+	if st, err := e.d.RS.Status(ctx, false); err != nil || !st.GetFeatures().GetUserNamespacesHostNetwork() {
+		t.Errorf("Status features %v (%v), want user_namespaces_host_network", st.GetFeatures(), err)
+	}
+	var nodeNet syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &nodeNet); err != nil {
+		t.Fatal(err)
+	}
+	nodeName, _ := os.Hostname()
+	var nodeLinks []string
+	ents, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ents {
+		nodeLinks = append(nodeLinks, d.Name())
+	}
+	for i, pid := range []runtimeapi.NamespaceMode{runtimeapi.NamespaceMode_CONTAINER, runtimeapi.NamespaceMode_POD} {
+		name := "userns-hostnet-" + strings.ToLower(pid.String())
+		t.Run(name, func(t *testing.T) {
+			e.t = t
+			host := uint32(340000 + i*65536)
+			pod := podConfig(name, pid)
+			pod.Linux.SecurityContext.NamespaceOptions.Network = runtimeapi.NamespaceMode_NODE
+			pod.Linux.SecurityContext.NamespaceOptions.UsernsOptions = usernsOptions(host)
+			podID, err := e.d.RS.RunPodSandbox(ctx, pod, "runc")
+			if err != nil {
+				t.Fatalf("RunPodSandbox: %v", err)
+			}
+			cfg := e.ctrConfig("app", "sleep", "1000")
+			cfg.Linux.SecurityContext.NamespaceOptions = pod.Linux.SecurityContext.NamespaceOptions
+			id := e.run(podID, pod, cfg)
+			if out, _ := e.exec(id, "cat", "/proc/self/uid_map"); strings.Join(strings.Fields(out), " ") != fmt.Sprintf("0 %d 65536", host) {
+				t.Errorf("uid_map = %q", out)
+			}
+			if out, _ := e.exec(id, "stat", "-L", "-c", "%i", "/proc/self/ns/net"); out != fmt.Sprint(nodeNet.Ino) {
+				t.Errorf("network namespace %s, the node's is %d", out, nodeNet.Ino)
+			}
+			if out, _ := e.exec(id, "hostname"); out != nodeName {
+				t.Errorf("hostname = %q, want the node's %q", out, nodeName)
+			}
+			if out, _ := e.exec(id, "ls", "/sys/class/net"); strings.Join(strings.Fields(out), " ") != strings.Join(nodeLinks, " ") {
+				t.Errorf("/sys/class/net = %q, want the node's links %q", out, nodeLinks)
+			}
+			// /sys and every kernel filesystem below it read-only, the node's submounts too
+			// (rro). The tmpfs runc lays at /sys/fs/cgroup on cgroup v1 is its own, and rw
+			// in every container.
+			mounts, _ := e.exec(id, "cat", "/proc/self/mounts")
+			var kernel []string
+			for _, l := range strings.Split(mounts, "\n") {
+				f := strings.Fields(l)
+				if len(f) < 4 || (f[1] != "/sys" && !strings.HasPrefix(f[1], "/sys/")) || f[2] == "tmpfs" {
+					continue
+				}
+				kernel = append(kernel, f[2]+" "+f[1])
+				if !slices.Contains(strings.Split(f[3], ","), "ro") {
+					t.Errorf("%s %s is mounted %s in the container, want ro", f[2], f[1], f[3])
+				}
+			}
+			if !slices.Contains(kernel, "sysfs /sys") || len(kernel) < 2 {
+				t.Errorf("kernel filesystems at and below /sys: %q, want the node's sysfs and more", kernel)
+			}
+			// lo's MTU written with the value it has: refused, and harmless if it were not.
+			if out, _ := e.exec(id, "sh", "-c", "m=$(cat /sys/class/net/lo/mtu) && { echo $m > /sys/class/net/lo/mtu && echo written || echo refused; }"); out != "refused" {
+				t.Errorf("a write to the node's /sys: %q", out)
+			}
+			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	e.t = t
+	pod := podConfig("userns-hostnet-runsc", runtimeapi.NamespaceMode_CONTAINER)
+	pod.Linux.SecurityContext.NamespaceOptions.Network = runtimeapi.NamespaceMode_NODE
+	pod.Linux.SecurityContext.NamespaceOptions.UsernsOptions = usernsOptions(340000)
+	if _, err := e.d.RS.RunPodSandbox(ctx, pod, "runsc"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "feature user_namespaces") {
+		t.Errorf("runsc: RunPodSandbox = %v, want FailedPrecondition naming user_namespaces", err)
 	}
 	if pods, err := e.d.RS.ListPodSandbox(ctx, nil); err != nil || len(pods) != 0 {
 		t.Errorf("pods left: %v %v", pods, err)

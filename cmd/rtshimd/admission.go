@@ -42,6 +42,11 @@ var podFeatures = []podFeature{
 	{"spec.hostPID", "host_pid", func(f handlers.Features) bool { return f.HostPID }, "has(object.spec.hostPID) && object.spec.hostPID"},
 	{"spec.hostIPC", "host_ipc", func(f handlers.Features) bool { return f.HostIPC }, "has(object.spec.hostIPC) && object.spec.hostIPC"},
 	{"spec.hostUsers: false", "user_namespaces", func(f handlers.Features) bool { return f.UserNamespaces }, "has(object.spec.hostUsers) && !object.spec.hostUsers"},
+	// Such a pod gets the node's /sys, recursively read-only; a handler without user
+	// namespaces is refused by the line above.
+	{"spec.hostUsers: false with spec.hostNetwork", "recursive_read_only_mounts",
+		func(f handlers.Features) bool { return f.RecursiveReadOnlyMounts || !f.UserNamespaces },
+		"has(object.spec.hostUsers) && !object.spec.hostUsers && has(object.spec.hostNetwork) && object.spec.hostNetwork"},
 	{"volumeMounts[].recursiveReadOnly: Enabled", "recursive_read_only_mounts", func(f handlers.Features) bool { return f.RecursiveReadOnlyMounts },
 		anyContainer("has(c.volumeMounts) && c.volumeMounts.exists(m, has(m.recursiveReadOnly) && m.recursiveReadOnly == 'Enabled')")},
 }

@@ -33,4 +33,17 @@ func TestAdmissionPolicyValidations(t *testing.T) {
 			t.Errorf("validation %d: %q / %q, want runsc and %s", i, v.Expression, v.Message, want)
 		}
 	}
+
+	// User namespaces without recursive read-only mounts: no hostNetwork with them.
+	noRRO := all
+	noRRO.RecursiveReadOnlyMounts = false
+	p, _ = admissionPolicy([]*handlers.Handler{row("old-runc", true, noRRO)})
+	if p == nil || len(p.Spec.Validations) != 2 {
+		t.Fatalf("policy %+v, want old-runc's 2 validations", p)
+	}
+	v := p.Spec.Validations[0]
+	if !strings.Contains(v.Message, "spec.hostUsers: false with spec.hostNetwork (feature recursive_read_only_mounts)") ||
+		!strings.Contains(v.Expression, "!object.spec.hostUsers && has(object.spec.hostNetwork) && object.spec.hostNetwork") {
+		t.Errorf("validation: %q / %q, want hostUsers: false with hostNetwork refused", v.Expression, v.Message)
+	}
 }

@@ -144,7 +144,7 @@ func TestStatusAdvertisesFeatures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := resp.GetFeatures(); !f.GetMountOptions() || !f.GetSupplementalGroupsPolicy() {
-		t.Errorf("features %v, want mount_options and supplemental_groups_policy", f)
+	if f := resp.GetFeatures(); !f.GetMountOptions() || !f.GetSupplementalGroupsPolicy() || !f.GetUserNamespacesHostNetwork() {
+		t.Errorf("features %v, want mount_options, supplemental_groups_policy and user_namespaces_host_network", f)
 	}
 }

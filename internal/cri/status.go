@@ -32,8 +32,11 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		}},
 		// supplemental_groups_policy Merge and Strict are applied in the spec (internal/oci/user.go);
 		// mounts' mount_options (noexec, nodev, nosuid) go into the bind mount's options
-		// (internal/oci/mounts.go). kubelet sends neither unless the runtime says so.
-		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
+		// (internal/oci/mounts.go). kubelet sends neither unless the runtime says so. Pods in a
+		// user namespace on the node's network run where the handler has user namespaces and
+		// recursive read-only mounts (oci.SysMount), and are refused by name elsewhere: the
+		// field is the runtime's, not a handler's, as containerd sets it.
+		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true, UserNamespacesHostNetwork: true},
 	}
 	for _, h := range list {
 		if !h.Ready {

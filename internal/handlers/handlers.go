@@ -191,8 +191,13 @@ func (h *Handler) CheckPod(cfg *runtimeapi.PodSandboxConfig) error {
 		return refuse("host_ipc", "hostIPC")
 	}
 	// An absent userns_options means the node's user namespace (its mode's zero value is POD).
-	if ns.GetUsernsOptions() != nil && ns.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD && !h.Features.UserNamespaces {
+	userns := ns.GetUsernsOptions() != nil && ns.GetUsernsOptions().GetMode() == runtimeapi.NamespaceMode_POD
+	if userns && !h.Features.UserNamespaces {
 		return refuse("user_namespaces", "user namespaces (hostUsers: false)")
+	}
+	// Such a pod's containers get the node's /sys bound recursively read-only (oci.SysMount).
+	if userns && ns.GetNetwork() == runtimeapi.NamespaceMode_NODE && !h.Features.RecursiveReadOnlyMounts {
+		return refuse("recursive_read_only_mounts", "user namespaces with hostNetwork (the node's /sys, recursively read-only)")
 	}
 	return nil
 }

@@ -56,6 +56,12 @@ func TestCheckPod(t *testing.T) {
 		{"userns NODE", func(f *Features) { f.UserNamespaces = false },
 			&runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: node}}, ""},
 		{"no namespace options", func(f *Features) { *f = Features{} }, nil, ""},
+		{"userns with host network", func(f *Features) { f.RecursiveReadOnlyMounts = true },
+			&runtimeapi.NamespaceOption{Network: node, UsernsOptions: &runtimeapi.UserNamespace{Mode: podMode}}, ""},
+		{"userns with host network needs rro", func(f *Features) {},
+			&runtimeapi.NamespaceOption{Network: node, UsernsOptions: &runtimeapi.UserNamespace{Mode: podMode}}, "recursive_read_only_mounts"},
+		{"userns with pod network needs no rro", func(f *Features) {},
+			&runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: podMode}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

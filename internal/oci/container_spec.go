@@ -156,7 +156,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 	spec.Mounts, spec.Linux.RootfsPropagation = buildMounts(
-		defaultMounts(privileged, o.ShmPath == ""),
+		defaultMounts(privileged, o.ShmPath == "", o.HostNetwork && o.UserNS != ""),
 		podFileMounts(o, sc.GetReadonlyRootfs()),
 		cri)
 

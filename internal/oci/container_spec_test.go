@@ -1001,6 +1001,46 @@ func TestUserNamespaceSpec(t *testing.T) {
 	wantInvalid(t, err, "needs a pod user namespace")
 }
 
+// /sys is a sysfs of the container's own unless it is in a pod user namespace on the node's
+// network, where no sysfs can be mounted: then the node's, recursively read-only, also for
+// a privileged container.
+func TestSysMount(t *testing.T) {
+	pod := &IDMappings{UIDs: []specs.LinuxIDMapping{{HostID: 200000, Size: 65536}}, GIDs: []specs.LinuxIDMapping{{HostID: 200000, Size: 65536}}}
+	nodeSys := specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rro", "nosuid", "noexec", "nodev"}}
+	for _, c := range []struct {
+		name             string
+		userns, hostNet  bool
+		privileged       bool
+		wantType, wantRO string
+	}{
+		{"pod network", false, false, false, "sysfs", "ro"},
+		{"host network", false, true, false, "sysfs", "ro"},
+		{"privileged on host network", false, true, true, "sysfs", "rw"},
+		{"user namespace", true, false, false, "sysfs", "ro"},
+		{"user namespace on host network", true, true, false, "bind", "rro"},
+		{"privileged, user namespace on host network", true, true, true, "bind", "rro"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := testOptions(t)
+			if c.userns {
+				o.UserNS, o.IDMappings = "/run/pod/ns/user", pod
+			}
+			o.HostNetwork = c.hostNet
+			if c.privileged {
+				o.SandboxConfig.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Privileged: true}
+				o.Config.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{Privileged: true}
+			}
+			sys := mountAt(mustSpec(t, o), "/sys")
+			if sys == nil || sys.Type != c.wantType || !slices.Contains(sys.Options, c.wantRO) {
+				t.Fatalf("/sys = %+v, want %s with %s", sys, c.wantType, c.wantRO)
+			}
+			if c.wantType == "bind" && !reflect.DeepEqual(*sys, nodeSys) {
+				t.Errorf("/sys = %+v, want %+v", *sys, nodeSys)
+			}
+		})
+	}
+}
+
 // The pod's size kubelet sends (linux.resources of the pod config) reaches every
 // container's spec under containerd's sandbox sizing names, which Kata reads to size its
 // VM; a container's own annotations cannot set them.

@@ -27,8 +27,8 @@ type bindMount struct {
 
 // defaultMounts are the kernel filesystems every container gets, as containerd sets them.
 // /sys and /sys/fs/cgroup are read-only unless privileged; /dev/shm is a private tmpfs
-// only when the pod has no shared one.
-func defaultMounts(privileged, privateShm bool) []specs.Mount {
+// only when the pod has no shared one; nodeSys: /sys is the node's (SysMount).
+func defaultMounts(privileged, privateShm, nodeSys bool) []specs.Mount {
 	mode := "ro"
 	if privileged {
 		mode = "rw"
@@ -44,9 +44,23 @@ func defaultMounts(privileged, privateShm bool) []specs.Mount {
 	}
 	return append(ms,
 		specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", mode}},
+		SysMount(mode, nodeSys),
 		specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", mode}},
 	)
+}
+
+// SysMount is a container's /sys, read-only unless mode is "rw": a sysfs of its own, or with
+// nodeSys the node's /sys bound recursively read-only, whatever mode says. nodeSys is for a
+// pod in a user namespace on the node's network (KEP-5607): sysfs shows the mounter's
+// network namespace, and the kernel refuses (EPERM) to mount it from a user namespace that
+// does not own that network namespace, the node's. containerd does the same; the node's
+// files are owned by IDs the pod's user namespace does not map, so its root cannot write
+// them either way.
+func SysMount(mode string, nodeSys bool) specs.Mount {
+	if nodeSys {
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rro", "nosuid", "noexec", "nodev"}}
+	}
+	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", mode}}
 }
 
 // IsImageMount reports whether a CRI mount is an image volume (KEP-4639): it names an

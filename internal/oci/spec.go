@@ -183,7 +183,9 @@ func SandboxContainerSpec(o SandboxContainerOptions) *specs.Spec {
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			shm,
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			SysMount("ro", o.IDMappings != nil && !slices.ContainsFunc(o.Namespaces, func(n specs.LinuxNamespace) bool {
+				return n.Type == specs.NetworkNamespace
+			})),
 		},
 		Annotations: o.Annotations,
 		Linux: &specs.Linux{

@@ -75,8 +75,17 @@ func TestSandboxContainerSpec(t *testing.T) {
 	if shm == nil || shm.Type != "bind" || shm.Source != "/run/x/shm" || !contains(shm.Options, "rbind") {
 		t.Errorf("/dev/shm = %+v, want a bind of /run/x/shm", shm)
 	}
-	if sys := mountAt(s, "/sys"); sys == nil || !contains(sys.Options, "ro") {
-		t.Errorf("/sys = %+v, want read-only", sys)
+	if sys := mountAt(s, "/sys"); sys == nil || sys.Type != "sysfs" || !contains(sys.Options, "ro") {
+		t.Errorf("/sys = %+v, want a read-only sysfs", sys)
+	}
+	// In a pod user namespace on the node's network, the node's /sys (SysMount).
+	o.IDMappings = &IDMappings{UIDs: []specs.LinuxIDMapping{{HostID: 200000, Size: 65536}}}
+	if sys := mountAt(SandboxContainerSpec(o), "/sys"); sys == nil || sys.Type != "sysfs" {
+		t.Errorf("/sys in a user namespace with a network namespace = %+v, want sysfs", sys)
+	}
+	o.Namespaces = ns[1:]
+	if sys := mountAt(SandboxContainerSpec(o), "/sys"); sys == nil || sys.Type != "bind" || sys.Source != "/sys" || !contains(sys.Options, "rro") {
+		t.Errorf("/sys in a user namespace on the node's network = %+v, want the node's, recursively read-only", sys)
 	}
 
 	if s.Linux.Seccomp != nil {

@@ -125,8 +125,10 @@ func validateCgroupParent(parent, driver string) error {
 
 // userNS checks namespace_options.userns_options and returns the pod's mappings (nil for
 // the node's user namespace). As containerd and CRI-O: one mapping for UIDs and one for
-// GIDs, each mapping container ID 0, and no node namespace beside a pod user namespace
-// (kubelet allows hostUsers: false only without hostNetwork, hostPID and hostIPC).
+// GIDs, each mapping container ID 0, and no node PID or IPC namespace beside a pod user
+// namespace (kubelet refuses hostUsers: false with hostPID or hostIPC). The node's network
+// namespace is allowed, as containerd 2.3 and CRI-O 1.35 allow it (KEP-5607, kubelet's
+// UserNamespacesHostNetworkSupport): its containers get the node's /sys (oci.SysMount).
 func userNS(ns *runtimeapi.NamespaceOption) (*oci.IDMappings, error) {
 	const f = "config.linux.security_context.namespace_options.userns_options"
 	u := ns.GetUsernsOptions()
@@ -146,7 +148,7 @@ func userNS(ns *runtimeapi.NamespaceOption) (*oci.IDMappings, error) {
 	for _, o := range []struct {
 		name string
 		mode runtimeapi.NamespaceMode
-	}{{"network", ns.GetNetwork()}, {"pid", ns.GetPid()}, {"ipc", ns.GetIpc()}} {
+	}{{"pid", ns.GetPid()}, {"ipc", ns.GetIpc()}} {
 		if o.mode == runtimeapi.NamespaceMode_NODE {
 			return nil, invalid("%s.mode POD with namespace_options.%s NODE: a pod in a user namespace cannot share the node's %s namespace", f, o.name, o.name)
 		}

@@ -179,6 +179,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if err != nil {
 		return err
 	}
+	if err := m.checkPropagation(c); err != nil {
+		return err
+	}
 	if sb.UserNS != "" {
 		if err := idmapMounts(c.Dir, sb.UserNS, cfg, spec); err != nil {
 			return err

@@ -216,7 +216,7 @@ func init() {
 		"Mount.image":               h("an image volume: the image's rootfs, read-only"),
 		"Mount.image_sub_path":      h("a directory of the image volume's rootfs; one leaving it is refused"),
 		"Mount.mount_options":       h("noexec, nodev, nosuid added to the bind mount; others refused; advertised in Status"),
-		"Mount.propagation":         h("private, rslave (HOST_TO_CONTAINER) or rshared (BIDIRECTIONAL), with the host side made shared or slave as needed"),
+		"Mount.propagation":         h("private, rslave (HOST_TO_CONTAINER), rshared (BIDIRECTIONAL; not on runsc); refused if the host mount does not propagate"),
 		"Mount.readonly":            h("a read-only bind mount"),
 		"Mount.recursive_read_only": h("rro on runtimes that have it (feature recursive_read_only_mounts); refused elsewhere"),
 		"Mount.selinux_relabel":     h("the host path relabeled with the container's label where SELinux is on; elsewhere a warning, or InvalidArgument with strict_selinux"),

@@ -68,6 +68,10 @@ type PodPlan struct {
 	// container. Not for a kind that reads the rootfs from the host after create (runsc's
 	// gofer, a shim).
 	DetachRootfs bool
+	// MountsToNode: a container's mounts can propagate back to the node (a BIDIRECTIONAL
+	// mount). Not gVisor, whose mounts live in its own kernel (runsc refuses an rshared
+	// root); a shim is left to say so itself, as containerd leaves it.
+	MountsToNode bool
 }
 
 // Task is one thing the runtime runs: the pod's sandbox container or one of its

@@ -96,7 +96,7 @@ func (r *Runtime) Plan() kind.PodPlan {
 	if r.sandboxed {
 		return kind.PodPlan{SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true}
 	}
-	return kind.PodPlan{PinIPCUTS: true, HostNamespaces: true, DeleteSandboxAtStop: true, DetachRootfs: true}
+	return kind.PodPlan{PinIPCUTS: true, HostNamespaces: true, DeleteSandboxAtStop: true, DetachRootfs: true, MountsToNode: true}
 }
 
 // AdjustSpec: a sandbox runtime's containers join its sandbox, not host namespaces: the

@@ -81,7 +81,7 @@ func (r *Runtime) Type() string { return kind.ShimV2 }
 // the rest; a runc shim joins them all); limits stay per container, as containerd sets them.
 // Host namespaces are off until a row declares them: a VM cannot share the node's.
 func (r *Runtime) Plan() kind.PodPlan {
-	return kind.PodPlan{PinIPCUTS: true, SandboxContainer: true}
+	return kind.PodPlan{PinIPCUTS: true, SandboxContainer: true, MountsToNode: true}
 }
 
 // AdjustSpec leaves the spec as containerd's CRI plugin would give it to the shim.

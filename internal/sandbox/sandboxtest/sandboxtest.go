@@ -239,7 +239,7 @@ func (f Handlers) FindUnrecorded(ctx context.Context, t kind.Task) ([]string, er
 // the namespaces, no sandbox container) and a sandboxing runtime's (runsc, a shim: a
 // sandbox container holds the pod).
 var Plans = map[string]kind.PodPlan{
-	"namespaces": {PinIPCUTS: true, HostNamespaces: true, DetachRootfs: true},
+	"namespaces": {PinIPCUTS: true, HostNamespaces: true, DetachRootfs: true, MountsToNode: true},
 	"sandboxed":  {SandboxContainer: true, PodLimits: true, DeleteSandboxAtStop: true},
 }
 

@@ -13,7 +13,7 @@ export GOFLAGS := -buildvcs=false -tags=$(BUILDTAGS)
 # Debian packages: the OCI runtimes the default handler table names, and what tests use.
 # gcc and libc6-dev build the monitor (cmd/rtshim-monitor, in C).
 RUN_PKGS := runc runsc crun iproute2 containernetworking-plugins iptables gcc libc6-dev
-TEST_PKGS := $(RUN_PKGS) containerd busybox-static util-linux procps docker-registry skopeo mmdebstrap make bzip2 curl bind9-dnsutils
+TEST_PKGS := $(RUN_PKGS) containerd criu busybox-static util-linux procps docker-registry skopeo mmdebstrap make bzip2 curl bind9-dnsutils
 
 .PHONY: all build monitor monitor-sanitized run test unit integration deps-run deps-test install clean vet bench tools host-tools fuzz fuzz-short soak
 
@@ -53,14 +53,15 @@ endef
 # Besides Debian's packages: a current runsc and gVisor's shim v2 of the same version,
 # pinned in hack/tools.sh, built from the Go module proxy and installed at
 # /usr/local/bin/runsc and /usr/local/bin/containerd-shim-runsc-v1 (the default config's
-# runsc and runsc-shim rows).
+# runsc and runsc-shim rows). The tests also get CRIU 4.1.1 at /usr/local/sbin/criu (built
+# from Debian 13's source; Debian 12's fails on current kernels), which CheckpointContainer needs.
 deps-run:
 	$(call apt_install,$(RUN_PKGS))
 	hack/tools.sh install-runsc install-runsc-shim >/dev/null
 
 deps-test:
 	$(call apt_install,$(TEST_PKGS))
-	hack/tools.sh install-runsc install-runsc-shim >/dev/null
+	hack/tools.sh install-runsc install-runsc-shim install-criu >/dev/null
 
 run: deps-run build
 	@mkdir -p /etc/rtshimd

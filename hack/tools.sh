@@ -18,6 +18,9 @@
 #   containerd-shim-runsc-v1  gvisor.dev/gvisor/shim, gVisor's own shim v2 at the same version
 #   golangci-lint             github.com/golangci/golangci-lint/v2 (make vet; not in the default set)
 #   busybox                   upstream BusyBox from Debian's source tarball (the tests' images)
+#   criu                      CRIU 4.1.1 from Debian 13's source tarball (install-criu puts it at
+#                             /usr/local/sbin/criu, where runc finds it before Debian 12's 3.17,
+#                             which fails `criu check` on kernel 6.18: "Unexpected rt vDSO area")
 #   systemd-node-rootfs.tar   a Debian 12 root with systemd, made by mmdebstrap from Debian's
 #                             packages: the node container of TestSystemdNode (make systemd-node)
 #   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
@@ -49,6 +52,11 @@ GOLANGCI_LINT_VERSION=v2.15.0 # make vet's linter (.golangci.yml)
 # identifiers, such as data-1, to its children, which the suites' env specs print).
 BUSYBOX_VERSION=1.35.0
 BUSYBOX_SHA256=faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694
+# CRIU for CheckpointContainer (runc runs the `criu` it finds in PATH), and what building it
+# needs from Debian 12.
+CRIU_VERSION=4.1.1
+CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+CRIU_BUILD_PKGS="gcc make pkg-config libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev libnl-3-dev libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler protobuf-compiler uuid-dev"
 
 TOOLS=${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}
 BIN=$TOOLS/bin
@@ -194,6 +202,57 @@ build_busybox() {
 	mv "$BIN/busybox-$BUSYBOX_VERSION.tmp" "$BIN/busybox-$BUSYBOX_VERSION"
 	rm -rf "$dir"
 	have busybox "$BUSYBOX_VERSION"
+}
+
+# apt_missing PKGS...: installs those not installed (the lock timeout: `make test` may run this
+# beside another apt-get).
+apt_missing() {
+	local p missing=""
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+	done
+	[ -z "$missing" ] && return
+	log "installing:$missing"
+	# shellcheck disable=SC2086 # a list of package names
+	{ apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing; } >&2
+}
+
+# criu: upstream CRIU from Debian 13's orig tarball (checked against its SHA-256), built with
+# Debian 12's libraries: Debian 13's binary package needs glibc 2.38.
+build_criu() {
+	have criu "$CRIU_VERSION" && return
+	local dir=$TOOLS/src/criu-$CRIU_VERSION tarball=$TOOLS/src/criu_$CRIU_VERSION.orig.tar.xz
+	log "building criu $CRIU_VERSION (upstream, from Debian's source tarball; about a minute)"
+	# shellcheck disable=SC2086 # a list of package names
+	apt_missing $CRIU_BUILD_PKGS
+	if ! echo "$CRIU_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
+		local url="http://deb.debian.org/debian/pool/main/c/criu/criu_$CRIU_VERSION.orig.tar.xz"
+		curl -fsSL -o "$tarball.tmp" "$url" || { log "download of $url failed"; rm -f "$tarball.tmp"; exit 1; }
+		if ! echo "$CRIU_SHA256  $tarball.tmp" | sha256sum -c --quiet >/dev/null 2>&1; then
+			log "$url does not match CRIU_SHA256 in hack/tools.sh (got $(sha256sum <"$tarball.tmp" | cut -d' ' -f1)); not used"
+			rm -f "$tarball.tmp"
+			exit 1
+		fi
+		mv "$tarball.tmp" "$tarball"
+	fi
+	rm -rf "$dir" && tar -xJf "$tarball" -C "$TOOLS/src"
+	(cd "$dir" && make -s -j"$(nproc)" criu >/dev/null 2>&1) ||
+		{ log "criu build failed (rerun in $dir: make criu)"; exit 1; }
+	cp "$dir/criu/criu" "$BIN/criu-$CRIU_VERSION.tmp"
+	mv "$BIN/criu-$CRIU_VERSION.tmp" "$BIN/criu-$CRIU_VERSION"
+	rm -rf "$dir"
+	have criu "$CRIU_VERSION"
+}
+
+# install-criu: the built CRIU at /usr/local/sbin/criu, ahead of Debian's /usr/sbin/criu in
+# PATH, replaced only when it differs.
+install_criu() {
+	build_criu
+	if ! cmp -s "$BIN/criu-$CRIU_VERSION" /usr/local/sbin/criu; then
+		install -m 0755 "$BIN/criu-$CRIU_VERSION" /usr/local/sbin/criu.new
+		mv /usr/local/sbin/criu.new /usr/local/sbin/criu
+		log "installed criu $CRIU_VERSION at /usr/local/sbin/criu"
+	fi
 }
 
 cri_tools_src() {
@@ -431,6 +490,7 @@ tool_lock() {
 	case $1 in
 	crictl | critest) echo cri-tools ;;
 	runsc | install-runsc) echo runsc ;;
+	criu | install-criu) echo criu ;;
 	runsc-shim | install-runsc-shim) echo runsc-shim ;;
 	e2e-node | e2e | ginkgo | agnhost | sample-apiserver) echo kubernetes-e2e ;;
 	*) echo "$1" ;;
@@ -455,6 +515,8 @@ for t in "$@"; do
 	critest) build_critest ;;
 	golangci-lint) build_golangci_lint ;;
 	busybox) build_busybox ;;
+	criu) build_criu ;;
+	install-criu) install_criu ;;
 	runsc) build_runsc ;;
 	install-runsc) install_runsc ;;
 	runsc-shim) build_runsc_shim ;;

@@ -10,19 +10,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rtshimd/rtshimd/internal/config"
 )
 
-// criuCheck runs `criu check` on this node: "" if CRIU works here, else the first error
-// it gives, without its time and source location.
-func criuCheck(t *testing.T) string {
+// criuCheck runs `criu check` with the CRIU at path ("criu": runc's, from PATH): "" if it
+// works here, else the first error it gives, without its time and source location.
+func criuCheck(t *testing.T, path string) string {
 	t.Helper()
-	out, err := exec.Command("criu", "check").CombinedOutput()
+	out, err := exec.Command(path, "check").CombinedOutput()
 	var exitErr *exec.ExitError
 	switch {
 	case err == nil && !strings.Contains(string(out), "Error ("):
@@ -40,12 +43,21 @@ func criuCheck(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// CheckpointContainer on runc writes the archive and leaves the container running where
-// CRIU works on this node; where it does not, the error says why in CRIU's words and
-// nothing is left. Either way the container runs on. Other kinds refuse by name, and bad
-// requests are refused naming the field.
+// debianCRIU is Debian 12's CRIU, which fails on this host's kernel (make test installs 4.1.1
+// at /usr/local/sbin/criu, runc's from PATH). The runc-oldcriu row runs runc with it.
+const debianCRIU = "/usr/sbin/criu"
+
+// CheckpointContainer on runc writes the archive and leaves the container running (CRIU
+// 4.1.1, which make test installs); with a CRIU that fails on this node (Debian 12's, on a
+// row of its own) the error says why in CRIU's words and nothing is left, the container
+// running on. Other kinds refuse by name, and bad requests are refused naming the field.
 func TestCheckpointContainer(t *testing.T) {
-	e := newContainerEnv(t)
+	e := newContainerEnv(t, withConfig(func(_ *Daemon, c *config.Config) {
+		row := *c.Handlers["runc"]
+		row.RuntimeRoot = ""
+		row.RuntimeArgs = append(slices.Clone(row.RuntimeArgs), "--criu", debianCRIU)
+		c.Handlers["runc-oldcriu"] = &row
+	}))
 	d := e.d
 	ctx := ctxT(t)
 	podID, pod := e.pod("checkpoint-runc", "runc")
@@ -69,52 +81,63 @@ func TestCheckpointContainer(t *testing.T) {
 		}
 	}
 
-	why := criuCheck(t)
-	err := checkpoint(ctr, location)
-	if why == "" {
-		t.Log("CRIU works on this node: checking the archive")
-		if err != nil {
-			t.Fatalf("CheckpointContainer: %v", err)
-		}
-		entries := readTar(t, location)
-		for _, name := range []string{"checkpoint/", "checkpoint/inventory.img", "config.dump", "spec.dump", "dump.log"} {
-			if _, ok := entries[name]; !ok {
-				t.Errorf("archive has no %s (has %d entries)", name, len(entries))
-			}
-		}
-		var cfg struct {
-			ID      string `json:"id"`
-			Name    string `json:"name"`
-			Runtime string `json:"runtime"`
-		}
-		if err := json.Unmarshal(entries["config.dump"], &cfg); err != nil || cfg.ID != ctr || cfg.Runtime != "runc" {
-			t.Errorf("config.dump %s: %v", entries["config.dump"], err)
-		}
-		var spec struct {
-			Process struct {
-				Args []string `json:"args"`
-			} `json:"process"`
-		}
-		if err := json.Unmarshal(entries["spec.dump"], &spec); err != nil || strings.Join(spec.Process.Args, " ") != "sleep 1000" {
-			t.Errorf("spec.dump process %v: %v", spec.Process.Args, err)
-		}
-		if fi, err := os.Stat(location); err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("archive mode %v: %v", fi.Mode(), err)
-		}
-		if err := checkpoint(ctr, location); status.Code(err) != codes.AlreadyExists {
-			t.Errorf("checkpoint over an existing archive: %v", err)
-		}
-	} else {
-		t.Logf("CRIU does not work on this node (%s): checking the refusal", why)
-		msg := status.Convert(err).Message()
-		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(msg, why) || !strings.Contains(msg, ctr) {
-			t.Errorf("CheckpointContainer: %v, want FailedPrecondition naming the container and CRIU's reason %q", err, why)
-		}
-		if left, _ := os.ReadDir(out); len(left) != 0 {
-			t.Errorf("a refused checkpoint left %d files beside the location (%s)", len(left), left[0].Name())
+	if why := criuCheck(t, "criu"); why != "" {
+		t.Fatalf("CRIU in PATH does not work on this node (%s): make test installs CRIU 4.1.1 (hack/tools.sh install-criu)", why)
+	}
+	if err := checkpoint(ctr, location); err != nil {
+		t.Fatalf("CheckpointContainer: %v", err)
+	}
+	entries := readTar(t, location)
+	for _, name := range []string{"checkpoint/", "checkpoint/inventory.img", "config.dump", "spec.dump", "dump.log"} {
+		if _, ok := entries[name]; !ok {
+			t.Errorf("archive has no %s (has %d entries)", name, len(entries))
 		}
 	}
+	var cfg struct {
+		ID      string `json:"id"`
+		Name    string `json:"name"`
+		Runtime string `json:"runtime"`
+	}
+	if err := json.Unmarshal(entries["config.dump"], &cfg); err != nil || cfg.ID != ctr || cfg.Runtime != "runc" {
+		t.Errorf("config.dump %s: %v", entries["config.dump"], err)
+	}
+	var spec struct {
+		Process struct {
+			Args []string `json:"args"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal(entries["spec.dump"], &spec); err != nil || strings.Join(spec.Process.Args, " ") != "sleep 1000" {
+		t.Errorf("spec.dump process %v: %v", spec.Process.Args, err)
+	}
+	if fi, err := os.Stat(location); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("archive mode %v: %v", fi.Mode(), err)
+	}
+	if err := checkpoint(ctr, location); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("checkpoint over an existing archive: %v", err)
+	}
 	assertRunning(ctr)
+
+	t.Run("failing CRIU", func(t *testing.T) {
+		why := criuCheck(t, debianCRIU)
+		if why == "" || why == debianCRIU {
+			t.Skipf("Debian's CRIU works on this node or is not installed (%q): no failing CRIU to check the refusal with", why)
+		}
+		podID, pod := e.pod("checkpoint-oldcriu", "runc-oldcriu")
+		id := e.run(podID, pod, e.ctrConfig("sleeper", "sleep", "1000"))
+		dir := t.TempDir()
+		err := checkpoint(id, filepath.Join(dir, "old.tar"))
+		msg := status.Convert(err).Message()
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(msg, why) || !strings.Contains(msg, id) {
+			t.Errorf("CheckpointContainer: %v, want FailedPrecondition naming the container and CRIU's reason %q", err, why)
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Errorf("a refused checkpoint left %d files beside the location (%s)", len(left), left[0].Name())
+		}
+		assertRunning(id)
+		if err := d.RS.RemovePodSandbox(ctx, podID); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("bad input", func(t *testing.T) {
 		for _, tc := range []struct {

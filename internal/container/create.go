@@ -56,6 +56,9 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if err != nil {
 		return "", err
 	}
+	if err := checkPropagation(cfg, sb.KindRuntime(), sb.Handler); err != nil {
+		return "", err
+	}
 	release, err := sb.Use()
 	if err != nil {
 		return "", err
@@ -177,9 +180,6 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	}
 	spec, err := oci.ContainerSpec(opts)
 	if err != nil {
-		return err
-	}
-	if err := m.checkPropagation(c); err != nil {
 		return err
 	}
 	if sb.UserNS != "" {

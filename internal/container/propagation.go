@@ -1,7 +1,9 @@
 package container
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
@@ -9,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/oci"
 )
 
@@ -18,27 +21,27 @@ import (
 // that does not propagate: BIDIRECTIONAL needs a shared one, HOST_TO_CONTAINER a shared or
 // slave one. containerd and CRI-O refuse the same (their ensureShared and
 // ensureSharedOrSlave). kubelet makes its root directory rshared, so its volumes pass; a
-// hostPath on a private mount does not. Host paths exist by now (ContainerSpec made them).
-func (m *Manager) checkPropagation(c *Container) error {
-	var infos []*mountinfo.Info
-	for i, mnt := range c.config.GetMounts() {
+// hostPath on a private mount does not. It runs before anything is made for the container;
+// a host path not made yet is judged by the mount of its nearest existing parent, where
+// ContainerSpec will make it. Host paths ContainerSpec refuses are left to it.
+func checkPropagation(cfg *runtimeapi.ContainerConfig, rt kind.Runtime, handler string) error {
+	for i, mnt := range cfg.GetMounts() {
 		p := mnt.GetPropagation()
-		if p == runtimeapi.MountPropagation_PROPAGATION_PRIVATE || oci.IsImageMount(mnt) {
+		if p == runtimeapi.MountPropagation_PROPAGATION_PRIVATE || oci.IsImageMount(mnt) || !filepath.IsAbs(mnt.GetHostPath()) {
 			continue
 		}
 		field := fmt.Sprintf("config.mounts[%d].propagation %s", i, strings.TrimPrefix(p.String(), "PROPAGATION_"))
-		if p == runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL && !c.rt.Plan().MountsToNode {
+		if p == runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL && !rt.Plan().MountsToNode {
 			return fmt.Errorf("%s: runtime handler %q (%s) cannot propagate a container's mounts to the node: use HOST_TO_CONTAINER or another RuntimeClass: %w",
-				field, c.Handler, c.rt.Type(), errdefs.ErrFailedPrecondition)
+				field, handler, rt.Type(), errdefs.ErrFailedPrecondition)
 		}
-		src, err := filepath.EvalSymlinks(mnt.GetHostPath())
+		src, err := existingPath(mnt.GetHostPath())
 		if err != nil {
 			return fmt.Errorf("%s: host_path %q: %w", field, mnt.GetHostPath(), err)
 		}
-		if infos == nil {
-			if infos, err = mountinfo.GetMounts(nil); err != nil {
-				return fmt.Errorf("%s: read the node's mounts: %w", field, err)
-			}
+		infos, err := mountinfo.GetMounts(mountinfo.ParentsFilter(src))
+		if err != nil {
+			return fmt.Errorf("%s: read the node's mounts: %w", field, err)
 		}
 		at, optional := mountOf(infos, src)
 		shared, slave := hasTag(optional, "shared:"), hasTag(optional, "master:")
@@ -54,8 +57,20 @@ func (m *Manager) checkPropagation(c *Container) error {
 	return nil
 }
 
+// existingPath is path with its symlinks resolved, or, where it does not exist yet, its
+// nearest existing parent's.
+func existingPath(path string) (string, error) {
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		r, err := filepath.EvalSymlinks(p)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || p == "/" {
+			return r, err
+		}
+	}
+}
+
 // mountOf is the mount point holding path and its optional fields: the deepest mount
-// point above it, and of those stacked there the last mounted.
+// point above it, and of those stacked there the last mounted. (ParentsFilter compares
+// bare prefixes: /var/lib/kube passes it for /var/lib/kubelet/x.)
 func mountOf(infos []*mountinfo.Info, path string) (at, optional string) {
 	for _, in := range infos {
 		mp := in.Mountpoint

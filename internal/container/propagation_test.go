@@ -1,6 +1,8 @@
 package container
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/moby/sys/mountinfo"
@@ -29,6 +31,23 @@ func TestMountOf(t *testing.T) {
 		at, opt := mountOf(infos, c.path)
 		if at != c.at || opt != c.optional || hasTag(opt, "shared:") != c.shared || hasTag(opt, "master:") != c.slave {
 			t.Errorf("mountOf(%s) = %q %q, want %q %q (shared %v, slave %v)", c.path, at, opt, c.at, c.optional, c.shared, c.slave)
+		}
+	}
+}
+
+// A host path not made yet is judged by its nearest existing parent, symlinks resolved.
+func TestExistingPath(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink(dir, dir+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	want, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, dir + "/link", dir + "/link/not/yet"} {
+		if got, err := existingPath(p); err != nil || got != want {
+			t.Errorf("existingPath(%s) = %q, %v; want %q", p, got, err, want)
 		}
 	}
 }

@@ -197,7 +197,7 @@ func (h *Handler) CheckPod(cfg *runtimeapi.PodSandboxConfig) error {
 	}
 	// Such a pod's containers get the node's /sys bound recursively read-only (oci.SysMount).
 	if userns && ns.GetNetwork() == runtimeapi.NamespaceMode_NODE && !h.Features.RecursiveReadOnlyMounts {
-		return refuse("recursive_read_only_mounts", "user namespaces with hostNetwork (the node's /sys, recursively read-only)")
+		return refuse("recursive_read_only_mounts", "hostUsers: false with hostNetwork")
 	}
 	return nil
 }

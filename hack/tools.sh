@@ -178,6 +178,22 @@ build_coredns() {
 	have coredns "$COREDNS_VERSION"
 }
 
+# debian_orig TARBALL POOLDIR SHAVAR: TARBALL (a path in $TOOLS/src named as in Debian's
+# pool) as the pool under POOLDIR (b/busybox) serves it, unless already there; checked
+# against the SHA-256 in the variable named SHAVAR, and not kept if it differs.
+debian_orig() {
+	local tarball=$1 sum=${!3} url
+	echo "$sum  $tarball" | sha256sum -c --quiet >/dev/null 2>&1 && return
+	url="http://deb.debian.org/debian/pool/main/$2/$(basename "$tarball")"
+	curl -fsSL -o "$tarball.tmp" "$url" || { log "download of $url failed"; rm -f "$tarball.tmp"; exit 1; }
+	if ! echo "$sum  $tarball.tmp" | sha256sum -c --quiet >/dev/null 2>&1; then
+		log "$url does not match $3 in hack/tools.sh (got $(sha256sum <"$tarball.tmp" | cut -d' ' -f1)); not used"
+		rm -f "$tarball.tmp"
+		exit 1
+	fi
+	mv "$tarball.tmp" "$tarball"
+}
+
 # busybox: upstream's defconfig, dynamic against glibc as Debian's own build (NSS for
 # `hostname -f`; its shell execs applets, which critest's MaskedPaths spec needs), from the
 # orig tarball in Debian's archive (checked against its SHA-256).
@@ -185,16 +201,7 @@ build_busybox() {
 	have busybox "$BUSYBOX_VERSION" && return
 	local dir=$TOOLS/src/busybox-$BUSYBOX_VERSION tarball=$TOOLS/src/busybox_$BUSYBOX_VERSION.orig.tar.bz2
 	log "building busybox $BUSYBOX_VERSION (upstream, from Debian's source tarball; about two minutes)"
-	if ! echo "$BUSYBOX_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
-		local url="http://deb.debian.org/debian/pool/main/b/busybox/busybox_$BUSYBOX_VERSION.orig.tar.bz2"
-		curl -fsSL -o "$tarball.tmp" "$url" || { log "download of $url failed"; rm -f "$tarball.tmp"; exit 1; }
-		if ! echo "$BUSYBOX_SHA256  $tarball.tmp" | sha256sum -c --quiet >/dev/null 2>&1; then
-			log "$url does not match BUSYBOX_SHA256 in hack/tools.sh (got $(sha256sum <"$tarball.tmp" | cut -d' ' -f1)); not used"
-			rm -f "$tarball.tmp"
-			exit 1
-		fi
-		mv "$tarball.tmp" "$tarball"
-	fi
+	debian_orig "$tarball" b/busybox BUSYBOX_SHA256
 	rm -rf "$dir" && tar -xjf "$tarball" -C "$TOOLS/src"
 	(cd "$dir" && make -s defconfig >/dev/null && make -s -j"$(nproc)" busybox >/dev/null 2>&1) ||
 		{ log "busybox build failed (rerun in $dir: make busybox)"; exit 1; }
@@ -225,16 +232,7 @@ build_criu() {
 	log "building criu $CRIU_VERSION (upstream, from Debian's source tarball; about a minute)"
 	# shellcheck disable=SC2086 # a list of package names
 	apt_missing $CRIU_BUILD_PKGS
-	if ! echo "$CRIU_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
-		local url="http://deb.debian.org/debian/pool/main/c/criu/criu_$CRIU_VERSION.orig.tar.xz"
-		curl -fsSL -o "$tarball.tmp" "$url" || { log "download of $url failed"; rm -f "$tarball.tmp"; exit 1; }
-		if ! echo "$CRIU_SHA256  $tarball.tmp" | sha256sum -c --quiet >/dev/null 2>&1; then
-			log "$url does not match CRIU_SHA256 in hack/tools.sh (got $(sha256sum <"$tarball.tmp" | cut -d' ' -f1)); not used"
-			rm -f "$tarball.tmp"
-			exit 1
-		fi
-		mv "$tarball.tmp" "$tarball"
-	fi
+	debian_orig "$tarball" c/criu CRIU_SHA256
 	rm -rf "$dir" && tar -xJf "$tarball" -C "$TOOLS/src"
 	(cd "$dir" && make -s -j"$(nproc)" criu >/dev/null 2>&1) ||
 		{ log "criu build failed (rerun in $dir: make criu)"; exit 1; }
@@ -417,21 +415,14 @@ build_v2_node_root() {
 UML_SOURCE_PKG=linux-source-6.12
 UML_BUILD_PKGS="$UML_SOURCE_PKG bc flex bison libelf-dev build-essential xz-utils"
 build_uml_kernel() {
-	local here fragment missing="" p patches=()
+	local here fragment p patches=()
 	here=$(cd "$(dirname "$0")" && pwd)
 	fragment=$here/v2-node/uml.config
 	for p in "$here"/v2-node/patches/*.patch; do
 		[ -f "$p" ] && patches+=("$p")
 	done
-	for p in $UML_BUILD_PKGS; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
-	done
-	if [ -n "$missing" ]; then
-		log "installing:$missing"
-		# shellcheck disable=SC2086 # a list of package names
-		# The lock timeout: `make test` may run this beside another apt-get.
-		{ apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $missing; } >&2
-	fi
+	# shellcheck disable=SC2086 # a list of package names
+	apt_missing $UML_BUILD_PKGS
 	local srcver key name applied
 	srcver=$(dpkg-query -W -f='${Version}' "$UML_SOURCE_PKG")
 	key=$(cat "$fragment" ${patches[@]+"${patches[@]}"} | sha256sum | cut -c1-12)

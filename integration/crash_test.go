@@ -571,6 +571,17 @@ func (e *containerEnv) podWith(cfg *runtimeapi.PodSandboxConfig, handler string)
 	return id, cfg
 }
 
+// removePod stops and removes pod id, failing the test on an error.
+func (e *containerEnv) removePod(id string) {
+	e.t.Helper()
+	if err := e.d.RS.StopPodSandbox(ctxT(e.t), id); err != nil {
+		e.t.Fatalf("StopPodSandbox(%s): %v", id[:12], err)
+	}
+	if err := e.d.RS.RemovePodSandbox(ctxT(e.t), id); err != nil {
+		e.t.Fatalf("RemovePodSandbox(%s): %v", id[:12], err)
+	}
+}
+
 // nodeState is what the daemon's pods hold on the node, by kind, for comparing the node
 // before and after.
 func (e *containerEnv) nodeState(n testNet, handlers ...string) map[string][]string {

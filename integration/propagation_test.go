@@ -3,8 +3,10 @@
 package integration
 
 import (
+	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,20 +29,6 @@ func propagationDir(t *testing.T, mode string) string {
 	return dir
 }
 
-func isMountPoint(t *testing.T, path string) bool {
-	t.Helper()
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
-}
-
 // TestMountPropagation: mount propagation as kubelet's mountPropagation asks it, on runc.
 // Bidirectional: a mount the container makes reaches the node; HostToContainer: a mount
 // the node makes reaches the container. A host path on a node mount that would not carry
@@ -54,11 +42,7 @@ func TestMountPropagation(t *testing.T) {
 	pod := func(name, handler string) (string, *runtimeapi.PodSandboxConfig) {
 		cfg := podConfig(name, runtimeapi.NamespaceMode_CONTAINER)
 		cfg.Linux.SecurityContext.Privileged = true
-		id, err := e.d.RS.RunPodSandbox(ctx, cfg, handler)
-		if err != nil {
-			t.Fatalf("RunPodSandbox(%s): %v", handler, err)
-		}
-		return id, cfg
+		return e.podWith(cfg, handler)
 	}
 	ctr := func(name, dir string, p runtimeapi.MountPropagation) *runtimeapi.ContainerConfig {
 		c := e.ctrConfig(name, "sleep", "1000")
@@ -88,7 +72,7 @@ func TestMountPropagation(t *testing.T) {
 		t.Fatalf("mount in the container: %q", out)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(shared+"/from-ctr", unix.MNT_DETACH) })
-	if !isMountPoint(t, shared+"/from-ctr") {
+	if !slices.Contains(mountsUnder(shared+"/from-ctr"), shared+"/from-ctr") {
 		t.Errorf("the container's mount at /vol/from-ctr did not reach the node at %s/from-ctr", shared)
 	}
 
@@ -107,6 +91,13 @@ func TestMountPropagation(t *testing.T) {
 
 	refused("Bidirectional on a private mount", runcPod, runcCfg, ctr("bidir-private", private, runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL),
 		"config.mounts[0].propagation BIDIRECTIONAL", private, "not shared")
+	// Refused before anything is made: a host path not there yet is judged by its parent's
+	// mount, and not made.
+	refused("Bidirectional below a private mount, not made yet", runcPod, runcCfg, ctr("bidir-new", private+"/new", runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL),
+		"config.mounts[0].propagation BIDIRECTIONAL", private+"/new", private, "not shared")
+	if _, err := os.Stat(private + "/new"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused create made its host path %s/new: %v", private, err)
+	}
 	refused("HostToContainer on a private mount", runcPod, runcCfg, ctr("h2c-private", private, runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER),
 		"config.mounts[0].propagation HOST_TO_CONTAINER", private, "neither shared nor slave")
 
@@ -115,12 +106,6 @@ func TestMountPropagation(t *testing.T) {
 		"config.mounts[0].propagation BIDIRECTIONAL", `"runsc"`, "cannot propagate a container's mounts to the node")
 	e.run(runscPod, runscCfg, ctr("h2c-runsc", shared, runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER))
 
-	for _, p := range []string{runcPod, runscPod} {
-		if err := e.d.RS.StopPodSandbox(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.d.RS.RemovePodSandbox(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.removePod(runcPod)
+	e.removePod(runscPod)
 }

@@ -153,12 +153,7 @@ func TestUserNamespaces(t *testing.T) {
 				if out, _ := e.exec(id, "cat", "/proc/self/uid_map"); !strings.Contains(out, fmt.Sprint(host)) {
 					t.Errorf("after restart, uid_map = %q", out)
 				}
-				if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
-					t.Fatal(err)
-				}
-				if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
-					t.Fatal(err)
-				}
+				e.removePod(podID)
 			})
 		}
 	}
@@ -233,10 +228,7 @@ func TestUserNamespacesHostNetwork(t *testing.T) {
 			pod := podConfig(name, pid)
 			pod.Linux.SecurityContext.NamespaceOptions.Network = runtimeapi.NamespaceMode_NODE
 			pod.Linux.SecurityContext.NamespaceOptions.UsernsOptions = usernsOptions(host)
-			podID, err := e.d.RS.RunPodSandbox(ctx, pod, "runc")
-			if err != nil {
-				t.Fatalf("RunPodSandbox: %v", err)
-			}
+			podID, _ := e.podWith(pod, "runc")
 			cfg := e.ctrConfig("app", "sleep", "1000")
 			cfg.Linux.SecurityContext.NamespaceOptions = pod.Linux.SecurityContext.NamespaceOptions
 			id := e.run(podID, pod, cfg)
@@ -274,12 +266,7 @@ func TestUserNamespacesHostNetwork(t *testing.T) {
 			if out, _ := e.exec(id, "sh", "-c", "m=$(cat /sys/class/net/lo/mtu) && { echo $m > /sys/class/net/lo/mtu && echo written || echo refused; }"); out != "refused" {
 				t.Errorf("a write to the node's /sys: %q", out)
 			}
-			if err := e.d.RS.StopPodSandbox(ctx, podID); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.d.RS.RemovePodSandbox(ctx, podID); err != nil {
-				t.Fatal(err)
-			}
+			e.removePod(podID)
 		})
 	}
 	e.t = t

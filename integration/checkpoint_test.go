@@ -151,16 +151,7 @@ func TestCheckpointContainer(t *testing.T) {
 			{"relative location", ctr, "x.tar", codes.InvalidArgument, []string{"location", `"x.tar"`}},
 			{"no such directory", ctr, filepath.Join(out, "nodir", "x.tar"), codes.InvalidArgument, []string{"location", "nodir"}},
 		} {
-			err := checkpoint(tc.id, tc.location)
-			if status.Code(err) != tc.code {
-				t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
-				continue
-			}
-			for _, s := range tc.says {
-				if !strings.Contains(status.Convert(err).Message(), s) {
-					t.Errorf("%s: %q does not name %s", tc.name, status.Convert(err).Message(), s)
-				}
-			}
+			wantRefused(t, tc.name, checkpoint(tc.id, tc.location), tc.code, tc.says...)
 		}
 		done := e.run(podID, pod, e.ctrConfig("done", "true"))
 		e.waitExit(done)

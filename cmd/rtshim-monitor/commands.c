@@ -35,13 +35,38 @@ void notify(const char *line) {
 	}
 }
 
-static char **runtime_argv(const char *a1, const char *a2, const char *a3) {
-	size_t n = cfg.runtime_nargs + 8;
-	char **v = xcalloc(n, sizeof *v);
-	size_t k = 0;
-	v[k++] = cfg.runtime;
+// runtime_argv_n is a NULL-ended argv of the runtime and its global flags with room for
+// extra more arguments, the next at *k.
+char **runtime_argv_n(size_t extra, size_t *k) {
+	char **v = xcalloc(cfg.runtime_nargs + extra + 2, sizeof *v);
+	*k = 0;
+	v[(*k)++] = cfg.runtime;
 	for (size_t i = 0; i < cfg.runtime_nargs; i++)
-		v[k++] = cfg.runtime_args[i];
+		v[(*k)++] = cfg.runtime_args[i];
+	return v;
+}
+
+// runtime_failed writes "<runtime> <what>: <se>: <its last words>" to err, once the
+// copiers have taken those words into the tail.
+void runtime_failed(const char *what, const char *se, char *err, size_t errn) {
+	loop_for(20);
+	char *t = xstrndup(tail_buf ? tail_buf : "", tail_buf ? tail_len : 0);
+	trim(t);
+	snprintf(err, errn, "%s %s: %s: %s", base_name(cfg.runtime), what, se, t);
+	free(t);
+}
+
+// tail_end stops keeping the runtime's last words.
+void tail_end(void) {
+	tail_on = false;
+	free(tail_buf);
+	tail_buf = NULL;
+	tail_len = 0;
+}
+
+static char **runtime_argv(const char *a1, const char *a2, const char *a3) {
+	size_t k;
+	char **v = runtime_argv_n(3, &k);
 	if (a1)
 		v[k++] = (char *)a1;
 	if (a2)
@@ -209,13 +234,72 @@ static int fifo_start(char *err, size_t errn) {
 	return r;
 }
 
-// do_start runs `<runtime> start` (or its work, fifo_start); NULL on success, or the
-// error text.
+// do_restore runs `<runtime> restore --detach` from cfg.restore_image with the pipes
+// create made as its stdio (CRIU hands them to the restored processes), and follows the
+// restored init, which becomes our child when the runtime exits (we are its subreaper).
+// NULL on success, or the error text with the runtime's words.
+static const char *do_restore(void) {
+	static char err[8192];
+	char pidfile[PATH_MAX], e2[1024];
+	if (start_stdio[0] < 0)
+		return "its restore failed already: a failed restore is not tried again (remove the container)";
+	snprintf(pidfile, sizeof pidfile, "%s/%s", cfg.dir, PID_FILE);
+	int in = start_stdin >= 0 ? start_stdin : open("/dev/null", O_RDONLY | O_CLOEXEC);
+	size_t k;
+	char **argv = runtime_argv_n(11, &k);
+	argv[k++] = "restore";
+	argv[k++] = "--detach";
+	argv[k++] = "--bundle";
+	argv[k++] = cfg.bundle;
+	argv[k++] = "--pid-file";
+	argv[k++] = pidfile;
+	argv[k++] = "--image-path";
+	argv[k++] = cfg.restore_image;
+	argv[k++] = "--work-path";
+	argv[k++] = cfg.restore_work && *cfg.restore_work ? cfg.restore_work : cfg.restore_image;
+	argv[k++] = cfg.id;
+	struct cmd *c = spawn(argv, in, start_stdio[0], start_stdio[1], cfg.bundle, CREATE_TIMEOUT_MS, e2, sizeof e2);
+	free(argv);
+	if (in >= 0)
+		close(in);
+	start_stdin = -1;
+	close(start_stdio[0]);
+	close(start_stdio[1]);
+	start_stdio[0] = start_stdio[1] = -1;
+	const char *se = e2;
+	if (c) {
+		// Only the process's end: the restored processes hold its output pipes.
+		while (!c->done)
+			loop_once(now_ms() + 10000);
+		se = status_err(c->status);
+		cmd_free(c);
+	}
+	if (se) {
+		runtime_failed("restore", se, err, sizeof err);
+		return err;
+	}
+	tail_end();
+	pid_t pid = read_pid("restore", e2, sizeof e2);
+	if (pid == 0) {
+		snprintf(err, sizeof err, "%s", e2);
+		return err;
+	}
+	follow_init(pid);
+	diag("container %s restored from %s, pid %d", cfg.id, cfg.restore_image, (int)pid);
+	return NULL;
+}
+
+// do_start runs `<runtime> start` (or its work, fifo_start), or the restore; NULL on
+// success, or the error text.
 static const char *do_start(void) {
 	static char err[8192];
 	if (started)
 		return NULL;
-	if (start_stdio[0] >= 0) {
+	if (restoring()) {
+		const char *e = do_restore();
+		if (e)
+			return e;
+	} else if (start_stdio[0] >= 0) {
 		// runsc hands a subcontainer the start command's own stdio.
 		int in = start_stdin >= 0 ? start_stdin : open("/dev/null", O_RDONLY | O_CLOEXEC);
 		char **argv = runtime_argv("start", cfg.id, NULL);

@@ -453,6 +453,10 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 			sp = &cfg->bundle;
 		else if (!logger && keyeq(k, "exec_fifo"))
 			sp = &cfg->exec_fifo;
+		else if (!logger && keyeq(k, "restore_image"))
+			sp = &cfg->restore_image;
+		else if (!logger && keyeq(k, "restore_work"))
+			sp = &cfg->restore_work;
 		else if (!logger && keyeq(k, "wait_with_runtime"))
 			bp = &cfg->wait_with_runtime;
 		else if (!logger && keyeq(k, "runtime_args"))

@@ -12,6 +12,9 @@ struct json_config {
 	// exec_fifo: runc's exec FIFO for this container; set, start reads it instead of
 	// running `<runtime> start` (fifo_start)
 	char *exec_fifo;
+	// restore_image, restore_work: a CRIU image to restore the container from at start
+	// (`<runtime> restore`), in place of create and start, and CRIU's work directory
+	char *restore_image, *restore_work;
 	char **runtime_args;
 	size_t runtime_nargs;
 	bool wait_with_runtime, stdin, stdin_once, terminal;

@@ -211,6 +211,14 @@ void drain_closing(void);
 void notify(const char *line);
 void trim(char *s);
 void init_exited(int st);
+// RESTORE_PENDING: create's answer for a container restored at start (cfg.restore_image).
+#define RESTORE_PENDING ((pid_t)-1)
+bool restoring(void);
+pid_t read_pid(const char *what, char *err, size_t errn);
+char **runtime_argv_n(size_t extra, size_t *k);
+void runtime_failed(const char *what, const char *se, char *err, size_t errn);
+void tail_end(void);
+void follow_init(pid_t pid);
 void start_console_stream(int fd);
 void serve_pending_starts(void);
 void conn_accept(void);

@@ -26,9 +26,54 @@ static int fail(const char *msg) {
 	return 1;
 }
 
+bool restoring(void) { return cfg.restore_image && *cfg.restore_image; }
+
+// read_pid reads the init's pid from the runtime's pid file; 0 with err on error.
+pid_t read_pid(const char *what, char *err, size_t errn) {
+	char pidfile[PATH_MAX];
+	snprintf(pidfile, sizeof pidfile, "%s/%s", cfg.dir, PID_FILE);
+	int perr = 0;
+	char *b = read_file(pidfile, 4096, &perr);
+	if (!b) {
+		snprintf(err, errn, "%s %s: read pid file: open %s: %s", base_name(cfg.runtime), what, pidfile, errstr(perr));
+		return 0;
+	}
+	char *end;
+	char *t = xstrdup(b);
+	trim(t);
+	long pid = strtol(t, &end, 10);
+	if (!*t || *end || pid <= 0 || pid > INT_MAX) {
+		snprintf(err, errn, "%s %s: bad pid file \"%s\"", base_name(cfg.runtime), what, b);
+		free(b);
+		free(t);
+		return 0;
+	}
+	free(b);
+	free(t);
+	return (pid_t)pid;
+}
+
+// follow_init makes pid the init the monitor waits for, taking its end if the reaper has
+// seen it already.
+void follow_init(pid_t pid) {
+	init_pid = pid;
+	for (int i = 0; i < nfinished; i++)
+		if (finished[i].pid == pid) {
+			int st = finished[i].status;
+			memmove(finished + i, finished + i + 1, sizeof finished[0] * (nfinished - i - 1));
+			nfinished--;
+			init_exited(st);
+			break;
+		}
+}
+
 // create runs `<runtime> create`; the init's pid, or 0 with err.
 static pid_t create(char *err, size_t errn) {
 	char e2[1024];
+	if (restoring() && cfg.terminal) {
+		snprintf(err, errn, "a container with a terminal cannot be restored");
+		return 0;
+	}
 	if (cfg.log_path && *cfg.log_path) {
 		if (!log_open(cfg.log_dir, cfg.log_path, e2, sizeof e2)) {
 			snprintf(err, errn, "open container log %s: %s", cfg.log_path, e2);
@@ -67,14 +112,20 @@ static pid_t create(char *err, size_t errn) {
 	}
 	stream_start(&streams[0], po[0], "stdout", FRAME_STDOUT);
 	stream_start(&streams[1], pe[0], "stderr", FRAME_STDERR);
+	if (restoring()) {
+		// Nothing runs until start, which runs `<runtime> restore` with these as its stdio:
+		// CRIU gives the restored processes the runtime's own. Its words stay in the tail.
+		start_stdio[0] = po[1];
+		start_stdio[1] = pe[1];
+		start_stdin = pin[0];
+		close(devnull);
+		return RESTORE_PENDING;
+	}
 
 	char pidfile[PATH_MAX];
 	snprintf(pidfile, sizeof pidfile, "%s/%s", cfg.dir, PID_FILE);
-	size_t n = cfg.runtime_nargs + 12, k = 0;
-	char **argv = xcalloc(n, sizeof *argv);
-	argv[k++] = cfg.runtime;
-	for (size_t i = 0; i < cfg.runtime_nargs; i++)
-		argv[k++] = cfg.runtime_args[i];
+	size_t k;
+	char **argv = runtime_argv_n(8, &k);
 	argv[k++] = "create";
 	argv[k++] = "--bundle";
 	argv[k++] = cfg.bundle;
@@ -109,17 +160,10 @@ static pid_t create(char *err, size_t errn) {
 	}
 	close(devnull);
 	if (se) {
-		loop_for(20); // let the copiers take the runtime's last words
-		char *t = xstrndup(tail_buf, tail_len);
-		trim(t);
-		snprintf(err, errn, "%s create: %s: %s", base_name(cfg.runtime), se, t);
-		free(t);
+		runtime_failed("create", se, err, errn);
 		return 0;
 	}
-	tail_on = false;
-	free(tail_buf);
-	tail_buf = NULL;
-	tail_len = 0;
+	tail_end();
 	if (console >= 0) {
 		if (cfg.wait_with_runtime) {
 			console_fd = console; // runsc hands a subcontainer's terminal over at start
@@ -134,25 +178,7 @@ static pid_t create(char *err, size_t errn) {
 			start_console_stream(m);
 		}
 	}
-	int perr = 0;
-	char *b = read_file(pidfile, 4096, &perr);
-	if (!b) {
-		snprintf(err, errn, "%s create: read pid file: open %s: %s", base_name(cfg.runtime), pidfile, errstr(perr));
-		return 0;
-	}
-	char *end;
-	char *t = xstrdup(b);
-	trim(t);
-	long pid = strtol(t, &end, 10);
-	if (!*t || *end || pid <= 0 || pid > INT_MAX) {
-		snprintf(err, errn, "%s create: bad pid file \"%s\"", base_name(cfg.runtime), b);
-		free(b);
-		free(t);
-		return 0;
-	}
-	free(b);
-	free(t);
-	return (pid_t)pid;
+	return read_pid("create", err, errn);
 }
 
 static bool write_exit_file(const char *data) {
@@ -254,20 +280,16 @@ int run_monitor(const char *cfgpath) {
 		return 1;
 	}
 	char ok[64];
-	snprintf(ok, sizeof ok, "{\"pid\":%d}\n", (int)pid);
-	report(ok);
-	diag("container %s created, pid %d", cfg.id, (int)pid);
-	if (!cfg.wait_with_runtime) {
-		init_pid = pid;
-		for (int i = 0; i < nfinished; i++)
-			if (finished[i].pid == pid) {
-				int st = finished[i].status;
-				memmove(finished + i, finished + i + 1, sizeof finished[0] * (nfinished - i - 1));
-				nfinished--;
-				init_exited(st);
-				break;
-			}
+	if (pid == RESTORE_PENDING) {
+		report("{}\n"); // no process until the restore at start
+		diag("container %s created, to be restored from %s at start", cfg.id, cfg.restore_image);
+	} else {
+		snprintf(ok, sizeof ok, "{\"pid\":%d}\n", (int)pid);
+		report(ok);
+		diag("container %s created, pid %d", cfg.id, (int)pid);
 	}
+	if (!cfg.wait_with_runtime && pid != RESTORE_PENDING)
+		follow_init(pid);
 	busy = false;
 	serve_pending_starts();
 	while (!init_done && !exit_requested)
@@ -280,7 +302,7 @@ int run_monitor(const char *cfgpath) {
 			;
 	if (init_done) {
 		char data[256];
-		int l = snprintf(data, sizeof data, "{\"pid\":%d,\"status\":%d,", (int)(cfg.wait_with_runtime ? 0 : pid),
+		int l = snprintf(data, sizeof data, "{\"pid\":%d,\"status\":%d,", (int)(cfg.wait_with_runtime ? 0 : init_pid),
 				 exit_status);
 		if (exit_signal)
 			l += snprintf(data + l, sizeof data - l, "\"signal\":%d,", exit_signal);

@@ -268,6 +268,7 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		Store:          cstore,
 		RunDir:         filepath.Join(cfg.RunRoot, "containers"),
 		CheckpointDir:  filepath.Join(cfg.StateRoot, "checkpoints"),
+		RestoreDir:     filepath.Join(cfg.StateRoot, "restores"),
 		Runtimes:       rts,
 		Images:         images,
 		Sandboxes:      mgr,

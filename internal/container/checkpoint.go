@@ -46,8 +46,8 @@ type checkpointConfig struct {
 
 // Checkpoint writes a checkpoint archive of the running container to location, which
 // must not exist, in a directory that does: an uncompressed tar of CRIU's image
-// (checkpoint/), what the container is (config.dump), its OCI spec (spec.dump) and
-// CRIU's log (dump.log). The container keeps running. The archive holds the memory of
+// (checkpoint/), what the container is (config.dump), its OCI spec (spec.dump), CRIU's
+// log (dump.log) and what it changed in its rootfs (rootfs-diff.tar, deleted.files). The container keeps running. The archive holds the memory of
 // its processes, so only root may read it. On error nothing is left at location or
 // beside it. timeout 0 leaves the caller's deadline.
 func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error {
@@ -111,6 +111,9 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 		return err // the kind names the handler, the call and the container
 	}
 	if err := m.checkpointFiles(c, content, work, start); err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	}
+	if err := m.writeRootfsDiff(c, content); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
 	}
 	if err := publishTar(dirFD, location, content); err != nil {

@@ -2,10 +2,12 @@ package container
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +31,19 @@ type fakeCRIU struct {
 	kind.Runtime
 	err    error
 	during func(imageDir string) // runs while it dumps
+}
+
+func (fakeCRIU) Restorable() error { return nil }
+
+// diffImages gives a container's rootfs changes as a fixed layer tar and deleted paths.
+type diffImages struct {
+	Images
+	diff    []byte
+	deleted []string
+}
+
+func (d diffImages) RootfsDiff(string) (io.ReadCloser, []string, error) {
+	return io.NopCloser(bytes.NewReader(d.diff)), d.deleted, nil
 }
 
 func (f fakeCRIU) Checkpoint(ctx context.Context, t kind.Task, imageDir, workDir string) error {
@@ -55,7 +70,13 @@ func TestCheckpointArchive(t *testing.T) {
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "sha256:abc", ImageID: "sha256:abc", ImageName: "busybox:1"},
 		config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "sha256:abc", UserSpecifiedImage: "busybox:1"}},
 		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
-	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: t.TempDir()}}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	_ = tw.WriteHeader(&tar.Header{Name: "written", Mode: 0o644, Size: 4, Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte("kept"))
+	_ = tw.Close()
+	images := diffImages{diff: layer.Bytes(), deleted: []string{"/etc/group"}}
+	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: t.TempDir(), Images: images}}
 	out := t.TempDir()
 	loc := filepath.Join(out, "c1.tar")
 	if err := m.Checkpoint(context.Background(), "c1", loc, 0); err != nil {
@@ -82,8 +103,34 @@ func TestCheckpointArchive(t *testing.T) {
 	if got["checkpoint/inventory.img"] != "img of c1" || !strings.Contains(got["spec.dump"], "sleep") ||
 		!strings.Contains(got["config.dump"], `"id":"c1"`) || !strings.Contains(got["config.dump"], `"rootfsImageRef":"sha256:abc"`) ||
 		!strings.Contains(got["config.dump"], `"rootfsImage":"busybox:1"`) || !strings.Contains(got["config.dump"], `"rootfsImageName":"busybox:1"`) ||
-		!strings.Contains(got["dump.log"], "finished") {
+		!strings.Contains(got["dump.log"], "finished") || got["deleted.files"] != `["/etc/group"]` ||
+		got["rootfs-diff.tar"] != layer.String() {
 		t.Errorf("archive entries: %v", got)
+	}
+	// What a restore reads of it.
+	src, err := unpackCheckpoint(loc, filepath.Join(t.TempDir(), "unpacked"))
+	if err != nil {
+		t.Fatalf("unpack the archive: %v", err)
+	}
+	if src.image() != "sha256:abc" || src.imageSpec().UserSpecifiedImage != "busybox:1" || strings.Join(src.process.Args, " ") != "sleep 1000" ||
+		strings.Join(src.deleted, ",") != "/etc/group" {
+		t.Errorf("unpacked: image %q (%q), process %v, deleted %v", src.image(), src.imageSpec().UserSpecifiedImage, src.process.Args, src.deleted)
+	}
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "group"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.applyRootfs(rootfs); err != nil {
+		t.Fatalf("apply the rootfs changes: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(rootfs, "written")); err != nil || string(b) != "kept" {
+		t.Errorf("written after the apply: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(rootfs, "etc", "group")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("/etc/group after the apply: %v, want gone", err)
 	}
 	if entries, _ := os.ReadDir(out); len(entries) != 1 {
 		t.Errorf("beside the archive: %v", entries)
@@ -221,7 +268,7 @@ func TestCheckpointSwappedDirectory(t *testing.T) {
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "n", Handler: "runc", Dir: bundle},
 		config: &runtimeapi.ContainerConfig{}, status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{during: swap}}
 	ckDir := t.TempDir()
-	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: ckDir}}
+	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: ckDir, Images: diffImages{}}}
 	if err := m.Checkpoint(context.Background(), "c1", filepath.Join(dir, "c1.tar"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +283,44 @@ func TestCheckpointSwappedDirectory(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(ckDir); len(entries) != 0 {
 		t.Errorf("the work dir was left: %v", entries)
+	}
+}
+
+// An archive to restore from is unpacked only as files and directories under their own
+// names, and must hold what a restore needs.
+func TestUnpackCheckpointRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []tar.Header
+		says    string
+	}{
+		{"leaves", []tar.Header{{Name: "../x", Typeflag: tar.TypeReg}}, "leaves the archive"},
+		{"absolute", []tar.Header{{Name: "/etc/x", Typeflag: tar.TypeReg}}, "leaves the archive"},
+		{"symlink", []tar.Header{{Name: "checkpoint", Typeflag: tar.TypeSymlink, Linkname: "/etc"}}, "not a regular file or directory"},
+		{"no config", []tar.Header{{Name: "checkpoint/", Typeflag: tar.TypeDir}}, "config.dump"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "a.tar")
+			var b bytes.Buffer
+			tw := tar.NewWriter(&b)
+			for _, h := range tc.entries {
+				h.Mode = 0o644
+				if err := tw.WriteHeader(&h); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = tw.Close()
+			if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := unpackCheckpoint(path, filepath.Join(dir, "out"))
+			if err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("unpack: %v, want an error saying %q", err, tc.says)
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "x")); err == nil {
+				t.Errorf("an entry was written outside")
+			}
+		})
 	}
 }

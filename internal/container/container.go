@@ -81,6 +81,9 @@ type Metadata struct {
 	// LogDir is the pod's log directory, below which LogPath lies.
 	LogDir string `json:"log_dir,omitempty"`
 	Rootfs string `json:"rootfs"`
+	// Restore is the directory of the checkpoint archive a container restored from one
+	// was unpacked into (RestoreDir/<id>), until its start: the start restores it.
+	Restore string `json:"restore,omitempty"`
 	// StopSignal is what StopContainer sends, as the runtime's kill accepts it: the
 	// config's stop_signal, else the image's STOPSIGNAL, else SIGTERM.
 	StopSignal  string `json:"stop_signal"`
@@ -160,6 +163,7 @@ func (c *Container) Task() kind.Task {
 	return kind.Task{
 		ID: c.ID, PodID: c.SandboxID, Dir: c.Dir, PodDir: c.PodDir, LogPath: c.LogPath, LogDir: c.LogDir,
 		Stdin: c.config.GetStdin(), StdinOnce: c.config.GetStdinOnce(), Terminal: c.config.GetTty(),
+		Restore: c.restoreImage(),
 	}
 }
 

@@ -59,6 +59,12 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	if err := checkPropagation(cfg, sb.KindRuntime(), sb.Handler); err != nil {
 		return "", err
 	}
+	restore := checkpointArchive(cfg.GetImage().GetImage())
+	if restore {
+		if err := m.restoreChecks(cfg, sb); err != nil {
+			return "", err
+		}
+	}
 	release, err := sb.Use()
 	if err != nil {
 		return "", err
@@ -88,6 +94,9 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		rt:     sb.KindRuntime(),
 		status: store.NewTracked(Status{State: StateCreating}),
 		exited: registry.NewExit(),
+	}
+	if restore {
+		c.Restore = filepath.Join(m.opts.RestoreDir, id)
 	}
 	if dir, p := sb.PodConfig().GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
 		c.LogDir = filepath.Clean(dir)
@@ -145,13 +154,32 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	if idm := sb.IDMappings; idm != nil {
 		uids, gids = idm.UIDs, idm.GIDs
 	}
+	imgSpec := cfg.Image
+	var restore *restoreSource
+	if c.Restore != "" {
+		var err error
+		if restore, err = unpackCheckpoint(cfg.Image.Image, c.Restore); err != nil {
+			return fmt.Errorf("config.image.image %q: checkpoint archive: %w: %w", cfg.Image.Image, err, errdefs.ErrInvalidArgument)
+		}
+		imgSpec = restore.imageSpec()
+		c.ImageRef = imgSpec.Image
+		tm.Mark("unpack")
+	}
 	rootfs, imageID, err := m.opts.Images.CreateRootfs(sb.Handler, c.ID, c.ImageRef, uids, gids)
 	tm.Mark("rootfs")
 	if errors.Is(err, errdefs.ErrNotFound) {
+		if restore != nil {
+			return fmt.Errorf("config.image.image %q: the checkpoint's image %s (%s) is not pulled on this node (pull it first): %w", cfg.Image.Image, c.ImageRef, restore.config.RootfsImage, err)
+		}
 		return fmt.Errorf("config.image.image %q is not pulled on this node (pull it first): %w", c.ImageRef, err)
 	}
 	if err != nil {
 		return err
+	}
+	if restore != nil {
+		if err := restore.applyRootfs(rootfs); err != nil {
+			return fmt.Errorf("config.image.image %q: checkpoint archive: %w", cfg.Image.Image, err)
+		}
 	}
 	if sb.IDMappings != nil {
 		if rootfs, err = bindUsernsRootfs(c.Dir, rootfs, sb.IDMappings.UIDs[0].HostID, sb.IDMappings.GIDs[0].HostID); err != nil {
@@ -159,7 +187,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		}
 	}
 	c.Rootfs, c.ImageID = rootfs, imageID
-	c.ImageName, c.ImageRepoDigest, c.ImageHandler = m.imageNames(sb.Handler, c.ID, cfg.Image, imageID)
+	c.ImageName, c.ImageRepoDigest, c.ImageHandler = m.imageNames(sb.Handler, c.ID, imgSpec, imageID)
 	if err := failpoint.Fail("create-container/rootfs"); err != nil {
 		return err
 	}
@@ -181,6 +209,9 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	spec, err := oci.ContainerSpec(opts)
 	if err != nil {
 		return err
+	}
+	if restore != nil {
+		restore.applyProcess(spec)
 	}
 	if sb.UserNS != "" {
 		if err := idmapMounts(c.Dir, sb.UserNS, cfg, spec); err != nil {
@@ -242,10 +273,14 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	// Detached: the container's own mount namespace holds its rootfs and pod files once
 	// the runtime's create returns; hooks that run on the node after create may read them
 	// by their paths.
-	detach := c.rt.Plan().DetachRootfs && !hostHooksAfterCreate(spec)
-	giveBack, err := m.opts.Sandboxes.LendTmpfs(sb)
-	if err != nil {
-		return err
+	// A container restored at start is made by its restore: its rootfs and the pod's
+	// tmpfs are lent then (Start), not now.
+	detach := c.rt.Plan().DetachRootfs && !hostHooksAfterCreate(spec) && c.Restore == ""
+	giveBack := func(bool) {}
+	if c.Restore == "" {
+		if giveBack, err = m.opts.Sandboxes.LendTmpfs(sb); err != nil {
+			return err
+		}
 	}
 	p, err := c.rt.Create(ctx, c.Task())
 	giveBack(err == nil && !detach)

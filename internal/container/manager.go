@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,10 @@ type Options struct {
 	// CheckpointDir is where checkpoints are made before their archive is written
 	// (<state_root>/checkpoints, root's only; emptied at start).
 	CheckpointDir string
+	// RestoreDir holds the checkpoint archives unpacked for containers restored from
+	// them (<state_root>/restores, root's only), each until its container's start or
+	// removal. Empty: no restores.
+	RestoreDir string
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes  kind.Maker
 	Images    Images
@@ -66,6 +71,7 @@ type Options struct {
 type Images interface {
 	CreateRootfs(handler, id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
 	RemoveRootfs(id string) error
+	RootfsDiff(id string) (io.ReadCloser, []string, error)
 	DetachRootfs(id string)
 	RootfsUsage(id string) (image.Usage, error)
 	MountVolume(handler, owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*image.Volume, error)
@@ -152,6 +158,11 @@ func NewManager(opts Options) (*Manager, error) {
 		}
 		if err := os.MkdirAll(opts.CheckpointDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", opts.CheckpointDir, err)
+		}
+	}
+	if opts.RestoreDir != "" {
+		if err := os.MkdirAll(opts.RestoreDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", opts.RestoreDir, err)
 		}
 	}
 	if opts.Index == nil {

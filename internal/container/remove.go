@@ -120,6 +120,11 @@ func (m *Manager) cleanup(c *Container) error {
 	if err := failpoint.Fail("remove-container/rootfs-removed"); err != nil {
 		return err
 	}
+	if c.Restore != "" {
+		if err := os.RemoveAll(c.Restore); err != nil {
+			return fmt.Errorf("clean up container %s: %w", c.ID, err)
+		}
+	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		return fmt.Errorf("clean up container %s: %w", c.ID, err)
 	}

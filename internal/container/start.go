@@ -3,6 +3,10 @@ package container
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -11,6 +15,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/failpoint"
 	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 	"github.com/rtshimd/rtshimd/internal/phasetime"
 )
 
@@ -59,7 +64,18 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		kill()
 		return fmt.Errorf("start container %s: the runtime started it, then: %w (it was killed)", c.ID, err)
 	}
-	if err := c.rt.Start(ctx, c.Task()); err != nil {
+	giveBack := func(bool) {}
+	if c.Restore != "" {
+		// The restore makes the container as a create would: runc binds the pod's files
+		// from its tmpfs. Its rootfs stays on the node's table (the spec is not read here
+		// to tell whether hooks after the start need it).
+		if giveBack, err = m.opts.Sandboxes.LendTmpfs(sb); err != nil {
+			return fmt.Errorf("start container %s: %w", c.ID, err)
+		}
+	}
+	err = c.rt.Start(ctx, c.Task())
+	giveBack(false)
+	if err != nil {
 		return startFailed(ctx, c, err, kill, killStarted)
 	}
 	tm.Mark("runtime_start")
@@ -67,13 +83,29 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if err := failpoint.Fail("start-container/runtime-started"); err != nil {
 		return killStarted(err)
 	}
+	pid := 0
+	if c.Restore != "" {
+		// A restored container's init is known from its restore on (its create made none).
+		if pid, err = readPidFile(filepath.Join(c.Dir, monitor.PidFile)); err != nil {
+			return killStarted(err)
+		}
+	}
 	if err := m.update(c, func(s *Status) {
 		if s.State == StateCreated {
 			s.State = StateRunning
 		}
 		s.StartedAt = started
+		if pid > 0 {
+			s.Pid = pid
+		}
 	}); err != nil {
 		return killStarted(err)
+	}
+	if c.Restore != "" {
+		// The checkpoint's memory is in the processes now: the unpacked archive goes.
+		if err := os.RemoveAll(c.Restore); err != nil {
+			logrus.WithError(err).WithField("container", c.ID).Warn("remove the restored checkpoint")
+		}
 	}
 	if err := failpoint.Fail("start-container/done"); err != nil { // a crash before the reply, or a failure after the record
 		return killStarted(err)
@@ -87,6 +119,19 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		m.opts.NRI.PostStartContainer(ctx, c)
 	}
 	return nil
+}
+
+// readPidFile reads a runtime's --pid-file.
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: %q is not a pid", path, b)
+	}
+	return pid, nil
 }
 
 // startFailed answers a start the runtime failed. The runtime may have started the

@@ -77,7 +77,7 @@ func init() {
 		"ContainerConfig.command":     h("the process's entrypoint (the image's ENTRYPOINT when unset)"),
 		"ContainerConfig.devices":     h("host devices made in the container, with their cgroup permissions"),
 		"ContainerConfig.envs":        h("the process environment, over the image's; a name with `=` is InvalidArgument"),
-		"ContainerConfig.image":       h("the image the rootfs is made from (by ID, or a reference pulled on this node)"),
+		"ContainerConfig.image":       h("the image the rootfs is made from (by ID, or a reference pulled on this node); an absolute path is a checkpoint archive to restore"),
 		"ContainerConfig.labels":      h("kept and reported; ListContainers filters on them"),
 		"ContainerConfig.linux":       h("the Linux part of the spec: resources and security context"),
 		"ContainerConfig.log_path":    h("the CRI log, relative to the pod's log_directory; a path leaving it is InvalidArgument"),

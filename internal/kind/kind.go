@@ -94,6 +94,9 @@ type Task struct {
 	Stdin, StdinOnce, Terminal bool
 	// HostNetwork: the pod uses the node's network namespace (hostNetwork).
 	HostNetwork bool
+	// Restore is a checkpoint's CRIU image: Create makes nothing run and Start restores
+	// the task from it (a Checkpointer whose Restorable says so).
+	Restore string
 }
 
 // Created is a created task's processes.
@@ -222,6 +225,9 @@ type Checkpointer interface {
 	// (dump.log) and work files in workDir; both exist. A checkpoint the runtime or CRIU
 	// refuses is errdefs.ErrFailedPrecondition, in CRIU's words where it gave some.
 	Checkpoint(ctx context.Context, t Task, imageDir, workDir string) error
+	// Restorable is nil where the kind restores a Task with Restore set, else why not
+	// (errdefs.ErrFailedPrecondition).
+	Restorable() error
 }
 
 // ProbeResult is what a probe found beyond "it runs".

@@ -54,6 +54,11 @@ type Config struct {
 	// it as `runc start` would, rather than run runc, when it is a FIFO there. Empty: start
 	// runs `<runtime> start`.
 	ExecFifo string `json:"exec_fifo,omitempty"`
+	// RestoreImage is a CRIU image (a checkpoint's) the container is restored from: create
+	// runs nothing and reports no pid; start runs `<runtime> restore --detach` with the
+	// container's stdio pipes, CRIU's work files in RestoreWork.
+	RestoreImage string `json:"restore_image,omitempty"`
+	RestoreWork  string `json:"restore_work,omitempty"`
 	// WaitWithRuntime: the container's processes are not host processes we can wait for
 	// (a subcontainer of a runsc sandbox); follow it with `<runtime> wait` after start.
 	WaitWithRuntime bool `json:"wait_with_runtime,omitempty"`
@@ -73,7 +78,8 @@ const (
 	CmdExit   = "exit"
 )
 
-// Result is what the monitor reports over the sync pipe once `create` has returned.
+// Result is what the monitor reports over the sync pipe once `create` has returned (no
+// pid for a container restored at start).
 type Result struct {
 	Pid   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,8 +31,10 @@ import (
 // closes its end 0.3 s later, after it touched $FAKE_DIR/released (FAKE_FIFO_DIE: it ends
 // before it opens the FIFO; FAKE_FIFO_OPEN_DIE: it opens it and ends); start notes each
 // call in $FAKE_DIR/runtime-starts and, with either of those, fails as runc's does.
+// restore notes its arguments in $FAKE_DIR/restore-args, prints and, with FAKE_FAIL, fails;
+// else it leaves an init that prints a line and its stdin's first line, and exits 5.
 const fakeRuntime = `#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in create|start) cmd=$1; shift; break;; *) shift;; esac; done
+while [ $# -gt 0 ]; do case "$1" in create|start|restore) cmd=$1; shift; break;; *) shift;; esac; done
 case $cmd in
 create)
 	while [ $# -gt 1 ]; do case "$1" in --pid-file) pidf=$2; shift 2;; *) shift;; esac; done
@@ -58,6 +61,14 @@ create)
 	echo $! > "$pidf"
 	if [ -n "$FAKE_WAIT_FILE" ]; then while [ ! -e "$FAKE_WAIT_FILE" ]; do sleep 0.02; done; fi
 	;;
+restore)
+	echo "$*" > "$FAKE_DIR/restore-args"
+	while [ $# -gt 1 ]; do case "$1" in --pid-file) pidf=$2; shift 2;; *) shift;; esac; done
+	echo restoring
+	if [ -n "$FAKE_FAIL" ]; then echo "restore boom" >&2; exit 2; fi
+	exec 3<&0
+	sh -c 'echo restored-line; read l; echo "in=$l"; exit 5' <&3 3<&- &
+	echo $! > "$pidf" ;;
 start)
 	echo start >> "$FAKE_DIR/runtime-starts"
 	if [ -n "$FAKE_FIFO_DIE$FAKE_FIFO_OPEN_DIE" ]; then echo "cannot start a container that has stopped" >&2; exit 1; fi
@@ -279,6 +290,73 @@ func TestMonitorCreateFailsAndExit(t *testing.T) {
 		t.Errorf("exit.json after exit: %v", err)
 	}
 	_ = syscall.Kill(res.Pid, syscall.SIGKILL)
+}
+
+// A container restored at start: create runs nothing and reports no pid; start runs the
+// runtime's restore with the container's stdio and follows the restored init to its
+// exit; a failed restore is reported in the runtime's words and not tried again.
+func TestMonitorRestore(t *testing.T) {
+	cfg := monitorConfig(t)
+	cfg.RestoreImage, cfg.RestoreWork, cfg.Stdin = filepath.Join(cfg.Dir, "image"), filepath.Join(cfg.Dir, "work"), true
+	cmd, line := startMonitor(t, cfg)
+	var res monitor.Result
+	if err := json.Unmarshal([]byte(line), &res); err != nil || res.Pid != 0 || res.Error != "" {
+		t.Fatalf("report %q: %v, want no pid and no error", line, err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "restore-args")); !os.IsNotExist(err) {
+		t.Errorf("the runtime ran before the start: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	watched := make(chan monitor.Exit, 1)
+	go func() {
+		e, _, _ := monitor.Watch(ctx, cfg.Dir)
+		watched <- e
+	}()
+	time.Sleep(100 * time.Millisecond) // the watch is in place
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err != nil {
+		t.Fatalf("start (the restore): %v", err)
+	}
+	args, _ := os.ReadFile(filepath.Join(cfg.Dir, "restore-args"))
+	want := fmt.Sprintf("--detach --bundle %s --pid-file %s/init.pid --image-path %s --work-path %s %s", cfg.Dir, cfg.Dir, cfg.RestoreImage, cfg.RestoreWork, cfg.ID)
+	if strings.TrimSpace(string(args)) != want {
+		t.Errorf("restore's arguments %q, want %q", args, want)
+	}
+	// The restored init reads the container's stdin: the pipe create made.
+	go func() {
+		_ = monitor.AttachSession(ctx, cfg.Dir, strings.NewReader("hello\n"), io.Discard, io.Discard, nil, nil)
+	}()
+	e := <-watched
+	pid, _ := os.ReadFile(filepath.Join(cfg.Dir, monitor.PidFile))
+	if e.Status != 5 || strconv.Itoa(e.Pid) != strings.TrimSpace(string(pid)) {
+		t.Errorf("exit %+v, want status 5 of the restored init %s", e, pid)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("monitor: %v", err)
+	}
+	log, _ := os.ReadFile(cfg.LogPath)
+	for _, w := range []string{"stdout F restoring", "stdout F restored-line", "stdout F in=hello"} {
+		if !strings.Contains(string(log), w) {
+			t.Errorf("log %q lacks %q", log, w)
+		}
+	}
+
+	cfg = monitorConfig(t)
+	cfg.RestoreImage = filepath.Join(cfg.Dir, "image")
+	cmd, _ = startMonitor(t, cfg, "FAKE_FAIL=1")
+	err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart)
+	if err == nil || !strings.HasPrefix(err.Error(), "fake restore: exit status 2: ") || !strings.Contains(err.Error(), "restore boom") {
+		t.Errorf("failed restore: %v, want the runtime's words", err)
+	}
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdStart); err == nil || !strings.Contains(err.Error(), "failed already") {
+		t.Errorf("second start after a failed restore: %v", err)
+	}
+	if err := monitor.Command(ctx, cfg.Dir, monitor.CmdExit); err != nil {
+		t.Errorf("exit: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("monitor: %v", err)
+	}
 }
 
 // A runtime that cannot be run is reported on fd 3.

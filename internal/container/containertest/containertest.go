@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -83,6 +84,9 @@ func (f *Images) CreateRootfs(_, id, ref string, _, _ []specs.LinuxIDMapping) (s
 	f.mu.Unlock()
 	return dir, BusyboxID, nil
 }
+
+// RootfsDiff: the fake keeps no changes.
+func (f *Images) RootfsDiff(string) (io.ReadCloser, []string, error) { return nil, nil, nil }
 
 func (f *Images) DetachRootfs(id string) {
 	f.mu.Lock()

@@ -37,6 +37,15 @@ func (r *Runtime) Checkpoint(ctx context.Context, t kind.Task, imageDir, workDir
 	return fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 }
 
+// Restorable: a runc-like runtime restores a container from CRIU's image (its restore,
+// run by the monitor at start); a sandbox runtime cannot (see Checkpoint).
+func (r *Runtime) Restorable() error {
+	if r.sandboxed {
+		return fmt.Errorf("handler %q (%s) cannot restore a container from a checkpoint: gVisor restores whole sandboxes, in its own format, not containers through CRIU: %w", r.rt.Handler, kind.OCISandbox, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
 // criuErrors returns the first few distinct errors of a CRIU log, without their time and
 // source location ("(00.015861) Error (criu/vdso.c:381): vdso: ..."); "" if none.
 func criuErrors(path string) string {

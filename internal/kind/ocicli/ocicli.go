@@ -34,6 +34,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgpath"
 	"github.com/rtshimd/rtshimd/internal/cgroups/cgstats"
 	"github.com/rtshimd/rtshimd/internal/cmdexit"
+	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/fsafe/mountpoint"
 	"github.com/rtshimd/rtshimd/internal/fsafe/unixsock"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -175,19 +176,35 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 		// start in a namespace of its own, not the node's.
 		args = append(args, hostNetworkArg)
 	}
-	p, err := monitor.Start(ctx, r.opts.MonitorPath, monitor.Config{
+	cfg := monitor.Config{
 		ID: t.ID, Dir: t.Dir, Runtime: r.rt.Path, RuntimeArgs: args, Bundle: t.Dir,
 		LogPath: t.LogPath, LogDir: t.LogDir,
 		// A sandbox runtime's containers are not host processes the monitor can wait for.
 		WaitWithRuntime: r.sandboxed && !t.Sandbox,
 		Stdin:           t.Stdin, StdinOnce: t.StdinOnce, Terminal: t.Terminal,
-		ExecFifo: r.execFifo(ctx, t),
-	})
+	}
+	if t.Restore != "" {
+		if err := r.Restorable(); err != nil {
+			return kind.Created{}, err
+		}
+		// Nothing runs until the start restores it: CRIU's work files (its restore.log) go
+		// beside the bundle.
+		cfg.RestoreImage, cfg.RestoreWork = t.Restore, filepath.Join(t.Dir, restoreWorkDir)
+		if err := os.MkdirAll(cfg.RestoreWork, 0o700); err != nil {
+			return kind.Created{}, fmt.Errorf("handler %q: create %s: %w", r.rt.Handler, t.ID, err)
+		}
+	} else {
+		cfg.ExecFifo = r.execFifo(ctx, t)
+	}
+	p, err := monitor.Start(ctx, r.opts.MonitorPath, cfg)
 	if err != nil {
 		return kind.Created{}, fmt.Errorf("handler %q: create %s: %w", r.rt.Handler, t.ID, err)
 	}
 	return kind.Created{Pid: p.InitPid, SupervisorPid: p.Pid}, nil
 }
+
+// restoreWorkDir is CRIU's work directory for a restore, in the task's directory.
+const restoreWorkDir = "restore-work"
 
 // execFifo is the path of runc's exec FIFO for t when the monitor may start t by reading
 // it, as `runc start` does, instead of running runc: ~10 ms of a Go binary's start per
@@ -220,12 +237,20 @@ func (r *Runtime) execFifo(ctx context.Context, t kind.Task) string {
 // (runc 1.1 and later); crun and youki have starts of their own.
 const runcVersionAnnotation = "org.opencontainers.runc.version"
 
-// Start asks the task's monitor to run the runtime's start.
+// Start asks the task's monitor to run the runtime's start, or its restore. A restore
+// CRIU refused is a failed precondition, in the words of CRIU's log.
 func (r *Runtime) Start(ctx context.Context, t kind.Task) error {
-	if err := monitor.Command(ctx, t.Dir, monitor.CmdStart); err != nil {
-		return fmt.Errorf("handler %q: start %s: %w", r.rt.Handler, t.ID, err)
+	err := monitor.Command(ctx, t.Dir, monitor.CmdStart)
+	if err == nil {
+		return nil
 	}
-	return nil
+	// The runtime's failed restore (the monitor's reply names it), not a later refusal.
+	if t.Restore != "" && ctx.Err() == nil && strings.Contains(err.Error(), filepath.Base(r.rt.Path)+" restore: ") {
+		if why := criuErrors(filepath.Join(t.Dir, restoreWorkDir, "restore.log")); why != "" {
+			return fmt.Errorf("handler %q: restore %s: CRIU failed: %s: %w", r.rt.Handler, t.ID, why, errdefs.ErrFailedPrecondition)
+		}
+	}
+	return fmt.Errorf("handler %q: start %s: %w", r.rt.Handler, t.ID, err)
 }
 
 // Kill runs the runtime's kill. runsc's kill --all signals the whole sandbox's processes,
@@ -293,6 +318,14 @@ func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 		return kind.TaskCreated, nil
 	case st.Status == specs.StateRunning:
 		return kind.TaskRunning, nil
+	}
+	if t.Restore != "" {
+		// Restored at start: until then the runtime knows nothing of it, and its monitor
+		// waits for the start (also after a failed restore, which it refuses to retry).
+		if _, err := monitor.ReadExit(t.Dir); err != nil && monitor.Alive(t.Dir) {
+			return kind.TaskCreated, nil
+		}
+		return kind.TaskStopped, nil
 	}
 	if r.sandboxed && !t.Sandbox {
 		// Command fails where the monitor is gone: no separate check that it is alive.

@@ -197,6 +197,28 @@ func TestCrictlContainers(t *testing.T) {
 		_ = pf.Process.Kill()
 		_ = pf.Wait()
 
+		if handler == "runc" {
+			// crictl checkpoint --export, then crictl create with the archive as image:
+			// the ticker, stopped and restored in its pod, ticks on in a log of its own.
+			// It shares the pod's PID namespace, so its PIDs must be free again first
+			// (CRIU restores PIDs: "Can't fork for 27: File exists").
+			archive := filepath.Join(dir, "ticker.tar")
+			run("checkpoint", "--export", archive, tid)
+			run("stop", "--timeout", "1", tid)
+			restored := filepath.Join(dir, "restored.json")
+			_ = os.WriteFile(restored, []byte(`{"metadata": {"name": "ticker-restored"}, "image": {"image": "`+archive+`"},
+ "log_path": "restored.log"}`), 0o644)
+			rid := run("create", podID, restored, pod)
+			run("start", rid)
+			waitFor(t, 10*time.Second, "the restored ticker's output", func() (bool, string) {
+				out := run("logs", rid)
+				return strings.Count(out, "tick") >= 2, out
+			})
+			if out := run("exec", "--sync", rid, "hostname"); out != "crictl-"+handler {
+				t.Errorf("crictl exec in the restored ticker: %q", out)
+			}
+			run("rm", "-f", rid)
+		}
 		run("stop", "--timeout", "1", id)
 		if out := run("ps", "-a", "--id", id); !strings.Contains(out, "Exited") {
 			t.Errorf("%s: after stop:\n%s", handler, out)

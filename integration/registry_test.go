@@ -253,6 +253,8 @@ type ImageSpec struct {
 	OS, Arch string // default "linux", runtime.GOARCH
 	Variant  string
 	DockerV2 bool // push as Docker schema2 instead of OCI
+	// Annotations go on the image's manifest (OCI).
+	Annotations map[string]string
 }
 
 // busyboxLayer is a layer with the host's static busybox as /bin/busybox, applet
@@ -490,10 +492,11 @@ func (r *Registry) pushImageBlobs(t testing.TB, repo string, img ImageSpec, cred
 	}
 	cfgDesc := r.pushBlob(t, repo, cfgJSON, configType, creds)
 	m := ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: manifestType,
-		Config:    cfgDesc,
-		Layers:    layers,
+		Versioned:   specs.Versioned{SchemaVersion: 2},
+		MediaType:   manifestType,
+		Config:      cfgDesc,
+		Layers:      layers,
+		Annotations: img.Annotations,
 	}
 	mJSON, err := json.Marshal(m)
 	if err != nil {

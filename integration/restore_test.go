@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,6 +151,56 @@ func TestRestoreContainer(t *testing.T) {
 			t.Errorf("pod %s lists %d containers after the refusals (%v), want the restored one", podB[:12], len(ctrs), err)
 		}
 		e.removePod(runscPod)
+	})
+
+	t.Run("from a checkpoint image", func(t *testing.T) {
+		// The archive's files as the one layer of an image annotated as buildah's recipe
+		// for CRI-O does: pulled as any image, named by a pod spec, restored at start.
+		var files []File
+		for name, b := range readTar(t, archive) {
+			files = append(files, File{Path: "/" + strings.TrimSuffix(name, "/"), Content: string(b), Dir: strings.HasSuffix(name, "/"), Mode: 0o600})
+		}
+		sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+		e.reg.Push(t, "test/counter-checkpoint", "1", ImageSpec{
+			Layers:      []Layer{{Files: files}},
+			Annotations: map[string]string{"io.kubernetes.cri-o.annotations.checkpoint.name": "counter"},
+		}, nil)
+		ref := e.reg.Ref("test/counter-checkpoint", "1")
+		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		tty := withImage(e.ctrConfig("from-image-tty"), ref)
+		tty.Tty = true
+		_, err := d.RS.CreateContainer(ctx, podB, tty, podCfgB)
+		wantRefused(t, "a terminal, from a checkpoint image", err, codes.FailedPrecondition, "config.tty")
+		assertNoRestoreLeft("after a refusal of a checkpoint image")
+		cfg := withImage(e.ctrConfig("from-image"), ref)
+		id, err := d.RS.CreateContainer(ctx, podB, cfg, podCfgB)
+		if err != nil {
+			t.Fatalf("CreateContainer from the checkpoint image: %v", err)
+		}
+		if err := d.RS.StartContainer(ctx, id); err != nil {
+			t.Fatalf("StartContainer (the restore): %v", err)
+		}
+		logPath := filepath.Join(e.logs, "restore-to", "from-image.log")
+		waitFor(t, 30*time.Second, "the output of the counter restored from the image", func() (bool, string) {
+			lines := readCRILog(t, logPath)
+			if len(lines) < 2 {
+				return false, strconv.Itoa(len(lines))
+			}
+			n, _ := strconv.Atoi(strings.TrimPrefix(lines[0][2], "n="))
+			return n > 5, lines[0][2]
+		})
+		if out, _ := e.exec(id, "cat", "/written"); out != "kept" {
+			t.Errorf("restored from the image: /written %q", out)
+		}
+		if err := d.RS.StopContainer(ctx, id, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.RS.RemoveContainer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		assertNoRestoreLeft("after the container from the image")
 	})
 
 	t.Run("restart before the start", func(t *testing.T) {

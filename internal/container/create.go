@@ -61,7 +61,7 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 	}
 	restore := checkpointArchive(cfg.GetImage().GetImage())
 	if restore {
-		if err := m.restoreChecks(cfg, sb); err != nil {
+		if err := m.archiveChecks(cfg, sb); err != nil {
 			return "", err
 		}
 	}
@@ -175,6 +175,19 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	}
 	if err != nil {
 		return err
+	}
+	if restore == nil {
+		name, err := m.opts.Images.CheckpointName(sb.Handler, imageID)
+		if err != nil {
+			return err
+		}
+		if name != "" {
+			if restore, rootfs, imageID, err = m.restoreFromImage(c, sb, rootfs, uids, gids); err != nil {
+				return err
+			}
+			imgSpec = restore.imageSpec()
+			tm.Mark("checkpoint_image")
+		}
 	}
 	if restore != nil {
 		if err := restore.applyRootfs(rootfs); err != nil {

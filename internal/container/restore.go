@@ -22,7 +22,9 @@ import (
 
 // A container is restored from a checkpoint archive when CreateContainer's
 // config.image.image is the archive's path, as CRI-O and containerd take one (crictl
-// create with the archive as image; kubelet has no restore of its own). The archive is
+// create with the archive as image), or names a checkpoint image: an OCI image holding
+// the archive's files, annotated as one (image.CheckpointName), which a pod spec can name
+// (kubelet has no restore of its own). The archive is
 // unpacked into the daemon's state (Metadata.Restore), the container made from the image
 // the checkpoint names, with the files it had changed and deleted put back and the
 // process (command, environment, working directory) it checkpointed, and the runtime's
@@ -39,8 +41,9 @@ const (
 // which no image reference or ID is.
 func checkpointArchive(img string) bool { return filepath.IsAbs(img) }
 
-// restoreChecks refuses, before anything is made, a restore this pod cannot have.
-func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.Sandbox) error {
+// archiveChecks refuses, before anything is made, a checkpoint archive that is not a
+// file, and a restore this pod cannot have.
+func (m *Manager) archiveChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.Sandbox) error {
 	path := cfg.GetImage().GetImage()
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
 		why := "not a regular file"
@@ -49,6 +52,12 @@ func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.San
 		}
 		return invalid("config.image.image %q is a path, taken as a checkpoint archive to restore from: %s", path, why)
 	}
+	return m.restoreChecks(cfg, sb)
+}
+
+// restoreChecks refuses a restore this pod cannot have.
+func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.Sandbox) error {
+	path := cfg.GetImage().GetImage()
 	if m.opts.RestoreDir == "" {
 		return fmt.Errorf("config.image.image %q: this daemon restores no checkpoints (no restore directory): %w", path, errdefs.ErrFailedPrecondition)
 	}
@@ -80,13 +89,32 @@ type restoreSource struct {
 // regular files and directories under local names, nothing else, so that no entry lands
 // outside it. It checks that the archive holds what a restore needs.
 func unpackCheckpoint(path, dir string) (*restoreSource, error) {
+	if err := extractTar(path, dir); err != nil {
+		return nil, err
+	}
+	return loadCheckpoint(dir)
+}
+
+// copyCheckpoint copies a checkpoint image's files (its rootfs) into dir, which it makes
+// (root's only): regular files and directories, a symlink or device being an error.
+func copyCheckpoint(rootfs, dir string) (*restoreSource, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.CopyFS(dir, os.DirFS(rootfs)); err != nil {
+		return nil, err
+	}
+	return loadCheckpoint(dir)
+}
+
+func extractTar(path, dir string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	tr := tar.NewReader(f)
 	for {
@@ -95,40 +123,45 @@ func unpackCheckpoint(path, dir string) (*restoreSource, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("not a checkpoint archive (an uncompressed tar): %w", err)
+			return fmt.Errorf("not a checkpoint archive (an uncompressed tar): %w", err)
 		}
 		name := filepath.Clean(strings.TrimPrefix(hdr.Name, "./"))
 		if name == "." {
 			continue
 		}
 		if !filepath.IsLocal(name) {
-			return nil, fmt.Errorf("entry %q leaves the archive", hdr.Name)
+			return fmt.Errorf("entry %q leaves the archive", hdr.Name)
 		}
 		dst := filepath.Join(dir, name)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return nil, err
+				return err
 			}
 		case tar.TypeReg:
 			if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-				return nil, err
+				return err
 			}
 			out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			_, err = io.Copy(out, tr)
 			if cerr := out.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
-				return nil, fmt.Errorf("entry %q: %w", hdr.Name, err)
+				return fmt.Errorf("entry %q: %w", hdr.Name, err)
 			}
 		default:
-			return nil, fmt.Errorf("entry %q is not a regular file or directory (type %q)", hdr.Name, hdr.Typeflag)
+			return fmt.Errorf("entry %q is not a regular file or directory (type %q)", hdr.Name, hdr.Typeflag)
 		}
 	}
+	return nil
+}
+
+// loadCheckpoint reads what a restore needs from an unpacked archive in dir.
+func loadCheckpoint(dir string) (*restoreSource, error) {
 	src := &restoreSource{dir: dir}
 	if err := readJSONFile(filepath.Join(dir, configDumpFile), &src.config); err != nil {
 		return nil, err
@@ -159,6 +192,34 @@ func readJSONFile(path string, v any) error {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// restoreFromImage makes a container whose image, just made its rootfs, is a checkpoint
+// image a restored one: the checkpoint's files are copied out of that rootfs, which then
+// goes, and the rootfs is made again from the image the checkpoint names. It returns the
+// checkpoint and the new rootfs and image ID.
+func (m *Manager) restoreFromImage(c *Container, sb *sandbox.Sandbox, ckptRootfs string, uids, gids []specs.LinuxIDMapping) (*restoreSource, string, string, error) {
+	cfg := c.config
+	if err := m.restoreChecks(cfg, sb); err != nil {
+		return nil, "", "", err
+	}
+	c.Restore = filepath.Join(m.opts.RestoreDir, c.ID)
+	if err := m.saveMeta(c, nil); err != nil { // so that a cleanup after a crash removes it
+		return nil, "", "", err
+	}
+	src, err := copyCheckpoint(ckptRootfs, c.Restore)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("config.image.image %q: checkpoint image: %w: %w", cfg.Image.Image, err, errdefs.ErrInvalidArgument)
+	}
+	if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
+		return nil, "", "", err
+	}
+	c.ImageRef = src.image()
+	rootfs, imageID, err := m.opts.Images.CreateRootfs(sb.Handler, c.ID, c.ImageRef, uids, gids)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		err = fmt.Errorf("config.image.image %q: the checkpoint's image %s (%s) is not pulled on this node (pull it first): %w", cfg.Image.Image, c.ImageRef, src.config.RootfsImage, err)
+	}
+	return src, rootfs, imageID, err
 }
 
 // image is the image the checkpointed container ran: its ID, else its name.

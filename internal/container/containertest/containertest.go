@@ -85,6 +85,9 @@ func (f *Images) CreateRootfs(_, id, ref string, _, _ []specs.LinuxIDMapping) (s
 	return dir, BusyboxID, nil
 }
 
+// CheckpointName: the fake has no checkpoint images.
+func (f *Images) CheckpointName(string, string) (string, error) { return "", nil }
+
 // RootfsDiff: the fake keeps no changes.
 func (f *Images) RootfsDiff(string) (io.ReadCloser, []string, error) { return nil, nil, nil }
 

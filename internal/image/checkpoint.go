@@ -1,6 +1,7 @@
 package image
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/containers/storage/pkg/archive"
 	"github.com/containers/storage/pkg/chrootarchive"
 	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,4 +113,52 @@ func ApplyRootfsDiff(rootfs string, deleted []string, diff io.Reader) error {
 		return fmt.Errorf("apply the rootfs changes: %w", err)
 	}
 	return nil
+}
+
+// checkpointAnnotations are the manifest annotations that make an image a checkpoint
+// image: one layer holding a checkpoint archive's files, named by the container it was
+// taken of (CRI-O's, which buildah writes in its recipe, and checkpointctl's).
+var checkpointAnnotations = []string{"io.kubernetes.cri-o.annotations.checkpoint.name", "org.criu.checkpoint.container.name"}
+
+// CheckpointName is the name of the container a checkpoint image in handler's store was
+// made of, "" for any other image.
+func (s *Stores) CheckpointName(handler, ref string) (string, error) {
+	svc, row, err := s.storeFor(handler)
+	if err != nil {
+		return "", err
+	}
+	name, err := svc.CheckpointName(ref)
+	return name, notPulled(err, row)
+}
+
+// CheckpointName: see Stores.CheckpointName. Read from the image's manifest once per
+// image (an image does not change under its ID).
+func (s *Service) CheckpointName(ref string) (string, error) {
+	img, err := s.lookup(ref)
+	if err != nil {
+		return "", err
+	}
+	if v, ok := s.checkpointNames.Load(img.ID); ok {
+		return v.(string), nil
+	}
+	var m struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	// An image without a readable manifest is no checkpoint image, as for CRI-O.
+	b, err := s.store.ImageBigData(img.ID, storage.ImageDigestBigDataKey)
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	if err != nil {
+		logrus.WithError(err).WithField("image", img.ID).Debug("no manifest to tell a checkpoint image by")
+	}
+	name := ""
+	for _, k := range checkpointAnnotations {
+		if v := m.Annotations[k]; v != "" {
+			name = v
+			break
+		}
+	}
+	s.checkpointNames.Store(img.ID, name)
+	return name, nil
 }

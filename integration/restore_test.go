@@ -5,7 +5,9 @@ package integration
 import (
 	"archive/tar"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -120,6 +122,11 @@ func TestRestoreContainer(t *testing.T) {
 	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("restored container: %v, %v; want RUNNING", st.GetStatus().GetState(), err)
 	}
+	// The restored processes are in the new container's cgroup: its stats see them.
+	stats, err := d.RS.ContainerStats(ctx, id)
+	if err != nil || stats.GetMemory().GetWorkingSetBytes().GetValue() == 0 || stats.GetCpu().GetUsageCoreNanoSeconds().GetValue() == 0 {
+		t.Errorf("restored container's stats: memory %d, CPU %d (%v); want its processes'", stats.GetMemory().GetWorkingSetBytes().GetValue(), stats.GetCpu().GetUsageCoreNanoSeconds().GetValue(), err)
+	}
 
 	t.Run("refused", func(t *testing.T) {
 		runscPod, runscCfg := e.pod("restore-runsc", "runsc")
@@ -154,18 +161,8 @@ func TestRestoreContainer(t *testing.T) {
 	})
 
 	t.Run("from a checkpoint image", func(t *testing.T) {
-		// The archive's files as the one layer of an image annotated as buildah's recipe
-		// for CRI-O does: pulled as any image, named by a pod spec, restored at start.
-		var files []File
-		for name, b := range readTar(t, archive) {
-			files = append(files, File{Path: "/" + strings.TrimSuffix(name, "/"), Content: string(b), Dir: strings.HasSuffix(name, "/"), Mode: 0o600})
-		}
-		sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
-		e.reg.Push(t, "test/counter-checkpoint", "1", ImageSpec{
-			Layers:      []Layer{{Files: files}},
-			Annotations: map[string]string{"io.kubernetes.cri-o.annotations.checkpoint.name": "counter"},
-		}, nil)
-		ref := e.reg.Ref("test/counter-checkpoint", "1")
+		// Pulled as any image, named by a pod spec, restored at start.
+		ref := pushCheckpointImage(t, e, archive, "1")
 		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -275,6 +272,23 @@ func TestRestoreContainer(t *testing.T) {
 	assertNoRestoreLeft("after the pod's removal")
 }
 
+// pushCheckpointImage pushes a checkpoint archive to the test registry as a checkpoint
+// image, as buildah's recipe for CRI-O makes one: the archive's files as its one layer,
+// the manifest annotated with the checkpoint's name. It returns the image's reference.
+func pushCheckpointImage(t *testing.T, e *containerEnv, archive, tag string) string {
+	t.Helper()
+	var files []File
+	for name, b := range readTar(t, archive) {
+		files = append(files, File{Path: "/" + strings.TrimSuffix(name, "/"), Content: string(b), Dir: strings.HasSuffix(name, "/"), Mode: 0o600})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	e.reg.Push(t, "test/counter-checkpoint", tag, ImageSpec{
+		Layers:      []Layer{{Files: files}},
+		Annotations: map[string]string{"io.kubernetes.cri-o.annotations.checkpoint.name": "counter"},
+	}, nil)
+	return e.reg.Ref("test/counter-checkpoint", tag)
+}
+
 // rewriteTar copies the tar at src to dst with the content of the entries in replace
 // changed.
 func rewriteTar(t *testing.T, src, dst string, replace map[string][]byte) {
@@ -334,4 +348,69 @@ func wantRefused(t testing.TB, what string, err error, code codes.Code, says ...
 func withImage(cfg *runtimeapi.ContainerConfig, img string) *runtimeapi.ContainerConfig {
 	cfg.Image = &runtimeapi.ImageSpec{Image: img}
 	return cfg
+}
+
+// The way a checkpoint travels through Kubernetes: kubelet's checkpoint API
+// (ContainerCheckpoint) has rtshimd write the archive, the archive becomes a checkpoint
+// image in a registry (buildah's recipe: its files as one layer, the annotation), and a
+// pod naming that image is restored by kubelet's own pull, create and start: the counter
+// goes on from where it was, and kubelet reports it running.
+func TestKubeletCheckpointRestore(t *testing.T) {
+	e := newContainerEnv(t)
+	writeNetwork(t, e)
+	k := startKubelet(t, e.d, "")
+	if why := criuCheck(t, "criu"); why != "" {
+		t.Fatalf("CRIU in PATH does not work on this node (%s): make test installs CRIU 4.1.1 (hack/tools.sh install-criu)", why)
+	}
+	node := "-" + k.NodeName
+	script := `echo kept > /written; i=0; while :; do i=$((i+1)); echo $i > /count; echo n=$i; sleep 0.1; done`
+	k.AddStaticPod("counter.yaml", onePod("counter", e.image, "", "", "sh", "-c", script))
+	k.WaitPod("counter"+node, 2*time.Minute, "Running and Ready", runningReady)
+	waitFor(t, 30*time.Second, "the counter to count", func() (bool, string) {
+		out, _ := k.Run("default", "counter"+node, "main", "cat", "/count")
+		n, _ := strconv.Atoi(strings.TrimSpace(out))
+		return n >= 5, out
+	})
+	b, err := k.do(http.MethodPost, "/checkpoint/default/counter"+node+"/main?timeout=60")
+	if err != nil {
+		t.Fatalf("kubelet's checkpoint API: %v", err)
+	}
+	var resp struct {
+		Items []string `json:"items"`
+	}
+	if err := json.Unmarshal(b, &resp); err != nil || len(resp.Items) != 1 {
+		t.Fatalf("kubelet's checkpoint answer %q: %v", b, err)
+	}
+	archive := resp.Items[0]
+	t.Logf("kubelet wrote %s", archive)
+	k.RemoveStaticPod("counter.yaml")
+
+	ref := pushCheckpointImage(t, e, archive, "kubelet")
+	k.AddStaticPod("restored.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: restored, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: %s
+`, ref))
+	k.WaitPod("restored"+node, 2*time.Minute, "Running and Ready", runningReady)
+	waitFor(t, 30*time.Second, "the restored counter's output", func() (bool, string) {
+		out, err := k.ContainerLogs("default", "restored"+node, "main", false)
+		if err != nil {
+			return false, err.Error()
+		}
+		first, _, _ := strings.Cut(out, "\n")
+		n, _ := strconv.Atoi(strings.TrimPrefix(first, "n="))
+		return n > 5, first
+	})
+	if out, err := k.Run("default", "restored"+node, "main", "cat", "/written"); err != nil || strings.TrimSpace(out) != "kept" {
+		t.Errorf("the restored pod's /written: %q, %v", out, err)
+	}
+	k.RemoveStaticPod("restored.yaml")
+	waitFor(t, time.Minute, "the restored pod to go", func() (bool, string) {
+		pods, err := k.Pods()
+		return err == nil && pods["restored"+node] == nil, fmt.Sprint(err)
+	})
 }

@@ -311,6 +311,13 @@ func (r *Runtime) Wait(ctx context.Context, t kind.Task) (kind.Exit, bool, error
 func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 	st, err := r.rt.State(ctx, t.ID)
 	switch {
+	case ocicmd.IsNotExist(err) && t.Restore != "":
+		// Restored at start: until then the runtime knows nothing of it, and its monitor
+		// waits for the start (also after a failed restore, which it refuses to retry).
+		if _, err := monitor.ReadExit(t.Dir); err != nil && monitor.Alive(t.Dir) {
+			return kind.TaskCreated, nil
+		}
+		return kind.TaskStopped, nil
 	case ocicmd.IsNotExist(err):
 	case err != nil:
 		return "", fmt.Errorf("handler %q: state of %s: %w", r.rt.Handler, t.ID, err)
@@ -318,14 +325,6 @@ func (r *Runtime) Status(ctx context.Context, t kind.Task) (string, error) {
 		return kind.TaskCreated, nil
 	case st.Status == specs.StateRunning:
 		return kind.TaskRunning, nil
-	}
-	if t.Restore != "" {
-		// Restored at start: until then the runtime knows nothing of it, and its monitor
-		// waits for the start (also after a failed restore, which it refuses to retry).
-		if _, err := monitor.ReadExit(t.Dir); err != nil && monitor.Alive(t.Dir) {
-			return kind.TaskCreated, nil
-		}
-		return kind.TaskStopped, nil
 	}
 	if r.sandboxed && !t.Sandbox {
 		// Command fails where the monitor is gone: no separate check that it is alive.

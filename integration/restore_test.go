@@ -396,15 +396,17 @@ spec:
     image: %s
 `, ref))
 	k.WaitPod("restored"+node, 2*time.Minute, "Running and Ready", runningReady)
+	var first string
 	waitFor(t, 30*time.Second, "the restored counter's output", func() (bool, string) {
 		out, err := k.ContainerLogs("default", "restored"+node, "main", false)
 		if err != nil {
 			return false, err.Error()
 		}
-		first, _, _ := strings.Cut(out, "\n")
+		first, _, _ = strings.Cut(out, "\n")
 		n, _ := strconv.Atoi(strings.TrimPrefix(first, "n="))
 		return n > 5, first
 	})
+	t.Logf("the restored counter went on at %s", first)
 	if out, err := k.Run("default", "restored"+node, "main", "cat", "/written"); err != nil || strings.TrimSpace(out) != "kept" {
 		t.Errorf("the restored pod's /written: %q, %v", out, err)
 	}

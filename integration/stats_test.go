@@ -34,11 +34,27 @@ func TestContainerAndPodStats(t *testing.T) {
 	if st.GetWritableLayer().GetInodesUsed() == nil || st.GetAttributes().GetId() != hog {
 		t.Errorf("hog stats: %v", st)
 	}
+	// PSI, as kubelet's summary API takes it from the runtime: this host's kernel has it
+	// in the unified hierarchy of its hybrid mount, where runc places containers too.
+	psi := func(st *runtimeapi.ContainerStats) [3]*runtimeapi.PsiStats {
+		return [3]*runtimeapi.PsiStats{st.GetCpu().GetPsi(), st.GetMemory().GetPsi(), st.GetIo().GetPsi()}
+	}
+	before := psi(st)
+	for i, p := range before {
+		if p.GetSome() == nil || p.GetFull() == nil {
+			t.Errorf("hog stats: %s PSI %v, want some and full", [3]string{"CPU", "memory", "IO"}[i], p)
+		}
+	}
 	// A second reading gives a rate: about one core (the busy loop), at least half of one.
 	time.Sleep(time.Second)
 	st, _ = e.d.RS.ContainerStats(ctx, hog)
 	if nc := st.GetCpu().GetUsageNanoCores().GetValue(); nc < 5e8 {
 		t.Errorf("hog nano-cores %d, want at least half a core", nc)
+	}
+	for i, p := range psi(st) {
+		if p.GetSome().GetTotal() < before[i].GetSome().GetTotal() {
+			t.Errorf("%s PSI went back: some total %d after %d", [3]string{"CPU", "memory", "IO"}[i], p.GetSome().GetTotal(), before[i].GetSome().GetTotal())
+		}
 	}
 	all, err := e.d.RS.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{PodSandboxId: podID})
 	if err != nil || len(all) != 2 {

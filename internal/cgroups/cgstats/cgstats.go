@@ -245,6 +245,8 @@ func readV1Usage(root, path string) (Stats, error) {
 	})
 	s.WorkingSet = sub(s.MemoryUsage, inactiveFile)
 	s.Processes, _ = readUint(filepath.Join(root, "pids", path, "pids.current"))
+	// The CRI's stats carry PSI, as on v2: a hybrid host has it in the unified hierarchy.
+	s.Pressure = readPressure(filepath.Join(root, "unified", path))
 	return s, nil
 }
 

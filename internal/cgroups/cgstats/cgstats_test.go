@@ -207,8 +207,11 @@ func checkUsage(t *testing.T, r *Reader, path string, full Stats, v2 bool) {
 		CPUUsageNanos: full.CPUUsageNanos, MemoryUsage: full.MemoryUsage, MemoryLimit: full.MemoryLimit, WorkingSet: full.WorkingSet,
 		RSS: full.RSS, PageFaults: full.PageFaults, MajorPageFaults: full.MajorPageFaults, Processes: full.Processes,
 	}
-	if v2 { // and what the CRI's stats carry of v2's: swap and PSI
-		want.MemorySwap, want.SwapKnown, want.SwapLimit, want.Pressure = full.MemorySwap, full.SwapKnown, full.SwapLimit, full.Pressure
+	// And what the CRI's stats carry beyond: PSI (v2's, or a hybrid host's unified
+	// hierarchy's), and v2's swap.
+	want.Pressure = full.Pressure
+	if v2 {
+		want.MemorySwap, want.SwapKnown, want.SwapLimit = full.MemorySwap, full.SwapKnown, full.SwapLimit
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("usage =\n%+v\nwant\n%+v", got, want)

@@ -24,12 +24,12 @@ import (
 // config.image.image is the archive's path, as CRI-O and containerd take one (crictl
 // create with the archive as image), or names a checkpoint image: an OCI image holding
 // the archive's files, annotated as one (image.CheckpointName), which a pod spec can name
-// (kubelet has no restore of its own). The archive is
-// unpacked into the daemon's state (Metadata.Restore), the container made from the image
-// the checkpoint names, with the files it had changed and deleted put back and the
-// process (command, environment, working directory) it checkpointed, and the runtime's
-// create is not run: StartContainer restores its processes (CRIU, through the runtime's
-// restore, run by the monitor with the container's stdio).
+// (kubelet has no restore of its own). The archive is unpacked into the daemon's state
+// (Metadata.Restore), the container made from the image the checkpoint names, with the
+// files it had changed and deleted put back and the process (command, environment,
+// working directory) it checkpointed, and the runtime's create is not run:
+// StartContainer restores its processes (CRIU, through the runtime's restore, run by the
+// monitor with the container's stdio).
 
 // The rootfs changes in a checkpoint archive (checkpointctl's names, as CRI-O's).
 const (
@@ -69,7 +69,7 @@ func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.San
 		return err
 	}
 	if cfg.GetTty() {
-		return fmt.Errorf("config.tty: a container with a terminal cannot be restored from checkpoint archive %q: %w", path, errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("config.tty: a container with a terminal cannot be restored from checkpoint %q: %w", path, errdefs.ErrFailedPrecondition)
 	}
 	if sb.IDMappings != nil {
 		return fmt.Errorf("config.image.image %q: pod %s has a user namespace (hostUsers: false), and restoring a checkpoint into one is not supported: %w", path, sb.ID, errdefs.ErrFailedPrecondition)
@@ -107,6 +107,7 @@ func copyCheckpoint(rootfs, dir string) (*restoreSource, error) {
 	return loadCheckpoint(dir)
 }
 
+// extractTar writes the entries of the tar at path into dir, which it makes.
 func extractTar(path, dir string) error {
 	f, err := os.Open(path)
 	if err != nil {

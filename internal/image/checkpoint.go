@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containers/storage"
 	"github.com/containers/storage/pkg/archive"
@@ -132,14 +133,15 @@ func (s *Stores) CheckpointName(handler, ref string) (string, error) {
 }
 
 // CheckpointName: see Stores.CheckpointName. Read from the image's manifest once per
-// image (an image does not change under its ID).
+// image (an image does not change under its ID), and asked by ID on every
+// CreateContainer: an ID seen before is answered without the store.
 func (s *Service) CheckpointName(ref string) (string, error) {
+	if v, ok := s.checkpointNames.Load(strings.TrimPrefix(ref, "sha256:")); ok {
+		return v.(string), nil
+	}
 	img, err := s.lookup(ref)
 	if err != nil {
 		return "", err
-	}
-	if v, ok := s.checkpointNames.Load(img.ID); ok {
-		return v.(string), nil
 	}
 	var m struct {
 		Annotations map[string]string `json:"annotations"`

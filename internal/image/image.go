@@ -49,7 +49,7 @@ type Service struct {
 	regGen int
 	opts   Options
 	pinned map[string]bool // normalized references
-	// checkpointNames caches CheckpointName by image ID.
+	// checkpointNames caches CheckpointName by image ID, until the image's deletion.
 	checkpointNames sync.Map
 	// writable maps each container's writable layer of ours to its image's ID
 	// (writable.go); under mu.

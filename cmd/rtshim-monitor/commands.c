@@ -258,22 +258,14 @@ static const char *do_restore(void) {
 	argv[k++] = "--work-path";
 	argv[k++] = cfg.restore_work && *cfg.restore_work ? cfg.restore_work : cfg.restore_image;
 	argv[k++] = cfg.id;
-	struct cmd *c = spawn(argv, in, start_stdio[0], start_stdio[1], cfg.bundle, CREATE_TIMEOUT_MS, e2, sizeof e2);
-	free(argv);
+	// The restored processes hold the pipes: the restore's end is what is waited for.
+	const char *se = run_to_end(argv, in, start_stdio[0], start_stdio[1], CREATE_TIMEOUT_MS, e2, sizeof e2);
 	if (in >= 0)
 		close(in);
 	start_stdin = -1;
 	close(start_stdio[0]);
 	close(start_stdio[1]);
 	start_stdio[0] = start_stdio[1] = -1;
-	const char *se = e2;
-	if (c) {
-		// Only the process's end: the restored processes hold its output pipes.
-		while (!c->done)
-			loop_once(now_ms() + 10000);
-		se = status_err(c->status);
-		cmd_free(c);
-	}
 	if (se) {
 		runtime_failed("restore", se, err, sizeof err);
 		return err;

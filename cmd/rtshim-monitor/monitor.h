@@ -194,6 +194,10 @@ struct cmd *spawn(char **argv, int in, int out, int errfd, const char *dir, int 
 void cmd_free(struct cmd *c);
 void cmd_read(struct cmd *c);
 const char *status_err(int st);
+// run_to_end spawns argv (freed here) in the bundle, waits for the process's end only (what
+// it leaves holding its output pipes is not waited for) and returns NULL, or why it failed
+// (in err when it could not be spawned).
+const char *run_to_end(char **argv, int in, int out, int errfd, int timeout_ms, char *err, size_t errn);
 
 // loop.c
 extern int sigfd, listen_fd;

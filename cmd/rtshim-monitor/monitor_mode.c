@@ -136,16 +136,7 @@ static pid_t create(char *err, size_t errn) {
 		argv[k++] = CONSOLE_FILE;
 	}
 	argv[k++] = cfg.id;
-	struct cmd *c = spawn(argv, in, po[1], pe[1], cfg.bundle, CREATE_TIMEOUT_MS, e2, sizeof e2);
-	free(argv);
-	const char *se = e2;
-	if (c) {
-		// Only the process's end: nothing waits for its output pipes' EOF.
-		while (!c->done)
-			loop_once(now_ms() + 10000);
-		se = status_err(c->status);
-		cmd_free(c);
-	}
+	const char *se = run_to_end(argv, in, po[1], pe[1], CREATE_TIMEOUT_MS, e2, sizeof e2);
 	if (cfg.wait_with_runtime && !se) {
 		// A sandboxed subcontainer gets its stdio from `start`.
 		start_stdio[0] = po[1];

@@ -140,3 +140,15 @@ const char *status_err(int st) {
 		snprintf(buf, sizeof buf, "exit status 255");
 	return buf;
 }
+
+const char *run_to_end(char **argv, int in, int out, int errfd, int timeout_ms, char *err, size_t errn) {
+	struct cmd *c = spawn(argv, in, out, errfd, cfg.bundle, timeout_ms, err, errn);
+	free(argv);
+	if (!c)
+		return err;
+	while (!c->done)
+		loop_once(now_ms() + 10000);
+	const char *se = status_err(c->status);
+	cmd_free(c);
+	return se;
+}

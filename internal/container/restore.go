@@ -143,15 +143,7 @@ func extractTar(path, dir string) error {
 			if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 				return err
 			}
-			out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, tr)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+			if err := writeNew(dst, tr); err != nil {
 				return fmt.Errorf("entry %q: %w", hdr.Name, err)
 			}
 		default:
@@ -159,6 +151,19 @@ func extractTar(path, dir string) error {
 		}
 	}
 	return nil
+}
+
+// writeNew writes r into a new file at path, root's only; an existing one is an error.
+func writeNew(path string, r io.Reader) error {
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, r)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // loadCheckpoint reads what a restore needs from an unpacked archive in dir.
@@ -277,15 +282,7 @@ func (m *Manager) writeRootfsDiff(c *Container, content string) error {
 	}
 	if rc != nil {
 		defer rc.Close()
-		out, err := os.OpenFile(filepath.Join(content, rootfsDiffFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(out, rc)
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := writeNew(filepath.Join(content, rootfsDiffFile), rc); err != nil {
 			return fmt.Errorf("%s: %w", rootfsDiffFile, err)
 		}
 	}

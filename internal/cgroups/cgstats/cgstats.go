@@ -485,17 +485,21 @@ func readHugetlb(dir, usage, max string) []Hugetlb {
 	return out
 }
 
-// readPressure reads {cpu,memory,io}.pressure; nil unless at least one is there.
+// readPressure reads {cpu,memory,io}.pressure; nil unless at least one is there. The
+// kernel makes the three together: without cpu.pressure (a v1-only host, whose CRI stats
+// ask at every call) the others are not looked for.
 func readPressure(dir string) *Pressure {
 	var p Pressure
 	found := false
-	for _, f := range []struct {
+	for i, f := range []struct {
 		name string
 		into *PSI
 	}{{"cpu.pressure", &p.CPU}, {"memory.pressure", &p.Memory}, {"io.pressure", &p.IO}} {
 		psi, ok := readPSI(filepath.Join(dir, f.name))
 		if ok {
 			*f.into, found = psi, true
+		} else if i == 0 {
+			return nil
 		}
 	}
 	if !found {

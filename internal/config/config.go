@@ -68,6 +68,7 @@ type Config struct {
 	Debug          Debug               `toml:"debug"`
 	Stats          Stats               `toml:"stats"`
 	Mechanisms     Mechanisms          `toml:"mechanisms"`
+	Checkpoints    Checkpoints         `toml:"checkpoints"`
 
 	// Path is the file the config was read from ("" for the built-in default).
 	Path string `toml:"-"`
@@ -126,7 +127,38 @@ type Handler struct {
 	// through ImageSpec.runtime_handler (KEP-4216; kubelet sends it with its
 	// RuntimeClassInImageCriApi gate). Changed by a reload, it applies at restart.
 	ImageStore string `toml:"image_store" json:"image_store,omitempty"`
+	// Checkpoint and Restore turn CheckpointContainer and restores from a checkpoint
+	// (CreateContainer naming a checkpoint archive or image) on or off for the row's pods;
+	// unset, [checkpoints] says. Read from the table served at each call, so a reload
+	// that turns one off holds for the next call.
+	Checkpoint *bool `toml:"checkpoint" json:"checkpoint,omitempty"`
+	Restore    *bool `toml:"restore" json:"restore,omitempty"`
+	// CheckpointOn and RestoreOn are what holds for the row, and CheckpointKey and
+	// RestoreKey the key that said so (for errors): set by validation.
+	CheckpointOn  bool   `toml:"-" json:"checkpoint_on"`
+	RestoreOn     bool   `toml:"-" json:"restore_on"`
+	CheckpointKey string `toml:"-" json:"-"`
+	RestoreKey    string `toml:"-" json:"-"`
 }
+
+// Checkpoints: checkpoint and restore of containers, node-wide; a row's checkpoint and
+// restore keys win.
+type Checkpoints struct {
+	// Checkpoint: CheckpointContainer (kubelet's checkpoint API) writes archives.
+	Checkpoint bool `toml:"checkpoint" json:"checkpoint"`
+	// Restore: CreateContainer restores a container from a checkpoint archive or image.
+	// Off by default: a checkpoint holds process state (credentials, capabilities,
+	// seccomp) that CRIU gives back as it finds it, so only checkpoints whose origin the
+	// operator trusts should be restorable; rtshimd checks them too (docs/cri-support.md).
+	Restore bool `toml:"restore" json:"restore"`
+	// MaxSize bounds a checkpoint's content, as files would be on disk with no hole: what
+	// a checkpoint writes and what a restore unpacks or copies ("16Gi").
+	MaxSize      string `toml:"max_size" json:"max_size"`
+	MaxSizeBytes int64  `toml:"-" json:"max_size_bytes"`
+}
+
+// DefaultCheckpointMaxSize is checkpoints.max_size when the file does not say.
+const DefaultCheckpointMaxSize = "16Gi"
 
 // The values of a handler's image_store.
 const (
@@ -463,9 +495,10 @@ type source struct {
 // to zero (stats.collection_period = "0", image.pull_progress_timeout = "0").
 func newConfig() *Config {
 	return &Config{NRI: NRI{Enable: true}, Stats: Stats{CollectionPeriod: Duration{DefaultStatsPeriod}},
-		Mechanisms: Mechanisms{ExecFifoStart: true, PinHome: true, KeptListEncoding: true},
-		Image:      Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}},
-		Tracing:    Tracing{Endpoint: DefaultTracingEndpoint}}
+		Mechanisms:  Mechanisms{ExecFifoStart: true, PinHome: true, KeptListEncoding: true},
+		Image:       Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}},
+		Tracing:     Tracing{Endpoint: DefaultTracingEndpoint},
+		Checkpoints: Checkpoints{Checkpoint: true, MaxSize: DefaultCheckpointMaxSize}}
 }
 
 // decode decodes one file's text into c, refusing a key the daemon does not know; errors
@@ -724,6 +757,10 @@ func (c *Config) validate(p sources) error {
 			}
 		}
 	}
+	var err error
+	if c.Checkpoints.MaxSizeBytes, err = ParseMemory(c.Checkpoints.MaxSize); err != nil || c.Checkpoints.MaxSizeBytes <= 0 {
+		return p.errf("checkpoints.max_size", "checkpoints.max_size %q is not a positive size (\"16Gi\")", c.Checkpoints.MaxSize)
+	}
 	if len(c.Handlers) == 0 {
 		return p.errf("", "no handlers configured: add at least one [handlers.NAME] table")
 	}
@@ -788,7 +825,14 @@ func (c *Config) validate(p sources) error {
 		if _, err := shimopts.For(h.RuntimePath, h.ShimOptions, false); err != nil {
 			return p.errf(key+".shim_options", "handler %q: shim_options: %v", name, err)
 		}
-		var err error
+		h.CheckpointOn, h.CheckpointKey = c.Checkpoints.Checkpoint, "checkpoints.checkpoint"
+		if h.Checkpoint != nil {
+			h.CheckpointOn, h.CheckpointKey = *h.Checkpoint, key+".checkpoint"
+		}
+		h.RestoreOn, h.RestoreKey = c.Checkpoints.Restore, "checkpoints.restore"
+		if h.Restore != nil {
+			h.RestoreOn, h.RestoreKey = *h.Restore, key+".restore"
+		}
 		if h.Overhead.MemoryBytes, err = ParseMemory(h.Overhead.Memory); err != nil {
 			return p.errf(key+".overhead.memory", "handler %q: overhead.memory: %v", name, err)
 		}

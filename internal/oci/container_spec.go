@@ -75,7 +75,8 @@ type ContainerOptions struct {
 // an unknown mount propagation is an error; the swap limit is only set when the config sets
 // it (kubelet does so when the node's swap controller exists); user annotations under
 // io.kubernetes.cri. and io.kubernetes.cri-o. are dropped so a pod cannot claim another's
-// sandbox, also those of the pod that the row's pod_annotations pass; a container's own
+// sandbox, also those of the pod that the row's pod_annotations pass, and the pod's under
+// org.criu. and run.oci. pass only where a pattern is the key itself; a container's own
 // annotations all reach the spec (containerd passes only those its container_annotations
 // match).
 func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {

@@ -1109,6 +1109,52 @@ func TestPodAnnotations(t *testing.T) {
 	}
 }
 
+// CRIU's and the runtime's annotations (org.criu.config names CRIU's configuration file
+// at restore; crun reads run.oci.*) are not passed by a glob, "*" included: only a row
+// whose pod_annotations name the key itself passes one, to the container's spec and to
+// the sandbox container's (AddPodAnnotations) alike.
+func TestPodAnnotationsCRIUExactOnly(t *testing.T) {
+	o := testOptions(t)
+	o.SandboxConfig.Annotations = map[string]string{
+		"org.criu.config":               "/var/lib/kubelet/pods/x/volumes/criu.conf",
+		"run.oci.handler":               "krun",
+		"io.katacontainers.config.path": "kata",
+	}
+	o.PodAnnotations = []string{"*", "org.criu.*", "run.oci.handle?"}
+	got := mustSpec(t, o).Annotations
+	for _, k := range []string{"org.criu.config", "run.oci.handler"} {
+		if v, ok := got[k]; ok {
+			t.Errorf("%s = %q passed by a glob, want it absent", k, v)
+		}
+	}
+	if got["io.katacontainers.config.path"] != "kata" {
+		t.Errorf("io.katacontainers.config.path = %q, want it passed by \"*\"", got["io.katacontainers.config.path"])
+	}
+	sandbox := map[string]string{}
+	AddPodAnnotations(sandbox, o.SandboxConfig, o.PodAnnotations)
+	if _, ok := sandbox["org.criu.config"]; ok {
+		t.Errorf("sandbox annotations carry org.criu.config by a glob: %v", sandbox)
+	}
+	_, reserved := PassedPodAnnotations(o.SandboxConfig, o.PodAnnotations)
+	if want := []string{"org.criu.config", "run.oci.handler"}; !slices.Equal(reserved, want) {
+		t.Errorf("reserved = %q, want %q", reserved, want)
+	}
+
+	o.PodAnnotations = []string{"*", "org.criu.config"}
+	got = mustSpec(t, o).Annotations
+	if got["org.criu.config"] != "/var/lib/kubelet/pods/x/volumes/criu.conf" {
+		t.Errorf("org.criu.config = %q with the key named exactly, want it passed", got["org.criu.config"])
+	}
+	if v, ok := got["run.oci.handler"]; ok {
+		t.Errorf("run.oci.handler = %q passed, want it absent: only org.criu.config is named", v)
+	}
+	sandbox = map[string]string{}
+	AddPodAnnotations(sandbox, o.SandboxConfig, o.PodAnnotations)
+	if sandbox["org.criu.config"] == "" {
+		t.Errorf("sandbox annotations lack org.criu.config named exactly: %v", sandbox)
+	}
+}
+
 // A privileged container on a row with privileged_without_host_devices gets only its
 // config's devices and the default device rules, as containerd gives it; without, all of
 // the host's and allow-all.

@@ -70,9 +70,26 @@ func reservedAnnotation(key string) bool {
 	return false
 }
 
+// Pod annotation keys under these prefixes are read by the runtime or by CRIU: runc gives
+// org.criu.config to CRIU as its configuration file (options, plugins, action scripts run
+// as root at restore), and crun reads run.oci.* as settings of its own. A glob in a row's
+// pod_annotations (Kata users write "*") must not hand them to a tenant; only a pattern
+// that is the key itself, an operator's deliberate choice, passes one.
+var exactOnlyAnnotationPrefixes = []string{"org.criu.", "run.oci."}
+
+func exactOnlyAnnotation(key string) bool {
+	for _, p := range exactOnlyAnnotationPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // PassedPodAnnotations returns the pod's annotations whose key matches one of patterns
 // (path.Match globs: a handler row's pod_annotations, as containerd's), and the keys that
-// matched but are rtshimd's own (reserved prefixes), which are never passed.
+// matched but are never passed: rtshimd's own (reserved prefixes), and the runtime's and
+// CRIU's (exactOnlyAnnotationPrefixes) where only a glob, not the key itself, matched.
 func PassedPodAnnotations(pod *runtimeapi.PodSandboxConfig, patterns []string) (passed map[string]string, reserved []string) {
 	if len(patterns) == 0 {
 		return nil, nil
@@ -81,7 +98,7 @@ func PassedPodAnnotations(pod *runtimeapi.PodSandboxConfig, patterns []string) (
 		if !slices.ContainsFunc(patterns, func(p string) bool { ok, _ := path.Match(p, k); return ok }) {
 			continue
 		}
-		if reservedAnnotation(k) {
+		if reservedAnnotation(k) || (exactOnlyAnnotation(k) && !slices.Contains(patterns, k)) {
 			reserved = append(reserved, k)
 			continue
 		}

@@ -95,7 +95,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	}
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "pod": name, "handler": h.Name})
 	if _, reserved := oci.PassedPodAnnotations(cfg, sb.PodAnnotations); len(reserved) > 0 {
-		log.WithField("annotations", reserved).Warn("pod annotations matched by the handler's pod_annotations are rtshimd's own names: not passed to the runtime")
+		log.WithField("annotations", reserved).Warn("pod annotations matched by the handler's pod_annotations are reserved (rtshimd's own, or CRIU's and the runtime's matched by a glob): not passed to the runtime")
 	}
 	tm := phasetime.Start(ctx, "RunPodSandbox")
 	err = m.create(ctx, sb, h.Config.CNIConfDir, h.Config.CNINetwork, tm)

@@ -429,6 +429,7 @@ func (m *Manager) specOptions(c *Container, sb *sandbox.Sandbox, imgCfg ocispec.
 		PrivilegedWithoutHostDevices:       sb.PrivilegedWithoutHostDevices,
 		DeviceOwnershipFromSecurityContext: sb.DeviceOwnershipFromSecurityContext,
 		SeccompProfile:                     sb.SeccompProfile,
+		RecursiveReadOnlyMounts:            sb.RecursiveReadOnly(),
 	}
 	for _, u := range sb.DefaultUlimits {
 		// Checked when the config was loaded; a record of an earlier release may hold

@@ -218,7 +218,7 @@ func init() {
 		"Mount.mount_options":       h("noexec, nodev, nosuid added to the bind mount; others refused; advertised in Status"),
 		"Mount.propagation":         h("private, rslave (HOST_TO_CONTAINER), rshared (BIDIRECTIONAL; not on runsc); refused if the host mount does not propagate"),
 		"Mount.readonly":            h("a read-only bind mount"),
-		"Mount.recursive_read_only": h("rro on runtimes that have it (feature recursive_read_only_mounts); refused elsewhere"),
+		"Mount.recursive_read_only": h("ro and rro where the pod's row had feature recursive_read_only_mounts when the pod was made; InvalidArgument elsewhere"),
 		"Mount.selinux_relabel":     h("the host path relabeled with the container's label where SELinux is on; elsewhere a warning, or InvalidArgument with strict_selinux"),
 		"Mount.uidMappings":         h("an idmapped mount: only the pod's own mappings, in a user-namespaced pod"),
 

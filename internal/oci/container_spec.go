@@ -56,6 +56,11 @@ type ContainerOptions struct {
 	// devices nor the device cgroup's allow-all.
 	PodAnnotations               []string
 	PrivilegedWithoutHostDevices bool
+	// RecursiveReadOnlyMounts: the pod's row has that feature (its runtime and the kernel
+	// make rro binds). Without it a mount asking for recursive_read_only is refused, not
+	// left to a runtime that would leave its submounts writable; kubelet asks only where
+	// Status advertises the feature, but crictl and other clients need not.
+	RecursiveReadOnlyMounts bool
 	// DeviceOwnershipFromSecurityContext: the config's devices are owned by the
 	// container's run_as_user and run_as_group (0 where unset), not by the host node's owner.
 	DeviceOwnershipFromSecurityContext bool
@@ -149,7 +154,7 @@ func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	}
 
 	// Mounts.
-	cri, err := criMounts(config, o.ImageVolumes, o.LSM, spec.Linux.MountLabel)
+	cri, err := criMounts(config, o.ImageVolumes, o.LSM, spec.Linux.MountLabel, o.RecursiveReadOnlyMounts)
 	if err != nil {
 		return nil, err
 	}

@@ -354,6 +354,7 @@ func TestMounts(t *testing.T) {
 		{ContainerPath: "/linked/", HostPath: link, MountOptions: []string{"noexec"}},
 		{ContainerPath: "/rro", HostPath: vol, Readonly: true, RecursiveReadOnly: true},
 	}
+	o.RecursiveReadOnlyMounts = true
 	s := mustSpec(t, o)
 
 	want := map[string]specs.Mount{
@@ -368,7 +369,7 @@ func TestMounts(t *testing.T) {
 		"/data/deep/er":    {Destination: "/data/deep/er", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rw"}},
 		"/slave":           {Destination: "/slave", Type: "bind", Source: vol, Options: []string{"rbind", "rslave", "rw"}},
 		"/linked":          {Destination: "/linked", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rw", "noexec"}},
-		"/rro":             {Destination: "/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rro"}},
+		"/rro":             {Destination: "/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro", "rro"}},
 	}
 	for dst, w := range want {
 		got := mountAt(s, dst)
@@ -515,6 +516,11 @@ func TestMountErrors(t *testing.T) {
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, RecursiveReadOnly: true}, `config.mounts[1].recursive_read_only is set but readonly is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Readonly: true, RecursiveReadOnly: true,
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}, `config.mounts[1].recursive_read_only needs PRIVATE propagation`},
+		// testOptions' row lacks the feature recursive_read_only_mounts.
+		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Readonly: true, RecursiveReadOnly: true},
+			`config.mounts[1].recursive_read_only is set but the pod's runtime handler lacks feature recursive_read_only_mounts`},
+		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, RecursiveReadOnly: true},
+			`config.mounts[1].recursive_read_only is set but the pod's runtime handler lacks feature recursive_read_only_mounts`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, Propagation: 9}, `config.mounts[1].propagation 9 is not`},
 		{&runtimeapi.Mount{ContainerPath: "/m", HostPath: vol, MountOptions: []string{"ro,exec"}}, `config.mounts[1].mount_options[0] "ro,exec" is not a mount option`},
 		{&runtimeapi.Mount{ContainerPath: "/m", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true, MountOptions: []string{"noatime", "defaults"}},
@@ -552,6 +558,29 @@ func TestMountErrors(t *testing.T) {
 	}
 }
 
+// A recursive_read_only mount is made only where the pod's row has the feature, and then
+// with ro beside rro: a runtime that does not know rro takes it for mount data, which a
+// bind ignores, and would otherwise mount the volume read-write.
+func TestRecursiveReadOnlyMounts(t *testing.T) {
+	vol := t.TempDir()
+	o := testOptions(t)
+	o.Config.Mounts = []*runtimeapi.Mount{
+		{ContainerPath: "/plain", HostPath: vol, Readonly: true},
+		{ContainerPath: "/rro", HostPath: vol, Readonly: true, RecursiveReadOnly: true},
+	}
+	_, err := ContainerSpec(o)
+	wantInvalid(t, err, `config.mounts[1].recursive_read_only is set but the pod's runtime handler lacks feature recursive_read_only_mounts`)
+
+	o.RecursiveReadOnlyMounts = true
+	m := mountAt(mustSpec(t, o), "/rro")
+	if m == nil || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "rro") || slices.Contains(m.Options, "rw") {
+		t.Errorf("/rro = %+v, want ro and rro", m)
+	}
+	if sys := SysMount("ro", true); !slices.Contains(sys.Options, "ro") || !slices.Contains(sys.Options, "rro") {
+		t.Errorf("node's /sys = %+v, want ro and rro", sys)
+	}
+}
+
 // An image volume binds the host path the container manager mounted for it, read-only,
 // nosuid, nodev and noexec, whatever readonly says; mount_options add to those.
 func TestImageMounts(t *testing.T) {
@@ -563,11 +592,12 @@ func TestImageMounts(t *testing.T) {
 		{ContainerPath: "/vol/rro", Image: &runtimeapi.ImageSpec{Image: "registry.test/data:1"}, Readonly: true, RecursiveReadOnly: true},
 	}
 	o.ImageVolumes = map[int]string{0: vol, 1: sub, 2: vol}
+	o.RecursiveReadOnlyMounts = true
 	s := mustSpec(t, o)
 	for dst, w := range map[string]specs.Mount{
 		"/vol":     {Destination: "/vol", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev"}},
 		"/sub":     {Destination: "/sub", Type: "bind", Source: sub, Options: []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noatime"}},
-		"/vol/rro": {Destination: "/vol/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "rro", "nosuid", "nodev"}},
+		"/vol/rro": {Destination: "/vol/rro", Type: "bind", Source: vol, Options: []string{"rbind", "rprivate", "ro", "rro", "nosuid", "nodev"}},
 	} {
 		if got := mountAt(s, dst); got == nil || !reflect.DeepEqual(*got, w) {
 			t.Errorf("mount %s = %+v, want %+v", dst, got, w)
@@ -1006,7 +1036,7 @@ func TestUserNamespaceSpec(t *testing.T) {
 // a privileged container.
 func TestSysMount(t *testing.T) {
 	pod := &IDMappings{UIDs: []specs.LinuxIDMapping{{HostID: 200000, Size: 65536}}, GIDs: []specs.LinuxIDMapping{{HostID: 200000, Size: 65536}}}
-	nodeSys := specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rro", "nosuid", "noexec", "nodev"}}
+	nodeSys := specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "ro", "rro", "nosuid", "noexec", "nodev"}}
 	for _, c := range []struct {
 		name             string
 		userns, hostNet  bool

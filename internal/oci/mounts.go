@@ -50,7 +50,9 @@ func defaultMounts(privileged, privateShm, nodeSys bool) []specs.Mount {
 }
 
 // SysMount is a container's /sys, read-only unless mode is "rw": a sysfs of its own, or with
-// nodeSys the node's /sys bound recursively read-only, whatever mode says. nodeSys is for a
+// nodeSys the node's /sys bound recursively read-only, whatever mode says (ro beside rro: a
+// runtime that does not know rro takes it for mount data, which a bind ignores, and would
+// leave the bind read-write). nodeSys is for a
 // pod in a user namespace on the node's network (KEP-5607): sysfs shows the mounter's
 // network namespace, and the kernel refuses (EPERM) to mount it from a user namespace that
 // does not own that network namespace, the node's. containerd does the same; the node's
@@ -58,7 +60,7 @@ func defaultMounts(privileged, privateShm, nodeSys bool) []specs.Mount {
 // them either way.
 func SysMount(mode string, nodeSys bool) specs.Mount {
 	if nodeSys {
-		return specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rro", "nosuid", "noexec", "nodev"}}
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "ro", "rro", "nosuid", "noexec", "nodev"}}
 	}
 	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", mode}}
 }
@@ -79,11 +81,12 @@ var imageVolumeUndo = []string{"suid", "dev", "rw", "defaults"}
 
 // criMounts checks config.mounts: container_path absolute, host_path present (created as a
 // directory when missing; symlinks followed, as the CRI asks), recursive_read_only only with
-// readonly and private propagation, selinux_relabel carried out where the node has SELinux
+// readonly and private propagation and where the pod's row has the feature (rro),
+// selinux_relabel carried out where the node has SELinux
 // (the host path gets mountLabel; an image volume is refused), left out with a warning
 // where it has not, unless strict_selinux refuses it. An image mount binds its entry of imageVolumes,
 // read-only.
-func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, host lsm.Host, mountLabel string) ([]bindMount, error) {
+func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, host lsm.Host, mountLabel string, rro bool) ([]bindMount, error) {
 	var out []bindMount
 	var relabels [][2]string // field, host path
 	for i, m := range config.GetMounts() {
@@ -129,6 +132,9 @@ func criMounts(config *runtimeapi.ContainerConfig, imageVolumes map[int]string, 
 			}
 			if m.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_PRIVATE {
 				return nil, invalidf("%s needs PRIVATE propagation, not %s", field("recursive_read_only"), m.GetPropagation())
+			}
+			if !rro {
+				return nil, invalidf("%s is set but the pod's runtime handler lacks feature recursive_read_only_mounts", field("recursive_read_only"))
 			}
 		}
 		for j, o := range m.GetMountOptions() {
@@ -281,7 +287,10 @@ func buildMounts(defaults []specs.Mount, pod, cri []bindMount) ([]specs.Mount, s
 		}
 		switch {
 		case b.rro:
-			opts = append(opts, "rro")
+			// ro too: a runtime that does not know rro (runc before 1.1, a wrapper)
+			// takes it for mount data, which a bind ignores; the bind is then at least
+			// read-only at its top.
+			opts = append(opts, "ro", "rro")
 		case b.readonly:
 			opts = append(opts, "ro")
 		default:

@@ -84,7 +84,7 @@ func TestSandboxContainerSpec(t *testing.T) {
 		t.Errorf("/sys in a user namespace with a network namespace = %+v, want sysfs", sys)
 	}
 	o.Namespaces = ns[1:]
-	if sys := mountAt(SandboxContainerSpec(o), "/sys"); sys == nil || sys.Type != "bind" || sys.Source != "/sys" || !contains(sys.Options, "rro") {
+	if sys := mountAt(SandboxContainerSpec(o), "/sys"); sys == nil || sys.Type != "bind" || sys.Source != "/sys" || !contains(sys.Options, "rro") || !contains(sys.Options, "ro") {
 		t.Errorf("/sys in a user namespace on the node's network = %+v, want the node's, recursively read-only", sys)
 	}
 

@@ -1,13 +1,18 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/rtshimd/rtshimd/internal/config"
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/kind/kindtest"
 	"github.com/rtshimd/rtshimd/internal/oci"
+	"github.com/rtshimd/rtshimd/internal/sandbox/sandboxtest"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
 
@@ -49,5 +54,53 @@ func TestRowSettingsFromRecord(t *testing.T) {
 	if !slices.Equal(back.PodAnnotations, sb.PodAnnotations) || !back.PrivilegedWithoutHostDevices {
 		t.Errorf("record's pod_annotations = %q, privileged_without_host_devices = %v after decoding, want %q and true",
 			back.PodAnnotations, back.PrivilegedWithoutHostDevices, sb.PodAnnotations)
+	}
+}
+
+// The pod's record keeps whether its row had the feature recursive_read_only_mounts when
+// the pod was made (what its recorded runtime can do), across a restart; a record of an
+// earlier release, which has no such field, keeps allowing such mounts as it did.
+func TestRecursiveReadOnlyFromRecord(t *testing.T) {
+	for _, feature := range []bool{false, true} {
+		e := newEnv(t, sandboxtest.Plans["namespaces"])
+		h := sandboxtest.NewHandlers(e.rt, filepath.Join(e.dir, "runtime"))
+		h.H.Features.RecursiveReadOnlyMounts = feature
+		m, err := NewManager(Options{
+			Handlers: h, Runtimes: kindtest.Maker{Runtime: e.rt}, Store: e.store,
+			RunDir: filepath.Join(e.dir, "run"), PauseRootfs: filepath.Join(e.dir, "pause"),
+			CgroupDriver: config.CgroupfsDriver, Node: e.node,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _, err := m.Run(context.Background(), sandboxtest.PodConfig("web"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := m.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.RecursiveReadOnly(); got != feature {
+			t.Errorf("row's recursive_read_only_mounts %v: pod allows recursive read-only mounts = %v", feature, got)
+		}
+		m.Close()
+		// After a restart, from the record, whatever the table says now (e.manager's row
+		// lacks the feature).
+		if sb, err = e.manager().Get(id); err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.RecursiveReadOnly(); got != feature {
+			t.Errorf("row's recursive_read_only_mounts %v, recovered record: pod allows recursive read-only mounts = %v", feature, got)
+		}
+	}
+
+	m := &Manager{opts: Options{Runtimes: handlers.NewRuntimes(handlers.Env{})}}
+	old, err := m.decodeRecord("p1", []byte(`{"id":"p1","kind":"oci","dir":"/run/x/p1","runtime":{"handler":"runc","path":"/usr/sbin/runc"},"config":{"metadata":{"name":"p","namespace":"n","uid":"u"}}}`), []byte(`{"state":"ready"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !old.RecursiveReadOnly() {
+		t.Error("a record of an earlier release refuses recursive read-only mounts, which it allowed")
 	}
 }

@@ -85,6 +85,7 @@ func (m *Manager) run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			DeviceOwnershipFromSecurityContext: h.Config.DeviceOwnershipFromSecurityContext,
 			DefaultUlimits:                     h.Config.DefaultUlimits,
 			SeccompProfile:                     h.Config.SeccompProfile,
+			RecursiveReadOnlyMounts:            new(h.Features.RecursiveReadOnlyMounts),
 			BundleDir:                          filepath.Join(m.opts.RunDir, id, id),
 		},
 		config:   cfg,

@@ -63,6 +63,10 @@ type Metadata struct {
 	DeviceOwnershipFromSecurityContext bool     `json:"device_ownership_from_security_context,omitempty"`
 	DefaultUlimits                     []string `json:"default_ulimits,omitempty"`
 	SeccompProfile                     string   `json:"seccomp_profile,omitempty"`
+	// RecursiveReadOnlyMounts is the row's feature of that name at creation, what the
+	// pod's Runtime can do: its containers' recursive_read_only mounts are refused
+	// without it. nil in records of earlier releases, which allowed them; they still do.
+	RecursiveReadOnlyMounts *bool `json:"recursive_read_only_mounts,omitempty"`
 	// OverheadApplied is the overhead the pod got and where its limits went.
 	OverheadApplied Overhead        `json:"overhead_applied"`
 	Config          json.RawMessage `json:"config"` // the PodSandboxConfig (protojson)
@@ -177,6 +181,12 @@ func (s *Sandbox) ContainerDir() string {
 
 // KindRuntime is the kind of runtime that runs the pod; its containers run there too.
 func (s *Sandbox) KindRuntime() kind.Runtime { return s.rt }
+
+// RecursiveReadOnly reports whether the pod's containers may have recursive_read_only
+// mounts (RecursiveReadOnlyMounts; true for a record of an earlier release).
+func (s *Sandbox) RecursiveReadOnly() bool {
+	return s.RecursiveReadOnlyMounts == nil || *s.RecursiveReadOnlyMounts
+}
 
 // Task is the sandbox container as its runtime knows it.
 func (s *Sandbox) Task() kind.Task {

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
+	"github.com/rtshimd/rtshimd/internal/monitor"
 	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
@@ -54,6 +56,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.sweepRestores(known)
 	// Image volumes whose container left neither record nor directory.
 	owners, err := m.opts.Images.VolumeOwners()
 	if err != nil {
@@ -148,7 +151,9 @@ func (m *Manager) keepIfRunning(ctx context.Context, id, path string, log *logru
 	if ferr != nil {
 		why = "a runtime could not say whether it runs: " + ferr.Error()
 	} else if len(found) == 0 {
-		return false
+		if why = m.releaseMonitor(ctx, id); why == "" {
+			return false
+		}
 	}
 	var err error
 	if path == "" {
@@ -193,10 +198,41 @@ func (m *Manager) stopUnrecorded(ctx context.Context, id string, log *logrus.Ent
 	if len(found) > 0 {
 		log.WithFields(logrus.Fields{"handlers": found, "sandbox": task.PodID}).Warn("container without a usable record stopped")
 	}
+	if why := m.releaseMonitor(ctx, id); why != "" {
+		log.WithField("why", why).Error("container without a usable record could not be stopped; its rootfs and files are kept")
+		return false
+	}
 	if err := m.removeLeftovers(id); err != nil {
 		log.WithError(err).Error("files of a container without a usable record could not be removed")
 	}
 	return true
+}
+
+// releaseMonitor ends the monitor that still serves in the run directory of container
+// id, which has no usable record, once no runtime knows its task: its container never
+// started (a restore waiting for the start only the lost record could send), and with
+// its directory gone it could never be reached again. It returns "" when no monitor
+// serves there or the one that did has ended; otherwise why the directory must be kept:
+// the monitor refuses (its container started, in no runtime a ready row knows) or stays.
+func (m *Manager) releaseMonitor(ctx context.Context, id string) string {
+	dir := filepath.Join(m.opts.RunDir, id)
+	// monitor.json: a task's monitor; a shim's logger (logger.json) ends with the output.
+	if _, err := os.Lstat(filepath.Join(dir, monitor.ConfigFile)); err != nil || !monitor.Alive(dir) {
+		return ""
+	}
+	if err := monitor.Command(ctx, dir, monitor.CmdExit); err != nil {
+		if _, xerr := monitor.ReadExit(dir); xerr == nil {
+			return "" // its init ended: the monitor ends on its own
+		}
+		return fmt.Sprintf("its monitor still serves in %s and refuses to end (%v): its container started, and no ready runtime handler knows it", dir, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	_, _, _ = monitor.Watch(wctx, dir) // returns when the monitor has gone
+	if monitor.Alive(dir) {
+		return fmt.Sprintf("its monitor in %s was told to end and still serves", dir)
+	}
+	return ""
 }
 
 // StopRequested stops the kept containers an operator asked to stop (`rtshimd
@@ -232,7 +268,7 @@ func (m *Manager) Quarantined() []store.Quarantined {
 // removeLeftovers removes what a container without a usable record may hold: the mounts
 // in its directory first (a pod user namespace's rootfs bind and idmapped volumes: a
 // removal must never reach through them into the volume's data), then its image volumes,
-// its rootfs and the directory.
+// its rootfs, the checkpoint unpacked for its restore and the directory.
 func (m *Manager) removeLeftovers(id string) error {
 	dir := filepath.Join(m.opts.RunDir, id)
 	if err := unmountUsernsMounts(dir); err != nil {
@@ -240,12 +276,50 @@ func (m *Manager) removeLeftovers(id string) error {
 	}
 	_ = m.opts.Images.RemoveVolumes(id)
 	_ = m.opts.Images.RemoveRootfs(id)
+	if m.opts.RestoreDir != "" && store.ValidID(id) {
+		if err := os.RemoveAll(filepath.Join(m.opts.RestoreDir, id)); err != nil {
+			return err
+		}
+	}
 	return os.RemoveAll(dir)
 }
 
-// decodeRecord reads the record kept under id. Recovery removes what a record names
-// (its directory, with RemoveAll), so a record that names another container or a
-// directory not its own is refused (and quarantined), whatever else it holds.
+// sweepRestores removes the checkpoints unpacked for restores that will not happen, each
+// the memory of a checkpoint's processes: one no record names (known: the IDs recovery
+// knows), and one whose container was restored already (its start removes it; a crash
+// came first) or is not restored at all. A container recorded but not listed (left for a
+// later daemon, or kept) keeps its own, and a created one its own until its start.
+func (m *Manager) sweepRestores(known map[string]bool) {
+	if m.opts.RestoreDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(m.opts.RestoreDir)
+	if err != nil {
+		logrus.WithError(err).WithField("dir", m.opts.RestoreDir).Warn("list unpacked checkpoints")
+		return
+	}
+	for _, e := range entries {
+		id := e.Name()
+		if m.index.Listed(id) {
+			// Listed: the exact ID, which Get (by prefix) then finds.
+			if c, err := m.index.Get(id); err != nil || c.Restore != "" && c.Status().State != StateRunning && c.Status().State != StateExited {
+				continue
+			}
+		} else if known[id] {
+			continue
+		}
+		p := filepath.Join(m.opts.RestoreDir, id)
+		logrus.WithFields(logrus.Fields{"container": id, "path": p}).Info("checkpoint unpacked for a restore that will not happen; removing it")
+		if err := os.RemoveAll(p); err != nil {
+			logrus.WithError(err).WithField("path", p).Error("remove a checkpoint unpacked for a restore")
+		}
+	}
+}
+
+// decodeRecord reads the record kept under id. Recovery and removal remove what a record
+// names (its directory and its restore's unpacked checkpoint, with RemoveAll), so a record
+// that names another container, or either path not its own, is refused (and
+// quarantined), whatever else it holds.
 func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, error) {
 	if meta == nil {
 		return nil, errors.New("no metadata")
@@ -259,6 +333,9 @@ func (m *Manager) decodeRecord(id string, meta, status []byte) (*Container, erro
 	}
 	if err := store.CheckOwnDir(c.Dir, id); err != nil {
 		return nil, err
+	}
+	if r := c.Restore; r != "" && (m.opts.RestoreDir == "" || r != filepath.Join(m.opts.RestoreDir, id)) {
+		return nil, fmt.Errorf("restore %q is not the container's own (%s)", r, filepath.Join(cmp.Or(m.opts.RestoreDir, "<restore dir>"), id))
 	}
 	var err error
 	if c.status, err = store.LoadTracked(status, Status{State: StateCreating}); err != nil {

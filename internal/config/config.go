@@ -451,29 +451,18 @@ func DropInDir(path string) string { return filepath.Join(filepath.Dir(path), "c
 // DropInDir(path), in name order, each merged over what came before. Tables merge key by
 // key (a drop-in may add a [handlers.NAME] row or change one key of an existing one);
 // a value, an array or an array of tables ([[image.registries]]) replaces the earlier one.
-// So do containerd's and CRI-O's drop-ins. Errors name the file and line.
+// So do containerd's and CRI-O's drop-ins. Drop-ins, and config.d, that another user could
+// write are refused (readDropIns). Errors name the file and line.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	files := []source{{path, data}}
-	names, err := filepath.Glob(filepath.Join(DropInDir(path), "*.toml"))
+	dropIns, err := readDropIns(DropInDir(path))
 	if err != nil {
-		return nil, fmt.Errorf("read config drop-ins: %w", err)
+		return nil, err
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		if st, err := os.Stat(n); err == nil && st.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(n)
-		if err != nil {
-			return nil, fmt.Errorf("read config drop-in: %w", err)
-		}
-		files = append(files, source{n, b})
-	}
-	return parse(files)
+	return parse(append([]source{{path, data}}, dropIns...))
 }
 
 // lineErr matches the decoder's type errors, which carry the line only in their text.

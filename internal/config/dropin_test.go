@@ -128,3 +128,89 @@ func TestDropInErrors(t *testing.T) {
 		})
 	}
 }
+
+// A drop-in, or config.d, that a user other than root could write is refused, naming the
+// file, and so is a drop-in that is a symlink leaving config.d: a drop-in can name any
+// binary to run as root. A symlink inside config.d is read.
+func TestDropInsTrusted(t *testing.T) {
+	good := "log_level = \"debug\"\n"
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) string // returns the file the error must name
+		want  []string
+	}{
+		{"writable by others", func(t *testing.T, dir string) string {
+			f := filepath.Join(dir, "10-a.toml")
+			chmod(t, f, 0o666)
+			return f
+		}, []string{"config drop-in ", "has mode 0666, writable by group or others: refused"}},
+		{"writable by group", func(t *testing.T, dir string) string {
+			f := filepath.Join(dir, "10-a.toml")
+			chmod(t, f, 0o664)
+			return f
+		}, []string{"has mode 0664, writable by group or others: refused"}},
+		{"owned by another user", func(t *testing.T, dir string) string {
+			f := filepath.Join(dir, "10-a.toml")
+			chown(t, f, 65534)
+			return f
+		}, []string{"is owned by uid 65534, not root: refused"}},
+		{"directory writable by others", func(t *testing.T, dir string) string {
+			chmod(t, dir, 0o777)
+			return dir
+		}, []string{"config drop-in directory ", "has mode 0777"}},
+		{"directory owned by another user", func(t *testing.T, dir string) string {
+			chown(t, dir, 65534)
+			return dir
+		}, []string{"config drop-in directory ", "is owned by uid 65534, not root: refused"}},
+		{"symlink leaving config.d", func(t *testing.T, dir string) string {
+			outside := filepath.Join(t.TempDir(), "evil.toml")
+			if err := os.WriteFile(outside, []byte(good), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f := filepath.Join(dir, "20-link.toml")
+			if err := os.Symlink(outside, f); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}, []string{"is a symlink to ", "outside "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeConfig(t, base, map[string]string{"10-a.toml": good})
+			named := tc.setup(t, DropInDir(path))
+			_, err := Load(path)
+			if err == nil || !strings.Contains(err.Error(), named) {
+				t.Fatalf("Load: %v, want an error naming %s", err, named)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Load: %v, want it to say %q", err, w)
+				}
+			}
+		})
+	}
+
+	path := writeConfig(t, base, map[string]string{"sub/a.conf": good})
+	if err := os.Symlink(filepath.Join(DropInDir(path), "sub", "a.conf"), filepath.Join(DropInDir(path), "10-in.toml")); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(path); err != nil || c.LogLevel != "debug" {
+		t.Errorf("symlink inside config.d: %v (log_level %v), want it read", err, c)
+	}
+}
+
+func chmod(t *testing.T, name string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(name, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chown(t *testing.T, name string, uid int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	if err := os.Chown(name, uid, -1); err != nil {
+		t.Fatal(err)
+	}
+}

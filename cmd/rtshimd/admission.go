@@ -36,7 +36,10 @@ func anyContainer(cond string) string {
 }
 
 // podFeatures are what CheckPod refuses at RunPodSandbox (and recursive read-only mounts,
-// which CreateContainer refuses), written for the API server to refuse at admission.
+// which CreateContainer refuses), written for the API server to refuse at admission. The
+// policy only fails a pod early, as pods it does not match get by (ephemeral containers,
+// no runtimeClassName, other nodes' tables): the node must refuse each row itself
+// (TestAdmissionFeaturesRefusedByNode).
 var podFeatures = []podFeature{
 	{"spec.hostNetwork", "host_network", func(f handlers.Features) bool { return f.HostNetwork }, "has(object.spec.hostNetwork) && object.spec.hostNetwork"},
 	{"spec.hostPID", "host_pid", func(f handlers.Features) bool { return f.HostPID }, "has(object.spec.hostPID) && object.spec.hostPID"},
@@ -54,6 +57,8 @@ var podFeatures = []podFeature{
 // admissionPolicy is a ValidatingAdmissionPolicy that refuses, when a pod is created, a
 // pod whose RuntimeClass (named as runtimeClass names it: after its handler) cannot give
 // what the pod asks for, and its binding; nil when every ready handler gives everything.
+// A pod without runtimeClassName is not matched: it may be scheduled onto any node, of any
+// runtime and default, and the policy is cluster-wide; this node refuses it itself.
 func admissionPolicy(rows []*handlers.Handler) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	var validations []admissionv1.Validation
 	for _, h := range rows {

@@ -122,6 +122,14 @@ func TestJournalDamageKeepsRunning(t *testing.T) {
 			if len(q.Journals) != 2 {
 				t.Errorf("Status verbose names the damaged journals: %q", q.Journals)
 			}
+			// kubelet, which sees neither, makes each again (audit R7): refused, naming the
+			// kept one and `rtshimd quarantine`, not a second copy beside it.
+			if _, err := e.d.RS.RunPodSandbox(ctx, cfgB, handler); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "rtshimd quarantine stop "+podB) {
+				t.Errorf("RunPodSandbox of the kept pod: %v, want FailedPrecondition naming it", err)
+			}
+			if _, err := e.d.RS.CreateContainer(ctx, podA, e.ctrConfig("victim", "sleep", "1000"), cfgA); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "rtshimd quarantine stop "+victim) {
+				t.Errorf("CreateContainer of the kept container: %v, want FailedPrecondition naming it", err)
+			}
 			// The other pod carries on.
 			ok := e.run(podA, cfgA, e.ctrConfig("after", "true"))
 			if st := e.waitExit(ok); st.ExitCode != 0 {

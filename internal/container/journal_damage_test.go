@@ -3,12 +3,14 @@ package container_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/rtshimd/rtshimd/internal/container/containertest"
+	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/sandbox/sandboxtest"
 	"github.com/rtshimd/rtshimd/internal/store"
@@ -121,6 +123,15 @@ func TestJournalDamageKeepsRunningContainer(t *testing.T) {
 			if st := containertest.CtrState(t, m, other); st.State.String() != "CONTAINER_RUNNING" {
 				t.Errorf("the other container: %v", st.State)
 			}
+			// kubelet, which no longer sees the victim, creates it again (audit R7): refused,
+			// whatever the attempt, not a second copy beside it.
+			for attempt := range uint32(2) {
+				cfg := containertest.CtrConfig("victim", "busybox")
+				cfg.Metadata.Attempt = attempt
+				if _, err := m.Create(ctx, podID, cfg); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "rtshimd quarantine stop "+victim) {
+					t.Errorf("CreateContainer of the kept container, attempt %d: %v", attempt, err)
+				}
+			}
 
 			// A second restart keeps it under the same entry.
 			_, m = e.Managers()
@@ -143,6 +154,13 @@ func TestJournalDamageKeepsRunningContainer(t *testing.T) {
 			}
 			if q, _ := e.CtrStore.ListQuarantined(); len(q) != 1 || q[0].Kept {
 				t.Errorf("entry after the stop: %+v", q)
+			}
+			again, err := m.Create(ctx, podID, containertest.CtrConfig("victim", "busybox"))
+			if err != nil {
+				t.Fatalf("CreateContainer once the kept container was stopped: %v", err)
+			}
+			if err := m.Remove(ctx, again); err != nil {
+				t.Fatal(err)
 			}
 			if err := sbs.Stop(ctx, podID, m); err != nil {
 				t.Fatal(err)
@@ -196,6 +214,18 @@ func TestJournalDamageKeepsRunningPod(t *testing.T) {
 			}
 			keptEntry(t, e.PodStore, podID)
 			keptEntry(t, e.CtrStore, ctr)
+			// kubelet, which no longer sees the pod, runs it again (audit R7): refused,
+			// whatever the attempt, not a second pod with the same UID and volumes.
+			for attempt := range uint32(2) {
+				cfg := e.PodConfig("web")
+				cfg.Metadata.Attempt = attempt
+				if _, _, err := sbs.Run(ctx, cfg, ""); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "rtshimd quarantine stop "+podID) {
+					t.Errorf("RunPodSandbox of the kept pod, attempt %d: %v", attempt, err)
+				}
+			}
+			if sbs.Unready() != "" || m.Unready() != "" {
+				t.Errorf("one lost record makes the node unready: %q %q", sbs.Unready(), m.Unready())
+			}
 
 			if _, err := store.RequestStop(filepath.Join(e.Dir, "pods"), podID); err != nil {
 				t.Fatal(err)
@@ -204,9 +234,84 @@ func TestJournalDamageKeepsRunningPod(t *testing.T) {
 			if len(done) != 1 {
 				t.Fatalf("StopRequested = %v", done)
 			}
+			again, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
+			if err != nil {
+				t.Fatalf("RunPodSandbox once the kept pod was stopped: %v", err)
+			}
+			if err := sbs.Remove(ctx, again, m); err != nil {
+				t.Fatal(err)
+			}
 			e.Clean(t)
 		})
 	}
+}
+
+// unreadable makes the journal of the store in dir unreadable (a directory: EISDIR), as
+// an I/O error would; the store is reopened on it.
+func unreadable(t *testing.T, st **store.Store, dir string) {
+	t.Helper()
+	(*st).Close()
+	j := filepath.Join(dir, "journal")
+	if err := os.Remove(j); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(j, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if *st, err = store.New(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Unreadable journals lose every record: every pod and container that still runs is
+// kept, and kubelet would start them all again beside them (audit R7). Status then says
+// RuntimeReady false (the managers' Unready) until an operator has decided on each.
+func TestUnreadableJournalsUnready(t *testing.T) {
+	ctx := context.Background()
+	e := containertest.NewEnv(t, sandboxtest.Plans["namespaces"])
+	sbs, m := e.Managers()
+	podID, _, err := sbs.Run(ctx, e.PodConfig("web"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr, err := m.Create(ctx, podID, containertest.CtrConfig("app", "busybox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx, ctr); err != nil {
+		t.Fatal(err)
+	}
+	if sbs.Unready() != "" || m.Unready() != "" {
+		t.Errorf("unready before any damage: %q %q", sbs.Unready(), m.Unready())
+	}
+	unreadable(t, &e.PodStore, filepath.Join(e.Dir, "pods"))
+	unreadable(t, &e.CtrStore, filepath.Join(e.Dir, "containers"))
+
+	sbs, m = e.Managers()
+	if !sbs.Kept(podID) {
+		t.Fatal("the pod is not kept")
+	}
+	if why := sbs.Unready(); !strings.Contains(why, "1 pods") || !strings.Contains(why, "could not be read") {
+		t.Errorf("pods' Unready: %q", why)
+	}
+	if why := m.Unready(); !strings.Contains(why, "1 containers") {
+		t.Errorf("containers' Unready: %q", why)
+	}
+	if _, _, err := sbs.Run(ctx, e.PodConfig("web"), ""); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("RunPodSandbox of the kept pod: %v", err)
+	}
+
+	if _, err := store.RequestStop(filepath.Join(e.Dir, "pods"), podID); err != nil {
+		t.Fatal(err)
+	}
+	if done := sbs.StopRequested(ctx, func(pod string) { m.StopRequested(ctx, []string{pod}) }); len(done) != 1 {
+		t.Fatalf("StopRequested = %v", done)
+	}
+	if sbs.Unready() != "" || m.Unready() != "" {
+		t.Errorf("unready once nothing is kept: %q %q", sbs.Unready(), m.Unready())
+	}
+	e.Clean(t)
 }
 
 func contains(s []string, v string) bool {

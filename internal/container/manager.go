@@ -86,12 +86,13 @@ var _ Images = (*image.Stores)(nil)
 
 // Sandboxes is what containers need of the pods: a pod to make or start a container in,
 // its status for the events, its tmpfs lent to a container's hooks, and at recovery the
-// pods kept without a record and what the runtimes still run.
+// pods kept without a record (naming them) and what the runtimes still run.
 type Sandboxes interface {
 	Get(id string) (*sandbox.Sandbox, error)
 	CRIStatus(id string, verbose bool) (*runtimeapi.PodSandboxStatus, map[string]string, error)
 	LendTmpfs(sb *sandbox.Sandbox) (giveBack func(keep bool), err error)
 	Kept(id string) bool
+	NameKept(id string, md *runtimeapi.PodSandboxMetadata)
 	BundleOf(id string) string
 	FindUnrecorded(ctx context.Context, task kind.Task) ([]string, error)
 	StopUnrecorded(ctx context.Context, task kind.Task) ([]string, error)

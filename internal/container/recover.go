@@ -128,7 +128,7 @@ func (m *Manager) settleQuarantined(ctx context.Context, id, path string, log *l
 func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	log := logrus.WithField("container", id)
 	if path := registry.KeptEntry(m.opts.Store, id); path != "" {
-		m.index.Keep(id, path)
+		m.keep(id, path)
 		log.WithField("quarantined_at", path).Warn("container without a record still kept; " + store.KeepHint(id))
 		return
 	}
@@ -165,9 +165,50 @@ func (m *Manager) keepIfRunning(ctx context.Context, id, path string, log *logru
 	if err != nil {
 		log.WithError(err).Error("container without a usable record still runs; its quarantine entry could not be written, it is kept as it is")
 	}
-	m.index.Keep(id, path)
+	m.keep(id, path)
 	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why, "sandbox": task.PodID}).Error("container without a usable record still runs: kept, not stopped, its files kept; " + store.KeepHint(id))
 	return true
+}
+
+// keep keeps container id, which has no usable record, under its quarantine entry path,
+// and reserves the name its bundle gives it, for every attempt, as kubelet would make it
+// again: that of its pod where the pod is kept too (kubelet runs the pod again), else its
+// own in its listed pod (kubelet creates it again there). A second copy would run beside
+// it, on the same volumes.
+func (m *Manager) keep(id, path string) {
+	m.index.Keep(id, path)
+	spec, err := oci.ReadBundle(filepath.Join(m.opts.RunDir, id))
+	if err != nil {
+		return
+	}
+	a := spec.Annotations
+	pod := a[oci.AnnotationSandboxID]
+	if pod == "" {
+		return
+	}
+	if m.opts.Sandboxes.Kept(pod) {
+		if a[oci.AnnotationSandboxName] != "" {
+			m.opts.Sandboxes.NameKept(pod, &runtimeapi.PodSandboxMetadata{Name: a[oci.AnnotationSandboxName], Namespace: a[oci.AnnotationSandboxNS], Uid: a[oci.AnnotationSandboxUID]})
+		}
+		return
+	}
+	if sb, err := m.opts.Sandboxes.Get(pod); err == nil && a[oci.AnnotationContainerName] != "" {
+		// Family of CreateContainer's name, <name>_<pod's name>_<attempt>.
+		m.index.KeepName(id, a[oci.AnnotationContainerName]+"_"+sb.Name)
+	}
+}
+
+// Unready says why the node must take no pods now, "" when it may: the container records'
+// journal could not be read, and containers that still ran are kept without their
+// records; kubelet, which sees none of them, would start each again beside it.
+func (m *Manager) Unready() string {
+	if !m.opts.Store.Unreadable() {
+		return ""
+	}
+	if n := len(m.index.KeptIDs()); n > 0 {
+		return fmt.Sprintf("%d containers still run, kept, whose records were lost with the unreadable container record journal (%s)", n, m.opts.Store.Damage())
+	}
+	return ""
 }
 
 // unrecordedTask is the task of container id as its bundle names it.

@@ -129,6 +129,19 @@ func TestRuntimeReadyCondition(t *testing.T) {
 	}
 }
 
+// Objects kept after an unreadable record journal make the runtime not ready, naming
+// them and `rtshimd quarantine` (audit R7); with none kept the handlers decide.
+func TestRecordsReadyCondition(t *testing.T) {
+	if c := recordsReady("", ""); c != nil {
+		t.Errorf("with nothing kept: %v", c)
+	}
+	c := recordsReady("2 pods still run, kept", "")
+	if c == nil || c.Status || c.Type != runtimeapi.RuntimeReady || c.Reason != "RecordJournalUnreadable" ||
+		!strings.Contains(c.Message, "2 pods still run") || !strings.Contains(c.Message, "rtshimd quarantine stop") {
+		t.Errorf("with pods kept: %v", c)
+	}
+}
+
 // kubelet sends mounts' noexec/nodev/nosuid (mount_options) only to a runtime whose
 // Status says it honours them; internal/oci/mounts.go does.
 func TestStatusAdvertisesFeatures(t *testing.T) {

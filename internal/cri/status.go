@@ -25,6 +25,11 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 	table := s.Handlers.Table()
 	list := table.List() // kubelet asks every few seconds: one listing per answer
 	rtCond := runtimeReady(list)
+	if rtCond.Status && s.Sandboxes != nil && s.Containers != nil {
+		if c := recordsReady(s.Sandboxes.Unready(), s.Containers.Unready()); c != nil {
+			rtCond = c
+		}
+	}
 	resp := &runtimeapi.StatusResponse{
 		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 			rtCond,
@@ -92,6 +97,27 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 
 // quarantineHint says what an operator can do with what recovery set aside.
 const quarantineHint = "kept: still ran at recovery and is left running with its files; `rtshimd quarantine` lists them, `rtshimd quarantine stop ID` stops one, `rtshimd quarantine adopt ID` (daemon stopped) puts a mended record back"
+
+// recordsReady is RuntimeReady false, with why (each manager's, "" for none), while
+// objects of a record journal that could not be read are kept: kubelet sees none of them
+// and would start every pod again beside its running copy. With the node not ready it
+// starts nothing until an operator has decided on them, as containerd, which does not
+// start on an unreadable database, leaves a node. nil: nothing such is kept.
+func recordsReady(why ...string) *runtimeapi.RuntimeCondition {
+	var w []string
+	for _, s := range why {
+		if s != "" {
+			w = append(w, s)
+		}
+	}
+	if len(w) == 0 {
+		return nil
+	}
+	return &runtimeapi.RuntimeCondition{
+		Type: runtimeapi.RuntimeReady, Status: false, Reason: "RecordJournalUnreadable",
+		Message: strings.Join(w, "; ") + "; kubelet cannot see them and would start them again beside them: stop each (`rtshimd quarantine stop ID`) or, the daemon stopped, adopt its mended record (`rtshimd quarantine adopt ID`); the node is ready once none is kept",
+	}
+}
 
 // runtimeReady is RuntimeReady: true while some handler can run pods; with none, false
 // with each handler's reason (kubelet then marks the node not ready instead of sending

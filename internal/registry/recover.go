@@ -49,7 +49,7 @@ func (x *Index[T]) Recover(ctx context.Context, r Recovery[T]) (map[string]bool,
 	}
 	known := map[string]bool{}
 	x.mu.Lock()
-	x.kept = map[string]string{}
+	x.kept = map[string]keptObject{}
 	x.mu.Unlock()
 	for _, rec := range recs {
 		known[rec.ID] = true

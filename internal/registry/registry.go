@@ -1,9 +1,10 @@
 // Package registry is the daemon's index of its pods and of its containers, one Index of
 // each, with the rules both keep: objects by ID, found by a unique ID prefix as crictl and
 // containerd accept them; names reserved from the request that makes an object until its
-// removal; containers by their pod; the objects kept without a usable record, and their
-// stop when an operator asks (StopKept); the recovery of both from their records at start
-// (Recover); and an object's end, which waiters select on (Exit).
+// removal; containers by their pod; the objects kept without a usable record, their names
+// (every attempt) reserved, and their stop when an operator asks (StopKept); the recovery
+// of both from their records at start (Recover); and an object's end, which waiters
+// select on (Exit).
 package registry
 
 import (
@@ -11,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -44,21 +46,31 @@ type Index[T Entry] struct {
 	// scan of all of them per pod was O(pods²) (a third of the daemon's idle CPU at 1,000
 	// pods).
 	byPod map[string]map[string]T
-	// kept: objects without a usable record that still ran at recovery, by ID, with their
-	// quarantine entries: left running, with their files, until an operator decides.
-	kept map[string]string
+	// kept: objects without a usable record that still ran at recovery, by ID: left
+	// running, with their files, until an operator decides.
+	kept map[string]keptObject
+}
+
+// keptObject is what an Index knows of a kept object.
+type keptObject struct {
+	path string // its quarantine entry
+	// family is its name without the attempt (Family), "" when unknown: kubelet, which
+	// cannot see the object, makes another of the same pod or container (attempt 0, or
+	// the next), which would run beside it with the same pod UID and volumes.
+	family string
 }
 
 // New returns an empty index; field and noun name the request field and the object in
 // errors ("pod_sandbox_id", "pod sandbox").
 func New[T Entry](field, noun string) *Index[T] {
 	return &Index[T]{field: field, noun: noun, byID: map[string]T{}, names: map[string]string{},
-		byPod: map[string]map[string]T{}, kept: map[string]string{}}
+		byPod: map[string]map[string]T{}, kept: map[string]keptObject{}}
 }
 
 // Reserve takes name for a new object and returns the object's new ID, and release, for
 // the create to defer: it frees the name unless the object was listed by then (Add), after
-// which the name is the object's until Remove.
+// which the name is the object's until Remove. A name of a kept object's family, whatever
+// its attempt, is refused (FailedPrecondition) until an operator has decided on it.
 func (x *Index[T]) Reserve(name string) (id string, release func(), err error) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
@@ -67,6 +79,14 @@ func (x *Index[T]) Reserve(name string) (id string, release func(), err error) {
 	defer x.mu.Unlock()
 	if other, ok := x.names[name]; ok {
 		return "", nil, fmt.Errorf("%s name %q is already used by %s %s; remove it first: %w", x.noun, name, x.noun, other, errdefs.ErrAlreadyExists)
+	}
+	if fam := Family(name); len(x.kept) > 0 {
+		for other, k := range x.kept {
+			if k.family == fam {
+				return "", nil, fmt.Errorf("%s name %q: %s %s, of the same name (any attempt), still runs without a usable record and is kept until an operator decides, and a second one would run beside it: stop it with `rtshimd quarantine stop %s`, or mend its record and adopt it (`rtshimd quarantine adopt %s`, the daemon stopped): %w",
+					x.noun, name, x.noun, other, other, other, errdefs.ErrFailedPrecondition)
+			}
+		}
 	}
 	x.names[name] = id
 	return id, func() {
@@ -230,10 +250,37 @@ func (x *Index[T]) OfPod(pod string) []T {
 func (x *Index[T]) Keep(id, path string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.kept[id] = path
+	k := x.kept[id]
+	k.path = path
+	x.kept[id] = k
 }
 
-// Unkeep drops id from the kept ones (stopped as an operator asked).
+// KeepName reserves family (Family of the kept object's name, as its bundle or entry
+// tells it) for the kept object id, until Unkeep: Reserve refuses every name of it.
+func (x *Index[T]) KeepName(id, family string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if k, ok := x.kept[id]; ok && family != "" {
+		k.family = family
+		x.kept[id] = k
+	}
+}
+
+// Family is name without its attempt, the "_<n>" that ends every name an Index is given
+// (a pod's name_namespace_uid_attempt, a container's name_<its pod's name>_attempt): one
+// pod's sandboxes, or one container's attempts in one pod. A name without one is its own.
+func Family(name string) string {
+	i := strings.LastIndexByte(name, '_')
+	if i < 0 {
+		return name
+	}
+	if _, err := strconv.ParseUint(name[i+1:], 10, 32); err != nil {
+		return name
+	}
+	return name[:i]
+}
+
+// Unkeep drops id from the kept ones (stopped as an operator asked), and frees its name.
 func (x *Index[T]) Unkeep(id string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

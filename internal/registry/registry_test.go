@@ -136,15 +136,50 @@ func TestHold(t *testing.T) {
 	}
 }
 
+// A kept object's name is reserved for every attempt (audit R7): kubelet, which cannot
+// see it, makes the pod or container again under attempt 0 or the next, and the copy
+// would run beside it. The refusal names the kept ID and what an operator does.
 func TestKept(t *testing.T) {
-	x := New[*obj]("container_id", "container")
+	x := New[*obj]("pod_sandbox_id", "pod sandbox")
 	x.Keep("k1", "/q/k1")
 	if !x.Kept("k1") || x.Kept("k2") || !slices.Equal(x.KeptIDs(), []string{"k1"}) {
 		t.Errorf("kept: %v", x.KeptIDs())
 	}
+	x.KeepName("k1", Family("web_default_uid-1_1"))
+	x.KeepName("k2", "db_default_uid-2") // not kept: nothing reserved
+	for _, name := range []string{"web_default_uid-1_0", "web_default_uid-1_1", "web_default_uid-1_7"} {
+		_, _, err := x.Reserve(name)
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "pod sandbox k1") || !strings.Contains(err.Error(), "rtshimd quarantine stop k1") {
+			t.Errorf("Reserve(%q) beside the kept pod: %v", name, err)
+		}
+	}
+	for _, name := range []string{"web_default_uid-2_0", "db_default_uid-2_0", "web_other_uid-1_0"} {
+		if _, release, err := x.Reserve(name); err != nil {
+			t.Errorf("Reserve(%q): %v", name, err)
+		} else {
+			release()
+		}
+	}
 	x.Unkeep("k1")
 	if x.Kept("k1") || len(x.KeptIDs()) != 0 {
 		t.Error("Unkeep left it kept")
+	}
+	if _, _, err := x.Reserve("web_default_uid-1_0"); err != nil {
+		t.Errorf("Reserve after the kept pod's stop: %v", err)
+	}
+}
+
+func TestFamily(t *testing.T) {
+	for name, want := range map[string]string{
+		"web_default_uid_0":        "web_default_uid",
+		"app_web_default_uid_0_12": "app_web_default_uid_0",
+		"web":                      "web",
+		"a_b_c_x":                  "a_b_c_x",
+		"a_":                       "a_",
+	} {
+		if got := Family(name); got != want {
+			t.Errorf("Family(%q) = %q, want %q", name, got, want)
+		}
 	}
 }
 

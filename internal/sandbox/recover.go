@@ -18,6 +18,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/nsfile"
+	"github.com/rtshimd/rtshimd/internal/oci"
 	"github.com/rtshimd/rtshimd/internal/registry"
 	"github.com/rtshimd/rtshimd/internal/store"
 )
@@ -75,7 +76,7 @@ func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	log := logrus.WithFields(logrus.Fields{"sandbox": id, "dir": filepath.Join(m.opts.RunDir, id)})
 	if path := registry.KeptEntry(m.opts.Store, id); path != "" {
 		// Kept by an earlier start and not yet decided on.
-		m.index.Keep(id, path)
+		m.keep(id, path)
 		log.WithField("quarantined_at", path).Warn("pod without a record still kept; " + store.KeepHint(id))
 		return
 	}
@@ -92,8 +93,45 @@ func (m *Manager) recoverUnrecorded(ctx context.Context, id string) {
 	if err != nil {
 		log.WithError(err).Error("pod without a record still runs; its quarantine entry could not be written, it is kept as it is")
 	}
-	m.index.Keep(id, path)
+	m.keep(id, path)
 	log.WithFields(logrus.Fields{"quarantined_at": path, "why": why}).Error("pod without a record still runs: kept, not removed; " + store.KeepHint(id))
+}
+
+// keep keeps pod id, which has no usable record, under its quarantine entry path, and
+// reserves its name (every attempt) where its sandbox container's bundle names it:
+// kubelet, which cannot see the pod, would run it again beside it, with the same UID and
+// volumes. A pod without a sandbox container is named by its kept containers' bundles
+// (NameKept, from the container manager's recovery); one whose containers all ended
+// holds only its namespaces, and reserves nothing.
+func (m *Manager) keep(id, path string) {
+	m.index.Keep(id, path)
+	if spec, err := oci.ReadBundle(m.unrecordedTask(id).Dir); err == nil {
+		a := spec.Annotations
+		if md := (&runtimeapi.PodSandboxMetadata{Name: a[oci.AnnotationSandboxName], Namespace: a[oci.AnnotationSandboxNS], Uid: a[oci.AnnotationSandboxUID]}); md.Name != "" {
+			m.NameKept(id, md)
+		}
+	}
+}
+
+// NameKept reserves the name of the kept pod id, as md (from a bundle of the pod) gives
+// it, for every attempt: RunPodSandbox for it is refused until an operator has decided on
+// the pod.
+func (m *Manager) NameKept(id string, md *runtimeapi.PodSandboxMetadata) {
+	m.index.KeepName(id, registry.Family(MakeName(md)))
+}
+
+// Unready says why the node must take no pods now, "" when it may: the pod records'
+// journal could not be read, and pods that still ran are kept without their records.
+// kubelet, which sees none of them, would run every one again beside it; this holds until
+// an operator has stopped them (or adopted their records, the daemon stopped).
+func (m *Manager) Unready() string {
+	if !m.opts.Store.Unreadable() {
+		return ""
+	}
+	if n := len(m.index.KeptIDs()); n > 0 {
+		return fmt.Sprintf("%d pods still run, kept, whose records were lost with the unreadable pod record journal (%s)", n, m.opts.Store.Damage())
+	}
+	return ""
 }
 
 // podAlive says whether a pod without a usable record may still run, and why: a runtime
@@ -247,7 +285,7 @@ func (m *Manager) settleQuarantined(ctx context.Context, id, path string, log *l
 		if err := store.MarkKept(path, true); err != nil {
 			log.WithError(err).Warn("mark a kept pod's quarantine entry")
 		}
-		m.index.Keep(id, path)
+		m.keep(id, path)
 		log.WithField("why", how).Error("bad sandbox record quarantined; the pod still runs and is kept, not stopped; " + store.KeepHint(id))
 		return
 	}

@@ -270,6 +270,7 @@ func (s *Store) openJournal() error {
 			return fmt.Errorf("set aside unreadable journal %s: %w", path, err)
 		}
 		s.damage = fmt.Sprintf("the record journal %s could not be read (%v); it was set aside as %s and every record in it is lost", path, err, keep)
+		s.unreadable = true
 		logrus.WithFields(logrus.Fields{"journal": path, "kept": keep}).WithError(err).Error("the record journal could not be read; set aside, starting without its records (what they describe is kept, not removed)")
 		r = replayed{recs: map[string]*record{}}
 	} else if r.damaged {
@@ -325,6 +326,15 @@ func (s *Store) Damage() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.damage
+}
+
+// Unreadable says whether the journal could not be read at all when the store was opened:
+// then no ID of a lost record is known (Lost), and every object was kept or removed by
+// what its run directory showed.
+func (s *Store) Unreadable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unreadable
 }
 
 // Lost returns the IDs that damaged journal entries named and whose records did not

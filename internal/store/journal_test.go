@@ -672,8 +672,8 @@ func TestUnreadableJournalSetAside(t *testing.T) {
 		t.Fatalf("New with an unreadable journal: %v", err)
 	}
 	defer s.Close()
-	if d := s.Damage(); !strings.Contains(d, "could not be read") || !strings.Contains(d, "journal-unreadable-") {
-		t.Errorf("Damage() = %q", d)
+	if d := s.Damage(); !strings.Contains(d, "could not be read") || !strings.Contains(d, "journal-unreadable-") || !s.Unreadable() {
+		t.Errorf("Damage() = %q, Unreadable() = %v", d, s.Unreadable())
 	}
 	if aside, _ := filepath.Glob(dir + ".journal-unreadable-*"); len(aside) != 1 {
 		t.Errorf("set aside as %v", aside)

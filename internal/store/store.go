@@ -40,9 +40,11 @@ type Store struct {
 	// legacyBad are directory-layout records that could not be read (importLegacy).
 	legacyBad []Record
 	// damage says what was wrong with the journal at open; lost are the IDs its damaged
-	// entries named whose records did not survive.
-	damage string
-	lost   []string
+	// entries named whose records did not survive; unreadable: the whole journal could
+	// not be read, every record in it lost.
+	damage     string
+	lost       []string
+	unreadable bool
 	// syncHook, set by tests, runs before each sync and fails it with its error.
 	syncHook func() error
 	// compactHook, set by tests, is called at each step of a compaction as it is reached

@@ -117,7 +117,7 @@ func TestCrictlImages(t *testing.T) {
 // TestCrictlContainers: crictl create, start, ps, inspect, exec, logs, stop and rm, as the
 // docs/operating.md shows, on both handlers.
 func TestCrictlContainers(t *testing.T) {
-	e := newContainerEnv(t)
+	e := newContainerEnv(t, withRestore())
 	run := crictlRunner(t, e.d)
 	dir := t.TempDir()
 	for _, handler := range suiteHandlers {

@@ -179,6 +179,15 @@ func withConfig(f func(d *Daemon, c *config.Config)) daemonOption {
 	return func(s *daemonSetup) { f(s.d, s.cfg) }
 }
 
+// withRestore turns restore from checkpoints on for the runc row (restore = true in
+// [handlers.runc]), which is off by default.
+func withRestore() daemonOption {
+	return withConfig(func(_ *Daemon, c *config.Config) {
+		on := true
+		c.Handlers["runc"].Restore = &on
+	})
+}
+
 // withRegistries serves addrs as insecure (plain HTTP) registries.
 func withRegistries(addrs ...string) daemonOption {
 	return withConfig(func(_ *Daemon, c *config.Config) {

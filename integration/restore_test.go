@@ -28,7 +28,7 @@ import (
 // deleted as they were; exec reaches it; its removal leaves nothing. What cannot be
 // restored is refused by field or handler before anything is made.
 func TestRestoreContainer(t *testing.T) {
-	e := newContainerEnv(t)
+	e := newContainerEnv(t, withRestore())
 	d := e.d
 	ctx := ctxT(t)
 	if why := criuCheck(t, "criu"); why != "" {
@@ -356,7 +356,7 @@ func withImage(cfg *runtimeapi.ContainerConfig, img string) *runtimeapi.Containe
 // pod naming that image is restored by kubelet's own pull, create and start: the counter
 // goes on from where it was, and kubelet reports it running.
 func TestKubeletCheckpointRestore(t *testing.T) {
-	e := newContainerEnv(t)
+	e := newContainerEnv(t, withRestore())
 	writeNetwork(t, e)
 	k := startKubelet(t, e.d, "")
 	if why := criuCheck(t, "criu"); why != "" {

@@ -246,7 +246,7 @@ static const char *do_restore(void) {
 	snprintf(pidfile, sizeof pidfile, "%s/%s", cfg.dir, PID_FILE);
 	int in = start_stdin >= 0 ? start_stdin : open("/dev/null", O_RDONLY | O_CLOEXEC);
 	size_t k;
-	char **argv = runtime_argv_n(11, &k);
+	char **argv = runtime_argv_n(13, &k);
 	argv[k++] = "restore";
 	argv[k++] = "--detach";
 	argv[k++] = "--bundle";
@@ -257,6 +257,11 @@ static const char *do_restore(void) {
 	argv[k++] = cfg.restore_image;
 	argv[k++] = "--work-path";
 	argv[k++] = cfg.restore_work && *cfg.restore_work ? cfg.restore_work : cfg.restore_image;
+	// The new spec's LSM profile, not the one CRIU recorded in the image.
+	if (cfg.restore_lsm && *cfg.restore_lsm) {
+		argv[k++] = "--lsm-profile";
+		argv[k++] = cfg.restore_lsm;
+	}
 	argv[k++] = cfg.id;
 	// The restored processes hold the pipes: the restore's end is what is waited for.
 	const char *se = run_to_end(argv, in, start_stdio[0], start_stdio[1], CREATE_TIMEOUT_MS, e2, sizeof e2);

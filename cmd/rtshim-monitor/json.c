@@ -457,6 +457,8 @@ const char *json_parse_config(const char *s, struct json_config *cfg, bool logge
 			sp = &cfg->restore_image;
 		else if (!logger && keyeq(k, "restore_work"))
 			sp = &cfg->restore_work;
+		else if (!logger && keyeq(k, "restore_lsm"))
+			sp = &cfg->restore_lsm;
 		else if (!logger && keyeq(k, "wait_with_runtime"))
 			bp = &cfg->wait_with_runtime;
 		else if (!logger && keyeq(k, "runtime_args"))

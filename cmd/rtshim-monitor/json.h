@@ -15,6 +15,8 @@ struct json_config {
 	// restore_image, restore_work: a CRIU image to restore the container from at start
 	// (`<runtime> restore`), in place of create and start, and CRIU's work directory
 	char *restore_image, *restore_work;
+	// restore_lsm: the restore's --lsm-profile (TYPE:NAME), the new spec's profile.
+	char *restore_lsm;
 	char **runtime_args;
 	size_t runtime_nargs;
 	bool wait_with_runtime, stdin, stdin_once, terminal;

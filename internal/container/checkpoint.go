@@ -73,6 +73,9 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if !ok {
 		return fmt.Errorf("checkpoint container %s: handler %q (%s) cannot checkpoint containers: %w", c.ID, c.Handler, c.rt.Type(), errdefs.ErrNotImplemented)
 	}
+	if err := m.rowAllows(c.Handler, false); err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	}
 	// location's directory is resolved once, now, and only ever reached through this
 	// descriptor: whatever its path becomes meanwhile, the archive goes to that directory.
 	dir := filepath.Dir(location)

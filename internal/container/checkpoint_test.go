@@ -9,9 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -108,7 +110,7 @@ func TestCheckpointArchive(t *testing.T) {
 		t.Errorf("archive entries: %v", got)
 	}
 	// What a restore reads of it.
-	src, err := unpackCheckpoint(loc, filepath.Join(t.TempDir(), "unpacked"))
+	src, err := unpackCheckpoint(loc, filepath.Join(t.TempDir(), "unpacked"), 0)
 	if err != nil {
 		t.Fatalf("unpack the archive: %v", err)
 	}
@@ -314,7 +316,7 @@ func TestUnpackCheckpointRefuses(t *testing.T) {
 			if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := unpackCheckpoint(path, filepath.Join(dir, "out"))
+			_, err := unpackCheckpoint(path, filepath.Join(dir, "out"), 0)
 			if err == nil || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("unpack: %v, want an error saying %q", err, tc.says)
 			}
@@ -322,5 +324,148 @@ func TestUnpackCheckpointRefuses(t *testing.T) {
 				t.Errorf("an entry was written outside")
 			}
 		})
+	}
+}
+
+// A sparse entry counts its holes against the bound: a few bytes of archive cannot
+// become a full disk.
+func TestUnpackCheckpointBounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.tar")
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	// An entry of 1 TiB whose data never comes: as a sparse one, its header says what
+	// unpacking it would write.
+	if err := tw.WriteHeader(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Size: 1 << 40, Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	_ = tw.Flush()
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := unpackCheckpoint(path, filepath.Join(dir, "out"), 1<<20)
+	if err == nil || !strings.Contains(err.Error(), "checkpoints.max_size") {
+		t.Errorf("unpack: %v, want the bound named", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "out", "big")); err == nil {
+		t.Errorf("big was written (%d bytes)", fi.Size())
+	}
+}
+
+// A checkpoint image's files are copied only as regular files and directories, within
+// the bound, and read without following a link: each hostile form is refused by name, and
+// nothing outside is read (security review R3, R4).
+func TestCopyCheckpointRefuses(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "host.tar")
+	if err := os.WriteFile(secret, []byte("HOST-DATA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := func(t *testing.T, root string) {
+		t.Helper()
+		for name, data := range map[string]string{
+			configDumpFile: `{"rootfsImageRef":"sha256:` + strings.Repeat("a", 64) + `"}`,
+			specDumpFile:   `{"process":{"args":["sh"]}}`,
+		} {
+			if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(root, checkpointDir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, checkpointDir, "inventory.img"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, root string)
+		max  int64
+		says string
+	}{
+		{"as it should be", func(*testing.T, string) {}, 0, ""},
+		{"a link to a host tar", func(t *testing.T, root string) {
+			if err := os.Symlink(secret, filepath.Join(root, rootfsDiffFile)); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, rootfsDiffFile},
+		{"a link to /dev/ptmx", func(t *testing.T, root string) {
+			os.Remove(filepath.Join(root, specDumpFile))
+			if err := os.Symlink("/dev/ptmx", filepath.Join(root, specDumpFile)); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, specDumpFile},
+		{"a FIFO", func(t *testing.T, root string) {
+			if err := unix.Mkfifo(filepath.Join(root, rootfsDiffFile), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, rootfsDiffFile},
+		{"a sparse file past the bound", func(t *testing.T, root string) {
+			f, err := os.Create(filepath.Join(root, "pages-1.img"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(1 << 40); err != nil {
+				t.Fatal(err)
+			}
+		}, 1 << 30, "checkpoints.max_size"},
+		{"a huge config.dump", func(t *testing.T, root string) {
+			if err := os.Truncate(filepath.Join(root, configDumpFile), maxCheckpointJSON+1); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, "larger than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, dir := t.TempDir(), filepath.Join(t.TempDir(), "out")
+			good(t, root)
+			tc.make(t, root)
+			_, err := copyCheckpoint(root, dir, tc.max)
+			switch {
+			case tc.says == "" && err != nil:
+				t.Fatalf("copy: %v", err)
+			case tc.says != "" && (err == nil || !strings.Contains(err.Error(), tc.says)):
+				t.Fatalf("copy: %v, want an error naming %q", err, tc.says)
+			}
+			var du int64
+			_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					b, _ := os.ReadFile(p)
+					if strings.Contains(string(b), "HOST-DATA") {
+						t.Errorf("%s holds the host file", p)
+					}
+					var st unix.Stat_t
+					_ = unix.Stat(p, &st)
+					du += st.Blocks * 512
+				}
+				return nil
+			})
+			if tc.max > 0 && du > 1<<20 {
+				t.Errorf("the copy takes %d bytes of disk", du)
+			}
+		})
+	}
+}
+
+// A restored process tree is checked for no_new_privs, which CRIU does not record: a
+// child without it fails the check, a tree with it passes.
+func TestCheckNoNewPrivs(t *testing.T) {
+	start := func(args ...string) int {
+		cmd := exec.Command(args[0], args[1:]...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	with := start("setpriv", "--no-new-privs", "sh", "-c", "sleep 30 & wait")
+	without := start("sh", "-c", "sleep 30 & wait")
+	time.Sleep(200 * time.Millisecond) // the children forked
+	if err := checkNoNewPrivs(with); err != nil {
+		t.Errorf("a tree under no_new_privs: %v", err)
+	}
+	if err := checkNoNewPrivs(without); err == nil || !strings.Contains(err.Error(), "without no_new_privs") {
+		t.Errorf("a tree without no_new_privs: %v, want it refused", err)
 	}
 }

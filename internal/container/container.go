@@ -84,6 +84,13 @@ type Metadata struct {
 	// Restore is the directory of the checkpoint archive a container restored from one
 	// was unpacked into (RestoreDir/<id>), until its start: the start restores it.
 	Restore string `json:"restore,omitempty"`
+	// RestoreLSM is the LSM profile of the container's spec ("apparmor:NAME",
+	// "selinux:LABEL"), which its restore gives the processes in place of the one the
+	// checkpoint recorded.
+	RestoreLSM string `json:"restore_lsm,omitempty"`
+	// RestoreNoNewPrivs: the spec sets no_new_privs, which CRIU's image does not record,
+	// so the restored processes are checked for it at start.
+	RestoreNoNewPrivs bool `json:"restore_no_new_privs,omitempty"`
 	// StopSignal is what StopContainer sends, as the runtime's kill accepts it: the
 	// config's stop_signal, else the image's STOPSIGNAL, else SIGTERM.
 	StopSignal  string `json:"stop_signal"`
@@ -163,7 +170,7 @@ func (c *Container) Task() kind.Task {
 	return kind.Task{
 		ID: c.ID, PodID: c.SandboxID, Dir: c.Dir, PodDir: c.PodDir, LogPath: c.LogPath, LogDir: c.LogDir,
 		Stdin: c.config.GetStdin(), StdinOnce: c.config.GetStdinOnce(), Terminal: c.config.GetTty(),
-		Restore: c.restoreImage(),
+		Restore: c.restoreImage(), RestoreLSM: c.RestoreLSM,
 	}
 }
 

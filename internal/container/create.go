@@ -158,7 +158,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	var restore *restoreSource
 	if c.Restore != "" {
 		var err error
-		if restore, err = unpackCheckpoint(cfg.Image.Image, c.Restore); err != nil {
+		if restore, err = unpackCheckpoint(cfg.Image.Image, c.Restore, m.opts.MaxCheckpointSize); err != nil {
 			return fmt.Errorf("config.image.image %q: checkpoint archive: %w: %w", cfg.Image.Image, err, errdefs.ErrInvalidArgument)
 		}
 		imgSpec = restore.imageSpec()
@@ -256,6 +256,14 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		tm.Mark("nri")
 	}
 	c.rt.AdjustSpec(spec)
+	if restore != nil {
+		// Against the final spec: what the processes are given is what CRIU restores.
+		if err := restore.checkProcesses(spec); err != nil {
+			return fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
+		}
+		c.RestoreLSM = restoreLSM(spec)
+		c.RestoreNoNewPrivs = spec.Process != nil && spec.Process.NoNewPrivileges
+	}
 	c.TerminationLog = terminationLog(cfg)
 	if spec.Process != nil {
 		c.User = &spec.Process.User

@@ -22,6 +22,7 @@ import (
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/events"
 	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
+	"github.com/rtshimd/rtshimd/internal/handlers"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/lsm"
@@ -41,6 +42,14 @@ type Options struct {
 	// them (<state_root>/restores, root's only), each until its container's start or
 	// removal. Empty: no restores.
 	RestoreDir string
+	// Rows is the handler table served now (handlers.Live): whether a pod's row takes
+	// checkpoints and restores is read from it at each call, so a reload that turns one
+	// off holds at once. nil allows both (unit tests).
+	Rows Rows
+	// MaxCheckpointSize bounds a checkpoint's content as if its files had no holes: what
+	// a checkpoint writes, what a restore unpacks or copies (checkpoints.max_size); 0: no
+	// bound.
+	MaxCheckpointSize int64
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes  kind.Maker
 	Images    Images
@@ -62,6 +71,11 @@ type Options struct {
 	// RebootedAt, when set, is when the node booted after the records were written
 	// (internal/boot): no container of theirs still runs.
 	RebootedAt time.Time
+}
+
+// Rows finds a handler row by name (handlers.Live).
+type Rows interface {
+	Lookup(name string) (*handlers.Handler, error)
 }
 
 // Images is what containers take of the image stores: rootfs layers, image volumes, an

@@ -9,11 +9,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/internal/criuimg"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/kind"
@@ -61,6 +65,9 @@ func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.San
 	if m.opts.RestoreDir == "" {
 		return fmt.Errorf("config.image.image %q: this daemon restores no checkpoints (no restore directory): %w", path, errdefs.ErrFailedPrecondition)
 	}
+	if err := m.rowAllows(sb.Handler, true); err != nil {
+		return fmt.Errorf("config.image.image %q names a checkpoint: %w", path, err)
+	}
 	ck, ok := sb.KindRuntime().(kind.Checkpointer)
 	if !ok {
 		return fmt.Errorf("config.image.image %q: handler %q (%s) cannot restore containers from checkpoints: %w", path, sb.Handler, sb.KindRuntime().Type(), errdefs.ErrFailedPrecondition)
@@ -77,6 +84,26 @@ func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.San
 	return nil
 }
 
+// rowAllows is nil where handler's row, as served now, takes checkpoints (restore false)
+// or restores (restore true), else FailedPrecondition naming the key that turned it off.
+func (m *Manager) rowAllows(handler string, restore bool) error {
+	if m.opts.Rows == nil {
+		return nil
+	}
+	h, err := m.opts.Rows.Lookup(handler)
+	if err != nil {
+		return fmt.Errorf("handler %q is no longer in the handler table: %w", handler, errdefs.ErrFailedPrecondition)
+	}
+	what, on, key := "checkpoints", h.Config.CheckpointOn, h.Config.CheckpointKey
+	if restore {
+		what, on, key = "restores from checkpoints", h.Config.RestoreOn, h.Config.RestoreKey
+	}
+	if on {
+		return nil
+	}
+	return fmt.Errorf("handler %q takes no %s (%s = false; turn it on only for checkpoints whose origin you trust): %w", handler, what, key, errdefs.ErrFailedPrecondition)
+}
+
 // restoreSource is an unpacked checkpoint archive.
 type restoreSource struct {
 	dir     string
@@ -85,31 +112,127 @@ type restoreSource struct {
 	deleted []string
 }
 
+// A checkpoint is untrusted input (a pod names a checkpoint image as it names any
+// image): what a restore reads of it is bounded, only regular files and directories are
+// ever made or opened, and no link is followed. These bound what is read whole.
+const (
+	maxCheckpointJSON = 16 << 20 // config.dump, spec.dump, deleted.files
+	maxDeletedFiles   = 1 << 17  // entries of deleted.files
+)
+
+// errTooLarge is a checkpoint over the node's checkpoints.max_size.
+func errTooLarge(max int64) error {
+	return fmt.Errorf("the checkpoint holds more than checkpoints.max_size (%d bytes, counted without holes)", max)
+}
+
 // unpackCheckpoint unpacks the archive at path into dir, which it makes (root's only):
 // regular files and directories under local names, nothing else, so that no entry lands
-// outside it. It checks that the archive holds what a restore needs.
-func unpackCheckpoint(path, dir string) (*restoreSource, error) {
-	if err := extractTar(path, dir); err != nil {
+// outside it, at most max bytes in all (0: no bound). It checks that the archive holds
+// what a restore needs.
+func unpackCheckpoint(path, dir string, max int64) (*restoreSource, error) {
+	if err := extractTar(path, dir, max); err != nil {
 		return nil, err
 	}
 	return loadCheckpoint(dir)
 }
 
 // copyCheckpoint copies a checkpoint image's files (its rootfs) into dir, which it makes
-// (root's only): regular files and directories, a symlink or device being an error.
-func copyCheckpoint(rootfs, dir string) (*restoreSource, error) {
+// (root's only): regular files and directories, at most max bytes in all (0: no bound);
+// anything else (a symlink, a device, a FIFO) is an error naming it, found before
+// anything is copied. Files are opened without following a link and checked to be what
+// the walk saw.
+func copyCheckpoint(rootfs, dir string, max int64) (*restoreSource, error) {
+	var total int64
+	err := filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is a %v, not a regular file or directory", relName(rootfs, p), d.Type())
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if total += fi.Size(); max > 0 && total > max {
+			return errTooLarge(max)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := os.CopyFS(dir, os.DirFS(rootfs)); err != nil {
+	err = filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == rootfs {
+			return err
+		}
+		dst := filepath.Join(dir, relName(rootfs, p))
+		if d.IsDir() {
+			return os.Mkdir(dst, 0o700)
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s is a %v, not a regular file or directory", relName(rootfs, p), d.Type())
+		}
+		src, err := openRegular(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		fi, err := src.Stat()
+		if err != nil {
+			return err
+		}
+		if total -= fi.Size(); total < 0 {
+			return errTooLarge(max) // it grew since the count
+		}
+		return writeNew(dst, io.LimitReader(src, fi.Size()))
+	})
+	if err != nil {
 		return nil, err
 	}
 	return loadCheckpoint(dir)
 }
 
-// extractTar writes the entries of the tar at path into dir, which it makes.
-func extractTar(path, dir string) error {
-	f, err := os.Open(path)
+func relName(root, p string) string {
+	rel, err := filepath.Rel(root, p)
+	if err != nil {
+		return p
+	}
+	return rel
+}
+
+// openRegular opens the regular file at path for reading: a link at path is not
+// followed, and anything but a regular file (a FIFO, which would block; a device) is an
+// error, checked on the opened file.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link, not a regular file", filepath.Base(path))
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is a %v, not a regular file", filepath.Base(path), fi.Mode().Type())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// extractTar writes the entries of the tar at path into dir, which it makes, at most max
+// bytes of files in all (0: no bound; a sparse entry counts its holes).
+func extractTar(path, dir string, max int64) error {
+	f, err := openRegular(path)
 	if err != nil {
 		return err
 	}
@@ -117,6 +240,7 @@ func extractTar(path, dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
+	var total int64
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
@@ -140,6 +264,9 @@ func extractTar(path, dir string) error {
 				return err
 			}
 		case tar.TypeReg:
+			if total += hdr.Size; max > 0 && total > max {
+				return errTooLarge(max)
+			}
 			if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 				return err
 			}
@@ -177,11 +304,17 @@ func loadCheckpoint(dir string) (*restoreSource, error) {
 		return nil, err
 	}
 	src.process = spec.Process
-	if _, err := os.Stat(filepath.Join(dir, checkpointDir, "inventory.img")); err != nil {
+	if fi, err := os.Lstat(filepath.Join(dir, checkpointDir, "inventory.img")); err != nil || !fi.Mode().IsRegular() {
+		if err == nil {
+			err = errors.New("not a regular file")
+		}
 		return nil, fmt.Errorf("no CRIU image (%s/inventory.img): %w", checkpointDir, err)
 	}
 	if err := readJSONFile(filepath.Join(dir, deletedFilesFile), &src.deleted); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
+	}
+	if len(src.deleted) > maxDeletedFiles {
+		return nil, fmt.Errorf("%s lists %d paths, more than %d", deletedFilesFile, len(src.deleted), maxDeletedFiles)
 	}
 	if src.image() == "" {
 		return nil, fmt.Errorf("%s names no image (rootfsImageRef, rootfsImage)", configDumpFile)
@@ -189,10 +322,20 @@ func loadCheckpoint(dir string) (*restoreSource, error) {
 	return src, nil
 }
 
+// readJSONFile decodes the regular file at path (never through a link), of at most
+// maxCheckpointJSON bytes, into v.
 func readJSONFile(path string, v any) error {
-	b, err := os.ReadFile(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointJSON+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxCheckpointJSON {
+		return fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), maxCheckpointJSON)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
@@ -213,7 +356,7 @@ func (m *Manager) restoreFromImage(c *Container, sb *sandbox.Sandbox, ckptRootfs
 	if err := m.saveMeta(c, nil); err != nil { // so that a cleanup after a crash removes it
 		return nil, "", "", err
 	}
-	src, err := copyCheckpoint(ckptRootfs, c.Restore)
+	src, err := copyCheckpoint(ckptRootfs, c.Restore, m.opts.MaxCheckpointSize)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("config.image.image %q: checkpoint image: %w: %w", cfg.Image.Image, err, errdefs.ErrInvalidArgument)
 	}
@@ -243,7 +386,7 @@ func (s *restoreSource) imageSpec() *runtimeapi.ImageSpec {
 
 // applyRootfs puts the checkpointed container's changes to its rootfs into rootfs.
 func (s *restoreSource) applyRootfs(rootfs string) error {
-	f, err := os.Open(filepath.Join(s.dir, rootfsDiffFile))
+	f, err := openRegular(filepath.Join(s.dir, rootfsDiffFile))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return image.ApplyRootfsDiff(rootfs, s.deleted, nil)
@@ -263,6 +406,68 @@ func (s *restoreSource) applyProcess(spec *specs.Spec) {
 	spec.Process.Args = s.process.Args
 	spec.Process.Env = s.process.Env
 	spec.Process.Cwd = s.process.Cwd
+}
+
+// checkProcesses refuses a checkpoint whose processes, as its CRIU image records them,
+// would hold more than spec grants the container (criuimg.Check): CRIU restores their
+// credentials, capabilities and seccomp state from the image, not from the spec.
+func (s *restoreSource) checkProcesses(spec *specs.Spec) error {
+	tasks, err := criuimg.Read(filepath.Join(s.dir, checkpointDir))
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if err := criuimg.Check(tasks, spec); err != nil {
+		return fmt.Errorf("checkpoint refused: %w, which the container's security context does not grant: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkNoNewPrivs is nil where the process pid and every process below it run with
+// no_new_privs. CRIU records no such state: a restore of a spec that sets it is checked
+// here, before the start is answered, and killed otherwise.
+func checkNoNewPrivs(pid int) error {
+	seen := 0
+	var walk func(pid int) error
+	walk = func(pid int) error {
+		if seen++; seen > 1<<16 {
+			return nil
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok && strings.TrimSpace(v) != "1" {
+				return fmt.Errorf("restored process %d runs without no_new_privs, which the container's spec sets (a checkpoint does not record it): %w", pid, errdefs.ErrInvalidArgument)
+			}
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+			for _, k := range strings.Fields(string(kids)) {
+				if n, err := strconv.Atoi(k); err == nil {
+					if err := walk(n); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	return walk(pid)
+}
+
+// restoreLSM is spec's LSM profile as runc's restore takes it (TYPE:NAME), "" for none.
+func restoreLSM(spec *specs.Spec) string {
+	switch p := spec.Process; {
+	case p == nil:
+		return ""
+	case p.ApparmorProfile != "":
+		return "apparmor:" + p.ApparmorProfile
+	case p.SelinuxLabel != "":
+		return "selinux:" + p.SelinuxLabel
+	}
+	return ""
 }
 
 // restoreImage is the CRIU image the container is restored from at start, "" for a

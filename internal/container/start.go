@@ -89,6 +89,11 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		if pid, err = readPidFile(filepath.Join(c.Dir, monitor.PidFile)); err != nil {
 			return killStarted(err)
 		}
+		if c.RestoreNoNewPrivs {
+			if err := checkNoNewPrivs(pid); err != nil {
+				return killStarted(err)
+			}
+		}
 	}
 	if err := m.update(c, func(s *Status) {
 		if s.State == StateCreated {

@@ -97,6 +97,9 @@ type Task struct {
 	// Restore is a checkpoint's CRIU image: Create makes nothing run and Start restores
 	// the task from it (a Checkpointer whose Restorable says so).
 	Restore string
+	// RestoreLSM is the LSM profile the restored processes get ("apparmor:NAME",
+	// "selinux:LABEL"; runc's --lsm-profile), "" for none.
+	RestoreLSM string
 }
 
 // Created is a created task's processes.

@@ -59,6 +59,8 @@ type Config struct {
 	// container's stdio pipes, CRIU's work files in RestoreWork.
 	RestoreImage string `json:"restore_image,omitempty"`
 	RestoreWork  string `json:"restore_work,omitempty"`
+	// RestoreLSM is passed as the restore's --lsm-profile (TYPE:NAME).
+	RestoreLSM string `json:"restore_lsm,omitempty"`
 	// WaitWithRuntime: the container's processes are not host processes we can wait for
 	// (a subcontainer of a runsc sandbox); follow it with `<runtime> wait` after start.
 	WaitWithRuntime bool `json:"wait_with_runtime,omitempty"`

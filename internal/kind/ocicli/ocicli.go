@@ -190,6 +190,7 @@ func (r *Runtime) Create(ctx context.Context, t kind.Task) (kind.Created, error)
 		// Nothing runs until the start restores it: CRIU's work files (its restore.log) go
 		// beside the bundle.
 		cfg.RestoreImage, cfg.RestoreWork = t.Restore, filepath.Join(t.Dir, restoreWorkDir)
+		cfg.RestoreLSM = t.RestoreLSM
 		if err := os.MkdirAll(cfg.RestoreWork, 0o700); err != nil {
 			return kind.Created{}, fmt.Errorf("handler %q: create %s: %w", r.rt.Handler, t.ID, err)
 		}

@@ -116,7 +116,7 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if err := m.checkpointFiles(c, content, work, start); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
 	}
-	if err := m.writeRootfsDiff(c, content); err != nil {
+	if err := m.rootfsDiffFrozen(ctx, c, ck, content); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
 	}
 	if err := publishTar(dirFD, location, content); err != nil {

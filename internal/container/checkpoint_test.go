@@ -33,18 +33,30 @@ type fakeCRIU struct {
 	kind.Runtime
 	err    error
 	during func(imageDir string) // runs while it dumps
+	frozen *bool                 // set by Freeze
 }
 
 func (fakeCRIU) Restorable() error { return nil }
+
+func (f fakeCRIU) Freeze(_ context.Context, _ kind.Task, frozen bool) error {
+	if f.frozen != nil {
+		*f.frozen = frozen
+	}
+	return nil
+}
 
 // diffImages gives a container's rootfs changes as a fixed layer tar and deleted paths.
 type diffImages struct {
 	Images
 	diff    []byte
 	deleted []string
+	read    func() // called as the diff is read
 }
 
-func (d diffImages) RootfsDiff(string) (io.ReadCloser, []string, error) {
+func (d diffImages) RootfsDiff(string, int64) (io.ReadCloser, []string, error) {
+	if d.read != nil {
+		d.read()
+	}
 	return io.NopCloser(bytes.NewReader(d.diff)), d.deleted, nil
 }
 
@@ -71,18 +83,23 @@ func TestCheckpointArchive(t *testing.T) {
 	// As kubelet sends it: the image's ID, and the pod spec's name beside it.
 	c := &Container{Metadata: Metadata{ID: "c1", Name: "sleeper", Handler: "runc", Dir: bundle, ImageRef: "sha256:abc", ImageID: "sha256:abc", ImageName: "busybox:1"},
 		config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "sha256:abc", UserSpecifiedImage: "busybox:1"}},
-		status: store.NewTracked(Status{State: StateRunning}), rt: fakeCRIU{}}
+		status: store.NewTracked(Status{State: StateRunning})}
+	frozen, frozenWhileRead := false, false
+	c.rt = fakeCRIU{frozen: &frozen}
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
 	_ = tw.WriteHeader(&tar.Header{Name: "written", Mode: 0o644, Size: 4, Typeflag: tar.TypeReg})
 	_, _ = tw.Write([]byte("kept"))
 	_ = tw.Close()
-	images := diffImages{diff: layer.Bytes(), deleted: []string{"/etc/group"}}
+	images := diffImages{diff: layer.Bytes(), deleted: []string{"/etc/group"}, read: func() { frozenWhileRead = frozen }}
 	m := &Manager{index: indexOf(c), opts: Options{CheckpointDir: t.TempDir(), Images: images}}
 	out := t.TempDir()
 	loc := filepath.Join(out, "c1.tar")
 	if err := m.Checkpoint(context.Background(), "c1", loc, 0); err != nil {
 		t.Fatal(err)
+	}
+	if !frozenWhileRead || frozen {
+		t.Errorf("the rootfs changes were read with the container frozen: %v; it is frozen after: %v; want read frozen, then thawed", frozenWhileRead, frozen)
 	}
 	f, err := os.Open(loc)
 	if err != nil {

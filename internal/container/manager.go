@@ -85,7 +85,7 @@ type Rows interface {
 type Images interface {
 	CreateRootfs(handler, id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
 	RemoveRootfs(id string) error
-	RootfsDiff(id string) (io.ReadCloser, []string, error)
+	RootfsDiff(id string, max int64) (io.ReadCloser, []string, error)
 	CheckpointName(handler, ref string) (string, error)
 	DetachRootfs(id string)
 	RootfsUsage(id string) (image.Usage, error)

@@ -2,6 +2,7 @@ package container
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/internal/criuimg"
@@ -197,6 +199,22 @@ func copyCheckpoint(rootfs, dir string, max int64) (*restoreSource, error) {
 		return nil, err
 	}
 	return loadCheckpoint(dir)
+}
+
+// apparentSize is the size of the regular files under dir, holes counted.
+func apparentSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	return n, err
 }
 
 func relName(root, p string) string {
@@ -479,16 +497,58 @@ func (c *Container) restoreImage() string {
 	return filepath.Join(c.Restore, checkpointDir)
 }
 
-// writeRootfsDiff adds the container's rootfs changes to a checkpoint archive's content.
+// rootfsDiffFrozen adds the container's rootfs changes to a checkpoint archive's
+// content while its processes are frozen: the runtime's checkpoint has resumed them, and a
+// container that changed its files while they were read (a directory swapped for a link
+// to a host tree, a file for a device node) would have root read what it pointed at
+// (security review R2). The image side reads them chrooted into the writable layer too.
+func (m *Manager) rootfsDiffFrozen(ctx context.Context, c *Container, ck kind.Checkpointer, content string) (err error) {
+	if err := ck.Freeze(ctx, c.Task(), true); err != nil {
+		return fmt.Errorf("freeze it to read its rootfs changes: %w", err)
+	}
+	defer func() {
+		// Thawed whatever happened, also past the request's deadline.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
+		defer cancel()
+		if terr := ck.Freeze(tctx, c.Task(), false); terr != nil {
+			logrus.WithError(terr).WithField("container", c.ID).Error("resume a container frozen for its checkpoint")
+			if err == nil {
+				err = fmt.Errorf("resume it after reading its rootfs changes: %w", terr)
+			}
+		}
+	}()
+	return m.writeRootfsDiff(c, content)
+}
+
+// writeRootfsDiff adds the container's rootfs changes to a checkpoint archive's content:
+// within checkpoints.max_size, with what CRIU wrote, counted without holes.
 func (m *Manager) writeRootfsDiff(c *Container, content string) error {
-	rc, deleted, err := m.opts.Images.RootfsDiff(c.ID)
+	max := int64(0)
+	if m.opts.MaxCheckpointSize > 0 {
+		used, err := apparentSize(content)
+		if err != nil {
+			return err
+		}
+		if max = m.opts.MaxCheckpointSize - used; max <= 0 {
+			return errTooLarge(m.opts.MaxCheckpointSize)
+		}
+	}
+	rc, deleted, err := m.opts.Images.RootfsDiff(c.ID, max)
 	if err != nil {
 		return err
 	}
 	if rc != nil {
 		defer rc.Close()
-		if err := writeNew(filepath.Join(content, rootfsDiffFile), rc); err != nil {
+		var r io.Reader = rc
+		if max > 0 {
+			r = io.LimitReader(rc, max+1)
+		}
+		path := filepath.Join(content, rootfsDiffFile)
+		if err := writeNew(path, r); err != nil {
 			return fmt.Errorf("%s: %w", rootfsDiffFile, err)
+		}
+		if fi, err := os.Stat(path); err == nil && max > 0 && fi.Size() > max {
+			return errTooLarge(m.opts.MaxCheckpointSize)
 		}
 	}
 	if deleted == nil {

@@ -228,6 +228,10 @@ type Checkpointer interface {
 	// (dump.log) and work files in workDir; both exist. A checkpoint the runtime or CRIU
 	// refuses is errdefs.ErrFailedPrecondition, in CRIU's words where it gave some.
 	Checkpoint(ctx context.Context, t Task, imageDir, workDir string) error
+	// Freeze stops (frozen) or resumes every process of the running task (the runtime's
+	// pause and resume: the cgroup freezer), so that its files hold still while they are
+	// read.
+	Freeze(ctx context.Context, t Task, frozen bool) error
 	// Restorable is nil where the kind restores a Task with Restore set, else why not
 	// (errdefs.ErrFailedPrecondition).
 	Restorable() error

@@ -89,7 +89,7 @@ func (f *Images) CreateRootfs(_, id, ref string, _, _ []specs.LinuxIDMapping) (s
 func (f *Images) CheckpointName(string, string) (string, error) { return "", nil }
 
 // RootfsDiff: the fake keeps no changes.
-func (f *Images) RootfsDiff(string) (io.ReadCloser, []string, error) { return nil, nil, nil }
+func (f *Images) RootfsDiff(string, int64) (io.ReadCloser, []string, error) { return nil, nil, nil }
 
 func (f *Images) DetachRootfs(id string) {
 	f.mu.Lock()

@@ -37,6 +37,14 @@ func (r *Runtime) Checkpoint(ctx context.Context, t kind.Task, imageDir, workDir
 	return fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 }
 
+// Freeze pauses or resumes the container through the runtime (runc pause / resume).
+func (r *Runtime) Freeze(ctx context.Context, t kind.Task, frozen bool) error {
+	if frozen {
+		return r.rt.Pause(ctx, t.ID)
+	}
+	return r.rt.Resume(ctx, t.ID)
+}
+
 // Restorable: a runc-like runtime restores a container from CRIU's image (its restore,
 // run by the monitor at start); a sandbox runtime cannot (see Checkpoint).
 func (r *Runtime) Restorable() error {

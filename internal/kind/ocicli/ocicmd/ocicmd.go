@@ -254,6 +254,18 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir, workDir string) 
 	return err
 }
 
+// Pause freezes the container's processes (the cgroup freezer).
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	_, err := r.run(ctx, "pause", id, "pause", id)
+	return err
+}
+
+// Resume thaws what Pause froze.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	_, err := r.run(ctx, "resume", id, "resume", id)
+	return err
+}
+
 // Version returns the first line of `<runtime> --version`.
 func (r *Runtime) Version(ctx context.Context) (string, error) {
 	cmd := exec.CommandContext(ctx, r.Path, "--version")

@@ -177,7 +177,13 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 		return err
 	}
 	if restore == nil {
-		name, err := m.opts.Images.CheckpointName(sb.Handler, imageID)
+		// Told by the reference the pod named (kubelet sends it as user_specified_image,
+		// the ID as image): the manifest pulled for that name, not the ID's last pull.
+		ref := cfg.GetImage().GetUserSpecifiedImage()
+		if ref == "" {
+			ref = cfg.GetImage().GetImage()
+		}
+		name, err := m.opts.Images.CheckpointName(sb.Handler, imageID, ref)
 		if err != nil {
 			return err
 		}

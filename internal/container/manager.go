@@ -86,7 +86,7 @@ type Images interface {
 	CreateRootfs(handler, id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
 	RemoveRootfs(id string) error
 	RootfsDiff(id string, max int64) (io.ReadCloser, []string, error)
-	CheckpointName(handler, ref string) (string, error)
+	CheckpointName(handler, imageID, ref string) (string, error)
 	DetachRootfs(id string)
 	RootfsUsage(id string) (image.Usage, error)
 	MountVolume(handler, owner string, index int, ref string, uids, gids []specs.LinuxIDMapping) (*image.Volume, error)

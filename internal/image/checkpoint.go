@@ -1,20 +1,17 @@
 package image
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/containers/storage"
 	"github.com/containers/storage/pkg/archive"
 	"github.com/containers/storage/pkg/chrootarchive"
 	securejoin "github.com/cyphar/filepath-securejoin"
-	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/internal/errdefs"
@@ -138,53 +135,4 @@ func ApplyRootfsDiff(rootfs string, deleted []string, diff io.Reader) error {
 		return fmt.Errorf("apply the rootfs changes: %w", err)
 	}
 	return nil
-}
-
-// checkpointAnnotations are the manifest annotations that make an image a checkpoint
-// image: one layer holding a checkpoint archive's files, named by the container it was
-// taken of (CRI-O's, which buildah writes in its recipe, and checkpointctl's).
-var checkpointAnnotations = []string{"io.kubernetes.cri-o.annotations.checkpoint.name", "org.criu.checkpoint.container.name"}
-
-// CheckpointName is the name of the container a checkpoint image in handler's store was
-// made of, "" for any other image.
-func (s *Stores) CheckpointName(handler, ref string) (string, error) {
-	svc, row, err := s.storeFor(handler)
-	if err != nil {
-		return "", err
-	}
-	name, err := svc.CheckpointName(ref)
-	return name, notPulled(err, row)
-}
-
-// CheckpointName: see Stores.CheckpointName. Read from the image's manifest once per
-// image (an image does not change under its ID), and asked by ID on every
-// CreateContainer: an ID seen before is answered without the store.
-func (s *Service) CheckpointName(ref string) (string, error) {
-	if v, ok := s.checkpointNames.Load(strings.TrimPrefix(ref, "sha256:")); ok {
-		return v.(string), nil
-	}
-	img, err := s.lookup(ref)
-	if err != nil {
-		return "", err
-	}
-	var m struct {
-		Annotations map[string]string `json:"annotations"`
-	}
-	// An image without a readable manifest is no checkpoint image, as for CRI-O.
-	b, err := s.store.ImageBigData(img.ID, storage.ImageDigestBigDataKey)
-	if err == nil {
-		err = json.Unmarshal(b, &m)
-	}
-	if err != nil {
-		logrus.WithError(err).WithField("image", img.ID).Debug("no manifest to tell a checkpoint image by")
-	}
-	name := ""
-	for _, k := range checkpointAnnotations {
-		if v := m.Annotations[k]; v != "" {
-			name = v
-			break
-		}
-	}
-	s.checkpointNames.Store(img.ID, name)
-	return name, nil
 }

@@ -49,8 +49,9 @@ type Service struct {
 	regGen int
 	opts   Options
 	pinned map[string]bool // normalized references
-	// checkpointNames caches CheckpointName by image ID, until the image's deletion.
-	checkpointNames sync.Map
+	// checkpointNames caches CheckpointName by image ID and reference
+	// (checkpoint_image.go).
+	checkpointNames checkpointCache
 	// writable maps each container's writable layer of ours to its image's ID
 	// (writable.go); under mu.
 	writable map[string]string

@@ -136,7 +136,13 @@ func (s *Service) pull(ctx context.Context, named dockerref.Named, sys *types.Sy
 	if err != nil {
 		return "", fmt.Errorf("pulled %s but cannot find it in the store: %w", named, err)
 	}
-	s.refreshSize(img.ID) // before the pull answers: Status never reads layer records
+	// Per reference, before the pull answers: a create that names it right after asks.
+	if err := s.recordPull(img.ID, named, manifestBytes); err != nil {
+		return "", fmt.Errorf("pull %s: %w", named, err)
+	}
+	// After the record, one of its big-data items. Before the pull answers: Status never
+	// reads layer records.
+	s.refreshSize(img.ID)
 	mdigest, _ := manifest.Digest(manifestBytes)
 	log.WithFields(logrus.Fields{"id": img.ID, "manifest": mdigest, "duration": time.Since(start)}).Info("image pulled")
 	return "sha256:" + img.ID, nil

@@ -102,7 +102,7 @@ func (s *Service) deleteUnused(id, done string) error {
 			switch {
 			case err == nil || errors.Is(err, storage.ErrImageUnknown):
 				s.forgetSize(id)
-				s.checkpointNames.Delete(id)
+				s.checkpointNames.forget(id)
 				s.endDelete(id)
 				if err == nil {
 					logrus.WithField("image", id).Info(done)

@@ -86,7 +86,7 @@ func (f *Images) CreateRootfs(_, id, ref string, _, _ []specs.LinuxIDMapping) (s
 }
 
 // CheckpointName: the fake has no checkpoint images.
-func (f *Images) CheckpointName(string, string) (string, error) { return "", nil }
+func (f *Images) CheckpointName(string, string, string) (string, error) { return "", nil }
 
 // RootfsDiff: the fake keeps no changes.
 func (f *Images) RootfsDiff(string, int64) (io.ReadCloser, []string, error) { return nil, nil, nil }

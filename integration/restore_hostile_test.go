@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,10 +28,15 @@ import (
 // image's links are never followed, and its size is bounded by checkpoints.max_size. A
 // restricted container's own checkpoint still restores into a restricted pod.
 func TestRestoreHostile(t *testing.T) {
+	nsPolicies := t.TempDir()
+	if err := os.WriteFile(filepath.Join(nsPolicies, "strict.json"), []byte(`{"default": [{"type": "reject"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e := newContainerEnv(t, withRestore(), withConfig(func(d *Daemon, c *config.Config) {
 		off := false
 		c.Handlers["runc-off"] = &config.Handler{RuntimePath: "/usr/sbin/runc", RuntimeRoot: d.RunRoot + "/runc-off", Checkpoint: &off}
 		c.Checkpoints.MaxSize = "48Mi"
+		c.Image.SignaturePolicyDir = nsPolicies
 	}))
 	d := e.d
 	ctx := ctxT(t)
@@ -212,6 +218,43 @@ func TestRestoreHostile(t *testing.T) {
 			t.Logf("%s refused in %v", tc.tag, time.Since(start).Round(time.Millisecond))
 		}
 		assertNoRestoreLeft("after the hostile images")
+	})
+	// The image a checkpoint image's checkpoint was taken on is pulled as the pod's
+	// namespace pulls any image, not taken from the node's store (the audit's R6): under a
+	// namespace policy that rejects it the restore is refused, and a checkpoint naming its
+	// image only by ID is refused.
+	t.Run("base image pulled for the namespace", func(t *testing.T) {
+		ref := pushCheckpointFiles(t, e, plainArchive, "base", nil)
+		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		strictCfg := podConfig("hostile-strict", runtimeapi.NamespaceMode_CONTAINER)
+		strictCfg.Metadata.Namespace = "strict"
+		strictCfg.LogDirectory = filepath.Join(e.logs, "hostile-strict")
+		strict, err := d.RS.RunPodSandbox(ctx, strictCfg, "runc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.RS.CreateContainer(ctx, strict, withImage(e.ctrConfig("r"), ref), strictCfg)
+		wantRefused(t, "a checkpoint image in a namespace whose policy rejects its base image", err, codes.FailedPrecondition, e.image, `namespace "strict"`)
+		e.removePod(strict)
+
+		var dump map[string]any
+		entries := readTar(t, plainArchive)
+		if err := json.Unmarshal(entries["config.dump"], &dump); err != nil {
+			t.Fatal(err)
+		}
+		dump["rootfsImage"], dump["rootfsImageName"] = dump["rootfsImageRef"], ""
+		b, _ := json.Marshal(dump)
+		byID := filepath.Join(t.TempDir(), "by-id.tar")
+		rewriteTar(t, plainArchive, byID, map[string][]byte{"config.dump": b})
+		ref = pushCheckpointFiles(t, e, byID, "by-id", nil)
+		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.RS.CreateContainer(ctx, pod, withImage(e.ctrConfig("r"), ref), podCfg)
+		wantRefused(t, "a checkpoint image naming its base image by ID", err, codes.InvalidArgument, "only by ID")
+		assertNoRestoreLeft("after the base image refusals")
 	})
 	e.removePod(pod)
 	e.removePod(src)

@@ -188,7 +188,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 			return err
 		}
 		if name != "" {
-			if restore, rootfs, imageID, err = m.restoreFromImage(c, sb, rootfs, uids, gids); err != nil {
+			if restore, rootfs, imageID, err = m.restoreFromImage(ctx, c, sb, rootfs, uids, gids); err != nil {
 				return err
 			}
 			imgSpec = restore.imageSpec()

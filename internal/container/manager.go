@@ -86,6 +86,9 @@ type Images interface {
 	CreateRootfs(handler, id, ref string, uids, gids []specs.LinuxIDMapping) (rootfs, imageID string, err error)
 	RemoveRootfs(id string) error
 	RootfsDiff(id string, max int64) (io.ReadCloser, []string, error)
+	// Pull pulls ref into handler's store for a pod of namespace (its signature policy),
+	// with auth's credentials, and returns the image ID: a restore's base image.
+	Pull(ctx context.Context, handler, ref string, auth image.Auth, namespace string) (string, error)
 	CheckpointName(handler, imageID, ref string) (string, error)
 	DetachRootfs(id string)
 	RootfsUsage(id string) (image.Usage, error)

@@ -365,7 +365,7 @@ func readJSONFile(path string, v any) error {
 // image a restored one: the checkpoint's files are copied out of that rootfs, which then
 // goes, and the rootfs is made again from the image the checkpoint names. It returns the
 // checkpoint and the new rootfs and image ID.
-func (m *Manager) restoreFromImage(c *Container, sb *sandbox.Sandbox, ckptRootfs string, uids, gids []specs.LinuxIDMapping) (*restoreSource, string, string, error) {
+func (m *Manager) restoreFromImage(ctx context.Context, c *Container, sb *sandbox.Sandbox, ckptRootfs string, uids, gids []specs.LinuxIDMapping) (*restoreSource, string, string, error) {
 	cfg := c.config
 	if err := m.restoreChecks(cfg, sb); err != nil {
 		return nil, "", "", err
@@ -381,12 +381,51 @@ func (m *Manager) restoreFromImage(c *Container, sb *sandbox.Sandbox, ckptRootfs
 	if err := m.opts.Images.RemoveRootfs(c.ID); err != nil {
 		return nil, "", "", err
 	}
-	c.ImageRef = src.image()
-	rootfs, imageID, err := m.opts.Images.CreateRootfs(sb.Handler, c.ID, c.ImageRef, uids, gids)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		err = fmt.Errorf("config.image.image %q: the checkpoint's image %s (%s) is not pulled on this node (pull it first): %w", cfg.Image.Image, c.ImageRef, src.config.RootfsImage, err)
+	if c.ImageRef, err = m.pullBase(ctx, sb, src); err != nil {
+		return nil, "", "", fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
 	}
+	rootfs, imageID, err := m.opts.Images.CreateRootfs(sb.Handler, c.ID, c.ImageRef, uids, gids)
 	return src, rootfs, imageID, err
+}
+
+// pullBase pulls the image a checkpoint image's checkpoint was taken on, as a pod of sb's
+// namespace pulls any image: by its reference, under the namespace's signature policy,
+// with no credentials (kubelet checked the pod's only for the checkpoint image), and
+// returns its ID, which must be the one the checkpoint names. The node's copy is not
+// taken as it is: another namespace may have pulled it with credentials this pod lacks,
+// or under a policy this one refuses (security review R6).
+func (m *Manager) pullBase(ctx context.Context, sb *sandbox.Sandbox, src *restoreSource) (string, error) {
+	ref := src.config.RootfsImageName
+	if ref == "" {
+		ref = src.config.RootfsImage
+	}
+	if ref == "" || looksLikeID(ref) {
+		return "", fmt.Errorf("the checkpoint names its image only by ID (%s rootfsImage %q, rootfsImageName %q), which a restore from a checkpoint image does not take: it pulls the image by reference: %w", configDumpFile, src.config.RootfsImage, src.config.RootfsImageName, errdefs.ErrInvalidArgument)
+	}
+	ns := sb.PodConfig().GetMetadata().GetNamespace()
+	id, err := m.opts.Images.Pull(ctx, sb.Handler, ref, image.Auth{}, ns)
+	if err != nil {
+		return "", fmt.Errorf("the checkpoint's image %s, pulled as namespace %q pulls it (its signature policy, no credentials): %w", ref, ns, err)
+	}
+	if want := src.config.RootfsImageRef; want != "" && strings.TrimPrefix(want, "sha256:") != strings.TrimPrefix(id, "sha256:") {
+		return "", fmt.Errorf("the checkpoint was taken on image %s, and %s is now %s: %w", want, ref, id, errdefs.ErrFailedPrecondition)
+	}
+	return id, nil
+}
+
+// looksLikeID reports whether ref is an image ID or a prefix of one rather than a
+// reference a registry serves.
+func looksLikeID(ref string) bool {
+	s := strings.TrimPrefix(ref, "sha256:")
+	if len(s) < 12 || len(s) > 64 {
+		return strings.HasPrefix(ref, "sha256:")
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // image is the image the checkpointed container ran: its ID, else its name.

@@ -91,6 +91,11 @@ func (f *Images) CheckpointName(string, string, string) (string, error) { return
 // RootfsDiff: the fake keeps no changes.
 func (f *Images) RootfsDiff(string, int64) (io.ReadCloser, []string, error) { return nil, nil, nil }
 
+// Pull: the fake's images are all there; the reference is its ID.
+func (f *Images) Pull(_ context.Context, _, ref string, _ image.Auth, _ string) (string, error) {
+	return ref, nil
+}
+
 func (f *Images) DetachRootfs(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"archive/tar"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rtshimd/rtshimd/internal/ckptsign"
 	"github.com/rtshimd/rtshimd/internal/config"
 )
 
@@ -94,6 +96,66 @@ func TestRestoreHostile(t *testing.T) {
 		e.removePod(off)
 	})
 
+	// Restore takes only what this node (or a trusted key) signed: an unsigned checkpoint
+	// and one signed by another key are refused by name.
+	pod0, pod0Cfg := e.pod("hostile-sig", "runc")
+	t.Run("signature", func(t *testing.T) {
+		entries := readTar(t, plainArchive)
+		unsigned := filepath.Join(t.TempDir(), "unsigned.tar")
+		rewriteTar(t, plainArchive, unsigned, nil)
+		dir := t.TempDir()
+		for name, body := range entries {
+			if strings.HasSuffix(name, "/") || name == ckptsign.SignatureFile {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			_ = os.MkdirAll(filepath.Dir(p), 0o700)
+			if err := os.WriteFile(p, body, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f, err := os.Create(unsigned)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw := tar.NewWriter(f)
+		if err := tw.AddFS(os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		_ = tw.Close()
+		f.Close()
+		_, err = d.RS.CreateContainer(ctx, pod0, withImage(e.ctrConfig("r"), unsigned), pod0Cfg)
+		wantRefused(t, "an unsigned checkpoint", err, codes.InvalidArgument, "not signed")
+		ref := pushCheckpointFiles(t, e, unsigned, "unsigned", nil)
+		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.RS.CreateContainer(ctx, pod0, withImage(e.ctrConfig("r"), ref), pod0Cfg)
+		wantRefused(t, "an unsigned checkpoint image", err, codes.InvalidArgument, "not signed")
+		other, err := ckptsign.LoadOrCreateKey(filepath.Join(t.TempDir(), "other-key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ckptsign.Sign(dir, other); err != nil {
+			t.Fatal(err)
+		}
+		foreign := filepath.Join(t.TempDir(), "foreign.tar")
+		f, err = os.Create(foreign)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw = tar.NewWriter(f)
+		if err := tw.AddFS(os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		_ = tw.Close()
+		f.Close()
+		_, err = d.RS.CreateContainer(ctx, pod0, withImage(e.ctrConfig("r"), foreign), pod0Cfg)
+		wantRefused(t, "a checkpoint signed by another key", err, codes.InvalidArgument, "neither this node's nor one of checkpoints.trusted_keys")
+		assertNoRestoreLeft("after the signature refusals")
+	})
+	e.removePod(pod0)
+
 	// A privileged container's checkpoint, restored into a default pod, from the archive
 	// and as a checkpoint image (the audit's R1 reproduction).
 	pod, podCfg := e.pod("hostile-dst", "runc")
@@ -124,6 +186,12 @@ func TestRestoreHostile(t *testing.T) {
 			t.Fatal("no core image in the checkpoint")
 		}
 		rewriteTar(t, plainArchive, crafted, cores)
+		// As crafted, its signature no longer holds: refused for that first.
+		_, err := d.RS.CreateContainer(ctx, pod, withImage(e.ctrConfig("r"), crafted), podCfg)
+		wantRefused(t, "a crafted checkpoint", err, codes.InvalidArgument, "changed since it was signed", "checkpoints.require_signature")
+		// Signed again with the node's own key (a checkpoint the node trusts that was
+		// crafted all the same): the CRIU image check refuses it by what it asks for.
+		resignTar(t, d, crafted)
 		restricted := e.ctrConfig("restricted")
 		restricted.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
@@ -131,7 +199,7 @@ func TestRestoreHostile(t *testing.T) {
 			Capabilities: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
 			Seccomp:      &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
 		}
-		_, err := d.RS.CreateContainer(ctx, pod, withImage(restricted, crafted), podCfg)
+		_, err = d.RS.CreateContainer(ctx, pod, withImage(restricted, crafted), podCfg)
 		wantRefused(t, "a crafted checkpoint into a restricted pod", err, codes.InvalidArgument, "checkpoint refused", "bounding set lacks", "CAP_SYS_MODULE")
 		ref := pushCheckpointFiles(t, e, crafted, "crafted", nil)
 		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
@@ -248,6 +316,7 @@ func TestRestoreHostile(t *testing.T) {
 		b, _ := json.Marshal(dump)
 		byID := filepath.Join(t.TempDir(), "by-id.tar")
 		rewriteTar(t, plainArchive, byID, map[string][]byte{"config.dump": b})
+		resignTar(t, d, byID)
 		ref = pushCheckpointFiles(t, e, byID, "by-id", nil)
 		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
 			t.Fatal(err)
@@ -259,6 +328,44 @@ func TestRestoreHostile(t *testing.T) {
 	e.removePod(pod)
 	e.removePod(src)
 	assertNoRestoreLeft("after the pods' removal")
+}
+
+// resignTar signs the checkpoint archive at path again with the daemon's own key, as if
+// the node had written it.
+func resignTar(t *testing.T, d *Daemon, path string) {
+	t.Helper()
+	key, err := ckptsign.LoadOrCreateKey(filepath.Join(d.State, "checkpoint-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, body := range readTar(t, path) {
+		if strings.HasSuffix(name, "/") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ckptsign.Sign(dir, key); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	if err := tw.AddFS(os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // craftCore rewrites a CRIU core image (one task's) to hold every capability in every set

@@ -230,6 +230,7 @@ func TestRestoreContainer(t *testing.T) {
 		// words, the container stays created and is not restored twice, and goes whole.
 		bad := filepath.Join(t.TempDir(), "bad.tar")
 		rewriteTar(t, archive, bad, map[string][]byte{"checkpoint/inventory.img": []byte("not an inventory")})
+		resignTar(t, d, bad) // a checkpoint the node trusts that CRIU refuses all the same
 		id, err := d.RS.CreateContainer(ctx, podB, withImage(e.ctrConfig("bad"), bad), podCfgB)
 		if err != nil {
 			t.Fatalf("CreateContainer from the bad archive: %v", err)

@@ -46,6 +46,7 @@ var nobodyReaches = map[string]string{
 	"d state/storage/overlay":        "the same, the overlay driver's home",
 	"d state/storage/overlay/l":      "containers/storage's short links to the layers' diff directories, each behind its layer's 0700 directory",
 	"f state/boot_id":                "the kernel's boot ID, world-readable in /proc/sys/kernel/random/boot_id",
+	"f state/checkpoint-key.pub":     "the public half of the node's checkpoint signing key, for other nodes' checkpoints.trusted_keys (the key itself is 0600)",
 }
 
 // TestStateClosedToOthers (N2 of the 2026-11-26 audit): a container's writable layer is

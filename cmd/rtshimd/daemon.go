@@ -263,6 +263,10 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	ckptKey, trustedKeys, err := checkpointKeys(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ctrs, err := container.NewManager(container.Options{
 		LSM:               host,
 		Store:             cstore,
@@ -271,6 +275,9 @@ func newLockedDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		RestoreDir:        filepath.Join(cfg.StateRoot, "restores"),
 		Rows:              table,
 		MaxCheckpointSize: cfg.Checkpoints.MaxSizeBytes,
+		CheckpointKey:     ckptKey,
+		RequireSignature:  cfg.Checkpoints.RequireSignature,
+		TrustedKeys:       trustedKeys,
 		Runtimes:          rts,
 		Images:            images,
 		Sandboxes:         mgr,

@@ -155,6 +155,14 @@ type Checkpoints struct {
 	// a checkpoint writes and what a restore unpacks or copies ("16Gi").
 	MaxSize      string `toml:"max_size" json:"max_size"`
 	MaxSizeBytes int64  `toml:"-" json:"max_size_bytes"`
+	// RequireSignature: only checkpoints signed by this node's key
+	// (<state_root>/checkpoint-key, made at first start; its public half beside it, .pub)
+	// or by one of TrustedKeys are restored. A CRIU image decides the restored processes'
+	// namespaces, mounts and cgroups as root: an unsigned checkpoint is a way onto the node.
+	RequireSignature bool `toml:"require_signature" json:"require_signature"`
+	// TrustedKeys are files holding other nodes' public keys (their checkpoint-key.pub),
+	// whose checkpoints this node restores: read at start.
+	TrustedKeys []string `toml:"trusted_keys" json:"trusted_keys,omitempty"`
 }
 
 // DefaultCheckpointMaxSize is checkpoints.max_size when the file does not say.
@@ -487,7 +495,7 @@ func newConfig() *Config {
 		Mechanisms:  Mechanisms{ExecFifoStart: true, PinHome: true, KeptListEncoding: true},
 		Image:       Image{PullProgressTimeout: Duration{DefaultPullProgressTimeout}},
 		Tracing:     Tracing{Endpoint: DefaultTracingEndpoint},
-		Checkpoints: Checkpoints{Checkpoint: true, MaxSize: DefaultCheckpointMaxSize}}
+		Checkpoints: Checkpoints{Checkpoint: true, MaxSize: DefaultCheckpointMaxSize, RequireSignature: true}}
 }
 
 // decode decodes one file's text into c, refusing a key the daemon does not know; errors
@@ -749,6 +757,11 @@ func (c *Config) validate(p sources) error {
 	var err error
 	if c.Checkpoints.MaxSizeBytes, err = ParseMemory(c.Checkpoints.MaxSize); err != nil || c.Checkpoints.MaxSizeBytes <= 0 {
 		return p.errf("checkpoints.max_size", "checkpoints.max_size %q is not a positive size (\"16Gi\")", c.Checkpoints.MaxSize)
+	}
+	for i, k := range c.Checkpoints.TrustedKeys {
+		if !filepath.IsAbs(k) {
+			return p.errf("checkpoints.trusted_keys", "checkpoints.trusted_keys[%d] %q must be an absolute path", i, k)
+		}
 	}
 	if len(c.Handlers) == 0 {
 		return p.errf("", "no handlers configured: add at least one [handlers.NAME] table")

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/rtshimd/rtshimd/internal/ckptsign"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/kind"
 )
@@ -118,6 +119,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	}
 	if err := m.rootfsDiffFrozen(ctx, c, ck, content); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	}
+	if m.opts.CheckpointKey != nil {
+		if err := ckptsign.Sign(content, m.opts.CheckpointKey); err != nil {
+			return fmt.Errorf("checkpoint container %s: sign it: %w", c.ID, err)
+		}
 	}
 	if err := publishTar(dirFD, location, content); err != nil {
 		if errors.Is(err, os.ErrExist) {

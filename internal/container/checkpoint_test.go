@@ -127,7 +127,7 @@ func TestCheckpointArchive(t *testing.T) {
 		t.Errorf("archive entries: %v", got)
 	}
 	// What a restore reads of it.
-	src, err := unpackCheckpoint(loc, filepath.Join(t.TempDir(), "unpacked"), 0)
+	src, err := unpackCheckpoint(loc, filepath.Join(t.TempDir(), "unpacked"), 0, nil)
 	if err != nil {
 		t.Fatalf("unpack the archive: %v", err)
 	}
@@ -333,7 +333,7 @@ func TestUnpackCheckpointRefuses(t *testing.T) {
 			if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := unpackCheckpoint(path, filepath.Join(dir, "out"), 0)
+			_, err := unpackCheckpoint(path, filepath.Join(dir, "out"), 0, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("unpack: %v, want an error saying %q", err, tc.says)
 			}
@@ -360,7 +360,7 @@ func TestUnpackCheckpointBounded(t *testing.T) {
 	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := unpackCheckpoint(path, filepath.Join(dir, "out"), 1<<20)
+	_, err := unpackCheckpoint(path, filepath.Join(dir, "out"), 1<<20, nil)
 	if err == nil || !strings.Contains(err.Error(), "checkpoints.max_size") {
 		t.Errorf("unpack: %v, want the bound named", err)
 	}
@@ -438,7 +438,7 @@ func TestCopyCheckpointRefuses(t *testing.T) {
 			root, dir := t.TempDir(), filepath.Join(t.TempDir(), "out")
 			good(t, root)
 			tc.make(t, root)
-			_, err := copyCheckpoint(root, dir, tc.max)
+			_, err := copyCheckpoint(root, dir, tc.max, nil)
 			switch {
 			case tc.says == "" && err != nil:
 				t.Fatalf("copy: %v", err)

@@ -158,7 +158,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	var restore *restoreSource
 	if c.Restore != "" {
 		var err error
-		if restore, err = unpackCheckpoint(cfg.Image.Image, c.Restore, m.opts.MaxCheckpointSize); err != nil {
+		if restore, err = unpackCheckpoint(cfg.Image.Image, c.Restore, m.opts.MaxCheckpointSize, m.verifySignature); err != nil {
 			return fmt.Errorf("config.image.image %q: checkpoint archive: %w: %w", cfg.Image.Image, err, errdefs.ErrInvalidArgument)
 		}
 		imgSpec = restore.imageSpec()

@@ -2,6 +2,7 @@ package container
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,6 +51,12 @@ type Options struct {
 	// a checkpoint writes, what a restore unpacks or copies (checkpoints.max_size); 0: no
 	// bound.
 	MaxCheckpointSize int64
+	// CheckpointKey signs every checkpoint written (ckptsign); nil signs none.
+	CheckpointKey ed25519.PrivateKey
+	// RequireSignature restores only checkpoints signed by one of TrustedKeys (this
+	// node's public key among them).
+	RequireSignature bool
+	TrustedKeys      []ed25519.PublicKey
 	// Runtimes makes the runtime of a recovered record from the row it kept.
 	Runtimes  kind.Maker
 	Images    Images

@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/rtshimd/rtshimd/internal/ckptsign"
 	"github.com/rtshimd/rtshimd/internal/criuimg"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
 	"github.com/rtshimd/rtshimd/internal/image"
@@ -86,6 +87,21 @@ func (m *Manager) restoreChecks(cfg *runtimeapi.ContainerConfig, sb *sandbox.San
 	return nil
 }
 
+// verifySignature is nil where the checkpoint unpacked in dir (the daemon's own copy) was
+// signed by this node or a trusted key, each of its files as signed (ckptsign), or where
+// the node restores unsigned checkpoints (checkpoints.require_signature = false).
+func (m *Manager) verifySignature(dir string) error {
+	if !m.opts.RequireSignature {
+		return nil
+	}
+	key, err := ckptsign.Verify(dir, m.opts.TrustedKeys)
+	if err != nil {
+		return fmt.Errorf("%w: only checkpoints signed by this node or a key in checkpoints.trusted_keys are restored (checkpoints.require_signature)", err)
+	}
+	logrus.WithField("key", key).Debug("checkpoint signature verified")
+	return nil
+}
+
 // rowAllows is nil where handler's row, as served now, takes checkpoints (restore false)
 // or restores (restore true), else FailedPrecondition naming the key that turned it off.
 func (m *Manager) rowAllows(handler string, restore bool) error {
@@ -131,11 +147,11 @@ func errTooLarge(max int64) error {
 // regular files and directories under local names, nothing else, so that no entry lands
 // outside it, at most max bytes in all (0: no bound). It checks that the archive holds
 // what a restore needs.
-func unpackCheckpoint(path, dir string, max int64) (*restoreSource, error) {
+func unpackCheckpoint(path, dir string, max int64, verify func(dir string) error) (*restoreSource, error) {
 	if err := extractTar(path, dir, max); err != nil {
 		return nil, err
 	}
-	return loadCheckpoint(dir)
+	return loadCheckpoint(dir, verify)
 }
 
 // copyCheckpoint copies a checkpoint image's files (its rootfs) into dir, which it makes
@@ -143,7 +159,7 @@ func unpackCheckpoint(path, dir string, max int64) (*restoreSource, error) {
 // anything else (a symlink, a device, a FIFO) is an error naming it, found before
 // anything is copied. Files are opened without following a link and checked to be what
 // the walk saw.
-func copyCheckpoint(rootfs, dir string, max int64) (*restoreSource, error) {
+func copyCheckpoint(rootfs, dir string, max int64, verify func(dir string) error) (*restoreSource, error) {
 	var total int64
 	err := filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -198,7 +214,7 @@ func copyCheckpoint(rootfs, dir string, max int64) (*restoreSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return loadCheckpoint(dir)
+	return loadCheckpoint(dir, verify)
 }
 
 // apparentSize is the size of the regular files under dir, holes counted.
@@ -312,7 +328,12 @@ func writeNew(path string, r io.Reader) error {
 }
 
 // loadCheckpoint reads what a restore needs from an unpacked archive in dir.
-func loadCheckpoint(dir string) (*restoreSource, error) {
+func loadCheckpoint(dir string, verify func(dir string) error) (*restoreSource, error) {
+	if verify != nil {
+		if err := verify(dir); err != nil {
+			return nil, err
+		}
+	}
 	src := &restoreSource{dir: dir}
 	if err := readJSONFile(filepath.Join(dir, configDumpFile), &src.config); err != nil {
 		return nil, err
@@ -374,7 +395,7 @@ func (m *Manager) restoreFromImage(ctx context.Context, c *Container, sb *sandbo
 	if err := m.saveMeta(c, nil); err != nil { // so that a cleanup after a crash removes it
 		return nil, "", "", err
 	}
-	src, err := copyCheckpoint(ckptRootfs, c.Restore, m.opts.MaxCheckpointSize)
+	src, err := copyCheckpoint(ckptRootfs, c.Restore, m.opts.MaxCheckpointSize, m.verifySignature)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("config.image.image %q: checkpoint image: %w: %w", cfg.Image.Image, err, errdefs.ErrInvalidArgument)
 	}

@@ -143,6 +143,8 @@ type Container struct {
 	rt kind.Runtime
 	// nriCreated: NRI plugins had CreateContainer (so a failed create is undone to them).
 	nriCreated bool
+	// unblockNRI ends the hold on plugins' synchronization that create took.
+	unblockNRI func()
 
 	// op serialises Start, Stop and Remove of this container.
 	op sync.Mutex

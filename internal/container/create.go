@@ -70,10 +70,6 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		return "", err
 	}
 	defer release()
-	if m.opts.NRI != nil {
-		// A plugin that connects meanwhile finds the container in Synchronize, or hears of it.
-		defer m.opts.NRI.BlockSync()()
-	}
 	tm.Mark("lookup")
 	name := fmt.Sprintf("%s_%s_%d", cfg.Metadata.Name, sb.Name, cfg.Metadata.Attempt)
 	id, release, err := m.index.Reserve(name)
@@ -95,6 +91,16 @@ func (m *Manager) Create(ctx context.Context, sandboxID string, cfg *runtimeapi.
 		status: store.NewTracked(Status{State: StateCreating}),
 		exited: registry.NewExit(),
 	}
+	// Plugins' synchronization is held off from the container's NRI CreateContainer on
+	// (create takes it there), not during what comes before: a restore's copy, pull and
+	// decode would otherwise hold every plugin's (re)connection, and with it every create
+	// on the node (security re-read N6). A plugin that connects before finds no container
+	// and then hears of it; one that connects after finds it in Synchronize.
+	defer func() {
+		if c.unblockNRI != nil {
+			c.unblockNRI()
+		}
+	}()
 	if restore {
 		c.Restore = filepath.Join(m.opts.RestoreDir, id)
 	}
@@ -251,6 +257,7 @@ func (m *Manager) create(ctx context.Context, c *Container, sb *sandbox.Sandbox,
 	// NRI plugins see the spec as the CRI built it, before the kind's changes, and their
 	// adjustments go through the kind's like the rest.
 	if m.opts.NRI != nil {
+		c.unblockNRI = m.opts.NRI.BlockSync()
 		undo, err := m.opts.NRI.CreateContainer(ctx, c, spec)
 		c.nriCreated = undo
 		if err != nil {

@@ -424,7 +424,25 @@ func (m *Manager) pullBase(ctx context.Context, sb *sandbox.Sandbox, src *restor
 		return "", fmt.Errorf("the checkpoint names its image only by ID (%s rootfsImage %q, rootfsImageName %q), which a restore from a checkpoint image does not take: it pulls the image by reference: %w", configDumpFile, src.config.RootfsImage, src.config.RootfsImageName, errdefs.ErrInvalidArgument)
 	}
 	ns := sb.PodConfig().GetMetadata().GetNamespace()
-	id, err := m.opts.Images.Pull(ctx, sb.Handler, ref, image.Auth{}, ns)
+	// The pull goes on detached from any one caller (a retry joins it); the create waits
+	// for it no longer than its request's deadline.
+	type pulled struct {
+		id  string
+		err error
+	}
+	ch := make(chan pulled, 1)
+	go func() {
+		id, err := m.opts.Images.Pull(ctx, sb.Handler, ref, image.Auth{}, ns)
+		ch <- pulled{id, err}
+	}()
+	var id string
+	var err error
+	select {
+	case r := <-ch:
+		id, err = r.id, r.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		return "", fmt.Errorf("the checkpoint's image %s, pulled as namespace %q pulls it (its signature policy, no credentials): %w", ref, ns, err)
 	}
@@ -510,16 +528,19 @@ func checkNoNewPrivs(pid int) error {
 		if seen++; seen > 1<<16 {
 			return nil
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			return nil // gone meanwhile
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok && strings.TrimSpace(v) != "1" {
-				return fmt.Errorf("restored process %d runs without no_new_privs, which the container's spec sets (a checkpoint does not record it): %w", pid, errdefs.ErrInvalidArgument)
+		// no_new_privs is a thread's: each thread of the process is read.
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+			if err != nil {
+				continue // gone meanwhile
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok && strings.TrimSpace(v) != "1" {
+					return fmt.Errorf("restored thread %s of process %d runs without no_new_privs, which the container's spec sets: %w", t.Name(), pid, errdefs.ErrInvalidArgument)
+				}
 			}
 		}
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		for _, t := range tasks {
 			kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
 			for _, k := range strings.Fields(string(kids)) {
@@ -563,14 +584,22 @@ func (c *Container) restoreImage() string {
 // to a host tree, a file for a device node) would have root read what it pointed at
 // (security review R2). The image side reads them chrooted into the writable layer too.
 func (m *Manager) rootfsDiffFrozen(ctx context.Context, c *Container, ck kind.Checkpointer, content string) (err error) {
+	thaw := func() error {
+		// Also past the request's deadline.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
+		defer cancel()
+		return ck.Freeze(tctx, c.Task(), false)
+	}
 	if err := ck.Freeze(ctx, c.Task(), true); err != nil {
+		// A pause cut short may have frozen it all the same.
+		if terr := thaw(); terr != nil {
+			logrus.WithError(terr).WithField("container", c.ID).Error("resume a container whose freeze failed")
+		}
 		return fmt.Errorf("freeze it to read its rootfs changes: %w", err)
 	}
 	defer func() {
-		// Thawed whatever happened, also past the request's deadline.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
-		defer cancel()
-		if terr := ck.Freeze(tctx, c.Task(), false); terr != nil {
+		// Thawed whatever happened.
+		if terr := thaw(); terr != nil {
 			logrus.WithError(terr).WithField("container", c.ID).Error("resume a container frozen for its checkpoint")
 			if err == nil {
 				err = fmt.Errorf("resume it after reading its rootfs changes: %w", terr)

@@ -23,6 +23,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/crit"
 	criucore "github.com/checkpoint-restore/go-criu/v7/crit/images/criu-core"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pstree"
+	"github.com/checkpoint-restore/go-criu/v7/magic"
 	"github.com/moby/sys/capability"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -33,8 +34,13 @@ import (
 // each in practice.
 const maxImageFile = 4 << 20
 
-// maxTasks bounds the threads a checkpoint may restore (CRIU has no bound of its own).
-const maxTasks = 1 << 16
+// maxTasks bounds the threads a checkpoint may restore (CRIU has no bound of its own), and
+// maxDecoded what is decoded of all of them together: decoded images take about twice
+// their size in memory, in a daemon the OOM killer spares.
+const (
+	maxTasks   = 4096
+	maxDecoded = 64 << 20
+)
 
 // Refusal is a restore refused for what the image asks for: Task (a thread ID in the
 // image) would get Asked, which the new container's spec does not grant.
@@ -57,21 +63,30 @@ type Task struct {
 	UserNS             uint32
 	Rlimits            map[int]uint64 // resource → hard limit, where recorded
 	LSMProfile         string
+	SchedPolicy        uint32 // SCHED_* (0: SCHED_OTHER)
+	OOMScoreAdj        *int32 // where recorded (a task's leader)
 }
 
 // Read decodes the tasks of the CRIU image in dir: every thread pstree.img lists, from its
 // core-<tid>.img. A thread without one, or one in CRIU's older creds-*.img format, is an
 // error: what CRIU would restore must be what is checked.
-func Read(dir string) ([]Task, error) {
+func Read(dir string) (tasks []Task, err error) {
+	defer func() {
+		// crit picks its decoder by the file's magic, checked first; whatever else it
+		// cannot decode is this checkpoint's error, not the daemon's.
+		if r := recover(); r != nil {
+			tasks, err = nil, fmt.Errorf("CRIU image: undecodable: %v", r)
+		}
+	}()
+	budget := int64(maxDecoded)
 	if m, _ := filepath.Glob(filepath.Join(dir, "creds-*.img")); len(m) > 0 {
 		return nil, fmt.Errorf("%s: credentials in CRIU's pre-3.0 format, which is not read here", filepath.Base(m[0]))
 	}
 	var tree pstree.PstreeEntry
-	img, err := decode(filepath.Join(dir, "pstree.img"), &tree)
+	img, err := decode(filepath.Join(dir, "pstree.img"), "PSTREE", &tree, &budget)
 	if err != nil {
 		return nil, err
 	}
-	var tasks []Task
 	for _, e := range img.Entries {
 		pe := e.Message.(*pstree.PstreeEntry)
 		threads := pe.GetThreads()
@@ -82,7 +97,7 @@ func Read(dir string) ([]Task, error) {
 			if len(tasks) >= maxTasks {
 				return nil, fmt.Errorf("pstree.img: more than %d threads", maxTasks)
 			}
-			t, err := readCore(dir, tid)
+			t, err := readCore(dir, tid, &budget)
 			if err != nil {
 				return nil, err
 			}
@@ -95,10 +110,10 @@ func Read(dir string) ([]Task, error) {
 	return tasks, nil
 }
 
-func readCore(dir string, tid uint32) (Task, error) {
+func readCore(dir string, tid uint32, budget *int64) (Task, error) {
 	name := fmt.Sprintf("core-%d.img", tid)
 	var ce criucore.CoreEntry
-	img, err := decode(filepath.Join(dir, name), &ce)
+	img, err := decode(filepath.Join(dir, name), "CORE", &ce, budget)
 	if err != nil {
 		return Task{}, err
 	}
@@ -118,14 +133,19 @@ func readCore(dir string, tid uint32) (Task, error) {
 		Groups: cr.GetGroups(),
 		Inh:    capMask(cr.GetCapInh()), Prm: capMask(cr.GetCapPrm()),
 		Eff: capMask(cr.GetCapEff()), Bnd: capMask(cr.GetCapBnd()),
-		Seccomp:    tc.GetSeccompMode(),
-		UserNS:     core.GetIds().GetUserNsId(),
-		LSMProfile: cr.GetLsmProfile(),
+		Seccomp:     tc.GetSeccompMode(),
+		UserNS:      core.GetIds().GetUserNsId(),
+		LSMProfile:  cr.GetLsmProfile(),
+		SchedPolicy: tc.GetSchedPolicy(),
 	}
 	if tc := core.GetTc(); tc != nil {
 		// Images of older CRIU record the mode per task only.
 		if t.Seccomp == criucore.SeccompMode_disabled && tc.OldSeccompMode != nil {
 			t.Seccomp = tc.GetOldSeccompMode()
+		}
+		if tc.OomScoreAdj != nil {
+			v := tc.GetOomScoreAdj()
+			t.OOMScoreAdj = &v
 		}
 		if rl := tc.GetRlimits(); rl != nil {
 			t.Rlimits = map[int]uint64{}
@@ -137,9 +157,10 @@ func readCore(dir string, tid uint32) (Task, error) {
 	return t, nil
 }
 
-// decode reads the image file at path, a regular file of at most maxImageFile bytes
-// opened without following a link, after checking that every entry's size fits in it.
-func decode(path string, entry proto.Message) (*crit.CriuImage, error) {
+// decode reads the image file at path, a regular file of at most maxImageFile bytes (and of
+// what is left of budget) opened without following a link, after checking that it is the
+// image magic names and that every entry's size fits in it.
+func decode(path, magicName string, entry proto.Message, budget *int64) (*crit.CriuImage, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("CRIU image: %w", err)
@@ -156,12 +177,18 @@ func decode(path string, entry proto.Message) (*crit.CriuImage, error) {
 	if fi.Size() > maxImageFile {
 		return nil, fmt.Errorf("CRIU image: %s is %d bytes, more than %d", name, fi.Size(), maxImageFile)
 	}
+	if *budget -= fi.Size(); *budget < 0 {
+		return nil, fmt.Errorf("CRIU image: its core images hold more than %d bytes", maxDecoded)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxImageFile+1))
 	if err != nil {
 		return nil, err
 	}
 	if err := framesFit(b); err != nil {
 		return nil, fmt.Errorf("CRIU image: %s: %w", name, err)
+	}
+	if got := imageMagic(b); got != magics.ByName[magicName] {
+		return nil, fmt.Errorf("CRIU image: %s is not a %s image (magic %#x)", name, magicName, got)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
@@ -180,6 +207,17 @@ const (
 	imgCommonMagic  = 0x54564319
 	imgServiceMagic = 0x55105940
 )
+
+var magics = magic.LoadMagic()
+
+// imageMagic is the image's own magic, after IMG_COMMON's or IMG_SERVICE's.
+func imageMagic(b []byte) uint64 {
+	m := binary.LittleEndian.Uint32(b)
+	if (m == imgCommonMagic || m == imgServiceMagic) && len(b) >= 8 {
+		m = binary.LittleEndian.Uint32(b[4:])
+	}
+	return uint64(m)
+}
 
 func framesFit(b []byte) error {
 	if len(b) < 4 {
@@ -272,6 +310,9 @@ var rlimitNumbers = map[string]int{
 //   - seccomp: where the spec has a profile, every thread under a filter (or strict);
 //   - resource limits: no hard limit above the spec's, unless CAP_SYS_RESOURCE is in
 //     its bounding set;
+//   - scheduling: no real-time policy (SCHED_FIFO, SCHED_RR, SCHED_DEADLINE) without
+//     CAP_SYS_NICE in the bounding set, and no oom_score_adj below the spec's without
+//     CAP_SYS_RESOURCE;
 //   - one user namespace for every task: a nested one would hold capabilities of its own.
 //
 // What CRIU does not record cannot be checked here: no_new_privs (the caller looks at the
@@ -338,6 +379,18 @@ func Check(tasks []Task, spec *specs.Spec) error {
 		for n, hard := range limits {
 			if got, ok := t.Rlimits[n]; ok && got > hard {
 				return refuse("a hard limit of %d on resource %d, above the container's %d", got, n, hard)
+			}
+		}
+		if rt := t.SchedPolicy == unix.SCHED_FIFO || t.SchedPolicy == unix.SCHED_RR || t.SchedPolicy == 6; rt && bnd&(1<<capability.CAP_SYS_NICE) == 0 {
+			return refuse("real-time scheduling (policy %d), where the container lacks CAP_SYS_NICE", t.SchedPolicy)
+		}
+		if a := t.OOMScoreAdj; a != nil && bnd&(1<<capability.CAP_SYS_RESOURCE) == 0 {
+			min := 0
+			if p.OOMScoreAdj != nil {
+				min = *p.OOMScoreAdj
+			}
+			if int(*a) < min {
+				return refuse("oom_score_adj %d, below the container's %d", *a, min)
 			}
 		}
 		if t.UserNS != userNS {

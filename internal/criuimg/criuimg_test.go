@@ -43,6 +43,8 @@ type task struct {
 	seccomp criucore.SeccompMode
 	userNS  uint32
 	nofile  uint64 // hard limit; 0: none recorded
+	sched   uint32 // SCHED_* policy
+	oomAdj  *int32
 }
 
 func writeCheckpoint(t *testing.T, tasks ...task) string {
@@ -63,7 +65,12 @@ func writeCheckpoint(t *testing.T, tasks ...task) string {
 					CapInh: words, CapPrm: words, CapEff: words, CapBnd: words, Secbits: proto.Uint32(0),
 				},
 				SeccompMode: tk.seccomp.Enum(),
+				SchedPolicy: proto.Uint32(tk.sched),
 			},
+		}
+		if tk.oomAdj != nil {
+			core.Tc = &criucore.TaskCoreEntry{TaskState: proto.Uint32(1), ExitCode: proto.Uint32(0), Personality: proto.Uint32(0),
+				Flags: proto.Uint32(0), BlkSigset: proto.Uint64(0), Comm: proto.String("sh"), OomScoreAdj: tk.oomAdj}
 		}
 		if tk.nofile != 0 {
 			var rl []*rlimitpb.RlimitEntry
@@ -122,6 +129,9 @@ func TestCheck(t *testing.T) {
 		{"a nested user namespace", []task{{tid: 1, caps: dflt, seccomp: filter, userNS: 1}, {tid: 2, caps: dflt, seccomp: filter, userNS: 2}},
 			podSpec(0, defaultCaps, false, true), "user namespace of its own"},
 		{"a hard limit above the pod's", []task{{tid: 1, caps: dflt, seccomp: filter, nofile: 1 << 20}}, podSpec(0, defaultCaps, false, true), "hard limit of 1048576 on resource 7"},
+		{"SCHED_FIFO", []task{{tid: 1, caps: dflt, seccomp: filter, sched: 1}}, podSpec(0, defaultCaps, false, true), "real-time scheduling"},
+		{"oom_score_adj -1000", []task{{tid: 1, caps: dflt, seccomp: filter, oomAdj: proto.Int32(-1000)}}, podSpec(0, defaultCaps, false, true), "oom_score_adj -1000"},
+		{"oom_score_adj as the pod's", []task{{tid: 1, caps: dflt, seccomp: filter, oomAdj: proto.Int32(0)}}, podSpec(0, defaultCaps, false, true), ""},
 		{"a hard limit within", []task{{tid: 1, caps: dflt, seccomp: filter, nofile: 4096}}, podSpec(0, defaultCaps, false, true), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +168,20 @@ func TestReadRefuses(t *testing.T) {
 		}
 		if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "past the file's end") {
 			t.Errorf("Read: %v, want the entry past the end refused", err)
+		}
+	})
+	t.Run("another image's magic", func(t *testing.T) {
+		// crit decodes by the file's magic: PAGEMAP's in pstree.img made it panic.
+		dir := writeCheckpoint(t, task{tid: 1})
+		b := binary.LittleEndian.AppendUint32(nil, imgCommonMagic)
+		b = binary.LittleEndian.AppendUint32(b, uint32(magics.ByName["PAGEMAP"]))
+		b = binary.LittleEndian.AppendUint32(b, 2)
+		b = append(b, 0x08, 0x01)
+		if err := os.WriteFile(filepath.Join(dir, "pstree.img"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "not a PSTREE image") {
+			t.Errorf("Read: %v, want the magic refused", err)
 		}
 	})
 	t.Run("a link", func(t *testing.T) {

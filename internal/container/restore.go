@@ -449,6 +449,8 @@ func (m *Manager) pullBase(ctx context.Context, sb *sandbox.Sandbox, src *restor
 	if want := src.config.RootfsImageRef; want != "" && strings.TrimPrefix(want, "sha256:") != strings.TrimPrefix(id, "sha256:") {
 		return "", fmt.Errorf("the checkpoint was taken on image %s, and %s is now %s: %w", want, ref, id, errdefs.ErrFailedPrecondition)
 	}
+	// The container's status names what was pulled, not what config.dump claims.
+	src.config.RootfsImage, src.config.RootfsImageRef = ref, id
 	return id, nil
 }
 

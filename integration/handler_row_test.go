@@ -78,7 +78,7 @@ func TestHandlerRowSettings(t *testing.T) {
 		}
 	}
 	check("sandbox container", readBundleSpec(t, info.BundleDir))
-	if log := e.d.Log(); !strings.Contains(log, "rtshimd's own names") || !strings.Contains(log, "io.kubernetes.cri.sandbox-name") {
+	if log := e.d.Log(); !strings.Contains(log, "are reserved") || !strings.Contains(log, "io.kubernetes.cri.sandbox-name") {
 		t.Error("no warning names the pod annotation that was matched but is rtshimd's own")
 	}
 

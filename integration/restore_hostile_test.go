@@ -254,6 +254,21 @@ func TestRestoreHostile(t *testing.T) {
 		}
 	})
 
+	// A node-signed checkpoint of a container whose volume was writable, named by a
+	// container whose same volume is read-only, is refused: CRIU would give the mount back
+	// its old flags over the new source (second re-read S1).
+	t.Run("a read-only volume stays read-only", func(t *testing.T) {
+		vol := t.TempDir()
+		rw := e.ctrConfig("rw-volume", loop...)
+		rw.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: vol}}
+		archive := checkpoint(e.run(src, srcCfg, rw))
+		ro := withImage(e.ctrConfig("ro-volume"), archive)
+		ro.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: vol, Readonly: true}}
+		_, err := d.RS.CreateContainer(ctx, pod, ro, podCfg)
+		wantRefused(t, "a writable volume's checkpoint into a read-only one", err, codes.InvalidArgument, "mount /data is ro")
+		assertNoRestoreLeft("after the read-only refusal")
+	})
+
 	// A checkpoint image's links are refused, whatever they lead to, before anything reads
 	// through them (the audit's R3), and its size is bounded (R4).
 	t.Run("links and sizes", func(t *testing.T) {

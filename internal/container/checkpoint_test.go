@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -484,5 +485,52 @@ func TestCheckNoNewPrivs(t *testing.T) {
 	}
 	if err := checkNoNewPrivs(without); err == nil || !strings.Contains(err.Error(), "without no_new_privs") {
 		t.Errorf("a tree without no_new_privs: %v, want it refused", err)
+	}
+}
+
+// A checkpoint restores into a container only as isolated as the checkpointed one was:
+// CRIU gives back its mounts' flags and namespaces over the new sources (second re-read
+// S1, S2).
+func TestRestoreCheckSpec(t *testing.T) {
+	base := func() *specs.Spec {
+		return &specs.Spec{
+			Root:   &specs.Root{Path: "rootfs"},
+			Mounts: []specs.Mount{{Destination: "/proc", Type: "proc"}, {Destination: "/data", Type: "bind", Options: []string{"rbind", "rw"}}},
+			Linux: &specs.Linux{
+				Namespaces:    []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: "/run/netns/x"}, {Type: specs.MountNamespace}},
+				ReadonlyPaths: []string{"/proc/sys"}, MaskedPaths: []string{"/proc/kcore"},
+			},
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		old, next func(*specs.Spec)
+		says      string
+	}{
+		{"the same", nil, nil, ""},
+		{"a volume read-only now", nil, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "ro"} }, "mount /data is ro"},
+		{"a volume rro now", nil, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "rro"} }, "mount /data is ro"},
+		{"the root read-only now", nil, func(s *specs.Spec) { s.Root.Readonly = true }, "root filesystem is read-only"},
+		{"from the node's network", func(s *specs.Spec) { s.Linux.Namespaces = s.Linux.Namespaces[:1] }, nil, "node's network namespace"},
+		{"a mount the container lacks", func(s *specs.Spec) { s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host", Type: "bind"}) }, nil, "mount at /host"},
+		{"unmasked before", func(s *specs.Spec) { s.Linux.MaskedPaths = nil }, nil, "/proc/kcore is masked"},
+		{"fewer mounts now", nil, func(s *specs.Spec) { s.Mounts = append(s.Mounts, specs.Mount{Destination: "/new", Type: "bind"}) }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, next := base(), base()
+			if tc.old != nil {
+				tc.old(old)
+			}
+			if tc.next != nil {
+				tc.next(next)
+			}
+			err := (&restoreSource{spec: old}).checkSpec(next)
+			switch {
+			case tc.says == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.says != "" && (err == nil || !strings.Contains(err.Error(), tc.says)):
+				t.Errorf("got %v, want a refusal naming %q", err, tc.says)
+			}
+		})
 	}
 }

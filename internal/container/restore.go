@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -127,6 +128,7 @@ type restoreSource struct {
 	dir     string
 	config  checkpointConfig
 	process *specs.Process // the checkpointed container's, from spec.dump
+	spec    *specs.Spec    // the checkpointed container's spec (spec.dump)
 	deleted []string
 }
 
@@ -342,7 +344,7 @@ func loadCheckpoint(dir string, verify func(dir string) error) (*restoreSource, 
 	if err := readJSONFile(filepath.Join(dir, specDumpFile), &spec); err != nil {
 		return nil, err
 	}
-	src.process = spec.Process
+	src.process, src.spec = spec.Process, &spec
 	if fi, err := os.Lstat(filepath.Join(dir, checkpointDir, "inventory.img")); err != nil || !fi.Mode().IsRegular() {
 		if err == nil {
 			err = errors.New("not a regular file")
@@ -517,7 +519,80 @@ func (s *restoreSource) checkProcesses(spec *specs.Spec) error {
 	if err := criuimg.Check(tasks, spec); err != nil {
 		return fmt.Errorf("checkpoint refused: %w, which the container's security context does not grant: %w", err, errdefs.ErrInvalidArgument)
 	}
+	if err := s.checkSpec(spec); err != nil {
+		return fmt.Errorf("checkpoint refused: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
 	return nil
+}
+
+// checkSpec refuses a checkpoint whose container ran with less isolation than spec
+// gives: CRIU restores the checkpointed mounts' flags and joins the namespaces the
+// checkpointed processes had, over the new container's sources (a read-only volume or
+// root would come back writable, a pod restored into the node's network namespace;
+// second re-read S1, S2). The signed spec.dump says what that container had.
+func (s *restoreSource) checkSpec(spec *specs.Spec) error {
+	old := s.spec
+	if old == nil || old.Linux == nil || spec.Linux == nil {
+		return fmt.Errorf("%s holds no Linux spec", specDumpFile)
+	}
+	nsTypes := func(sp *specs.Spec) map[specs.LinuxNamespaceType]bool {
+		m := map[specs.LinuxNamespaceType]bool{}
+		for _, ns := range sp.Linux.Namespaces {
+			m[ns.Type] = true
+		}
+		return m
+	}
+	had, has := nsTypes(old), nsTypes(spec)
+	for t := range has {
+		if !had[t] {
+			return fmt.Errorf("the checkpointed container ran in the node's %s namespace, and the container has one of its own", t)
+		}
+	}
+	if had[specs.UserNamespace] != has[specs.UserNamespace] {
+		return fmt.Errorf("the checkpointed container's user namespace differs from the container's")
+	}
+	if spec.Root != nil && spec.Root.Readonly && (old.Root == nil || !old.Root.Readonly) {
+		return fmt.Errorf("the container's root filesystem is read-only, the checkpointed container's was not")
+	}
+	for _, p := range spec.Linux.ReadonlyPaths {
+		if !slices.Contains(old.Linux.ReadonlyPaths, p) {
+			return fmt.Errorf("%s is read-only in the container, not in the checkpointed one", p)
+		}
+	}
+	for _, p := range spec.Linux.MaskedPaths {
+		if !slices.Contains(old.Linux.MaskedPaths, p) {
+			return fmt.Errorf("%s is masked in the container, not in the checkpointed one", p)
+		}
+	}
+	oldMounts := map[string]specs.Mount{}
+	for _, m := range old.Mounts {
+		oldMounts[filepath.Clean(m.Destination)] = m
+	}
+	newMounts := map[string]bool{}
+	for _, m := range spec.Mounts {
+		dst := filepath.Clean(m.Destination)
+		newMounts[dst] = true
+		o, ok := oldMounts[dst]
+		if !ok {
+			continue // the restored tree lacks it: less, not more
+		}
+		for _, opt := range []string{"ro", "nosuid", "nodev", "noexec"} {
+			if mountHas(m, opt) && !mountHas(o, opt) {
+				return fmt.Errorf("mount %s is %s in the container, not in the checkpointed one (CRIU restores its flags)", dst, opt)
+			}
+		}
+	}
+	for dst, o := range oldMounts {
+		if !newMounts[dst] {
+			return fmt.Errorf("the checkpointed container had a %s mount at %s, which the container lacks", o.Type, dst)
+		}
+	}
+	return nil
+}
+
+// mountHas reports whether m has opt ("ro": "rro" counts).
+func mountHas(m specs.Mount, opt string) bool {
+	return slices.Contains(m.Options, opt) || opt == "ro" && slices.Contains(m.Options, "rro")
 }
 
 // checkNoNewPrivs is nil where the process pid and every process below it run with

@@ -381,7 +381,8 @@ func Check(tasks []Task, spec *specs.Spec) error {
 				return refuse("a hard limit of %d on resource %d, above the container's %d", got, n, hard)
 			}
 		}
-		if rt := t.SchedPolicy == unix.SCHED_FIFO || t.SchedPolicy == unix.SCHED_RR || t.SchedPolicy == 6; rt && bnd&(1<<capability.CAP_SYS_NICE) == 0 {
+		pol := t.SchedPolicy &^ unix.SCHED_RESET_ON_FORK
+		if rt := pol == unix.SCHED_FIFO || pol == unix.SCHED_RR || pol == 6; rt && bnd&(1<<capability.CAP_SYS_NICE) == 0 {
 			return refuse("real-time scheduling (policy %d), where the container lacks CAP_SYS_NICE", t.SchedPolicy)
 		}
 		if a := t.OOMScoreAdj; a != nil && bnd&(1<<capability.CAP_SYS_RESOURCE) == 0 {

@@ -130,6 +130,7 @@ func TestCheck(t *testing.T) {
 			podSpec(0, defaultCaps, false, true), "user namespace of its own"},
 		{"a hard limit above the pod's", []task{{tid: 1, caps: dflt, seccomp: filter, nofile: 1 << 20}}, podSpec(0, defaultCaps, false, true), "hard limit of 1048576 on resource 7"},
 		{"SCHED_FIFO", []task{{tid: 1, caps: dflt, seccomp: filter, sched: 1}}, podSpec(0, defaultCaps, false, true), "real-time scheduling"},
+		{"SCHED_FIFO|SCHED_RESET_ON_FORK", []task{{tid: 1, caps: dflt, seccomp: filter, sched: 1 | 0x40000000}}, podSpec(0, defaultCaps, false, true), "real-time scheduling"},
 		{"oom_score_adj -1000", []task{{tid: 1, caps: dflt, seccomp: filter, oomAdj: proto.Int32(-1000)}}, podSpec(0, defaultCaps, false, true), "oom_score_adj -1000"},
 		{"oom_score_adj as the pod's", []task{{tid: 1, caps: dflt, seccomp: filter, oomAdj: proto.Int32(0)}}, podSpec(0, defaultCaps, false, true), ""},
 		{"a hard limit within", []task{{tid: 1, caps: dflt, seccomp: filter, nofile: 4096}}, podSpec(0, defaultCaps, false, true), ""},

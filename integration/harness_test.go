@@ -381,11 +381,11 @@ func connect(ctx context.Context, endpoint string) (internalapi.RuntimeService, 
 // newerKeys are config keys added after the earlier releases the upgrade tests run, which
 // refuse keys they do not know: an earlier daemon gets the config without them. (A row's
 // shim_options table is not among them: no upgrade test sets it.)
-var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_ownership_from_security_context|default_ulimits|seccomp_profile|image_store|signature_policy|signature_policy_dir|registries_d)\s*=.*\n`)
+var newerKeys = regexp.MustCompile(`(?m)^\s*(pull_progress_timeout|device_ownership_from_security_context|default_ulimits|seccomp_profile|image_store|signature_policy|signature_policy_dir|registries_d|checkpoint|restore)\s*=.*\n`)
 
 // newerTables are config tables added after those releases, taken out whole with their
 // keys (up to the next table).
-var newerTables = regexp.MustCompile(`(?m)^\[(tracing|node|mechanisms)\]\n(?:[^\[\n].*\n|\n)*`)
+var newerTables = regexp.MustCompile(`(?m)^\[(tracing|node|mechanisms|checkpoints)\]\n(?:[^\[\n].*\n|\n)*`)
 
 // loggedRunc writes, in dir, a runc wrapper that appends each call's arguments to a file
 // and runs /usr/sbin/runc; it returns the wrapper's path and the file's.

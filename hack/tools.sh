@@ -23,11 +23,10 @@
 #                             which fails `criu check` on kernel 6.18: "Unexpected rt vDSO area")
 #   systemd-node-rootfs.tar   a Debian 12 root with systemd, made by mmdebstrap from Debian's
 #                             packages: the node container of TestSystemdNode (make systemd-node)
-#   linux-uml                 a User-Mode Linux kernel (make ARCH=um) from Debian's
-#                             linux-source-6.12 and hack/v2-node/uml.config: the cgroup-v2
-#                             node's (TestV2Node; about 9 minutes cold)
 #   v2-node-root.img          the cgroup-v2 node's root: Debian 12 with systemd, runc, crun,
-#                             the runc shim and docker-registry, an ext4 image
+#                             the runc shim and docker-registry, an ext4 image; beside it
+#   v2-node-vmlinuz,          Debian 12's stock kernel and the initramfs initramfs-tools made
+#   v2-node-initrd.img        for it in that root, which QEMU boots (hack/v2-node/run.sh)
 #
 #   hack/tools.sh [TOOL...]   build what is missing (all by default); prints the bin dir
 #
@@ -366,21 +365,26 @@ build_systemd_node_rootfs() {
 
 # The cgroup-v2 node's root (hack/v2-node/run.sh): Debian 12 as the systemd node's, plus what
 # runs inside a node with no network: crun, containerd's runc shim v2 (Debian's containerd),
-# busybox-static (the tests' images),
-# Debian's docker-registry (the tests' registry on the node's loopback) and jq, with
-# hack/v2-node/image/ baked in (the boot script and its unit), as an ext4 disk image
-# (mkfs.ext4 -d: no loop device or mount here). A run boots it through a copy-on-write file of
-# its own, so the image is never written. Made anew when the list or the baked files change.
-V2_NODE_PKGS=$NODE_PKGS,crun,containerd,docker-registry,jq,util-linux,busybox-static
+# busybox-static (the tests' images), Debian's docker-registry (the tests' registry on the
+# node's loopback) and jq; and Debian 12's stock kernel (linux-image-amd64), whose package
+# makes an initramfs in the root (initramfs-tools, MODULES=most: virtio_pci, virtio_blk and
+# ext4 among them, as the boot needs them before the root is mounted). The kernel and that
+# initramfs are taken out of the root into the cache beside it (QEMU boots them with
+# -kernel/-initrd: no boot loader); the kernel's modules stay in the root. hack/v2-node/image/
+# is baked in (the boot script and its unit), and the root becomes an ext4 disk image
+# (mkfs.ext4 -d: no loop device or mount here). A run boots it through a copy-on-write
+# overlay of its own, so the image is never written. Made anew when the list or the baked
+# files change; the kernel is whatever linux-image-amd64 was then.
+V2_NODE_PKGS=$NODE_PKGS,crun,containerd,docker-registry,jq,util-linux,busybox-static,linux-image-amd64
 V2_NODE_IMAGE_SIZE=8G
 build_v2_node_root() {
-	local here key dir tar
+	local here key dir tar vmlinuz initrd
 	here=$(cd "$(dirname "$0")" && pwd)
 	key=$({ echo "$NODE_SUITE $V2_NODE_PKGS $V2_NODE_IMAGE_SIZE"; cat "$here"/v2-node/image/*; } | sha256sum | cut -c1-12)
-	if [ ! -f "$BIN/v2-node-root-$key.img" ]; then
+	if [ ! -f "$BIN/v2-node-root-$key.img" ] || [ ! -f "$BIN/v2-node-vmlinuz-$key" ] || [ ! -f "$BIN/v2-node-initrd-$key.img" ]; then
 		tar=$TOOLS/src/v2-node-root-$key.tar
 		if [ ! -f "$tar" ]; then
-			log "making the cgroup-v2 node's root ($NODE_SUITE: $V2_NODE_PKGS; about a minute)"
+			log "making the cgroup-v2 node's root ($NODE_SUITE: $V2_NODE_PKGS; a few minutes)"
 			rm -f "${tar%.tar}.new.tar"
 			mmdebstrap --quiet --variant=minbase --include="$V2_NODE_PKGS" "$NODE_SUITE" \
 				"${tar%.tar}.new.tar" http://deb.debian.org/debian >&2 || { rm -f "${tar%.tar}.new.tar"; exit 1; }
@@ -388,91 +392,37 @@ build_v2_node_root() {
 		fi
 		dir=$(mktemp -d "$TOOLS/src/v2-node-root.XXXXXX")
 		tar -C "$dir" --numeric-owner -xf "$tar"
+		# Exactly one kernel and its initramfs (linux-image-amd64 depends on one image).
+		vmlinuz=$(find "$dir/boot" -maxdepth 1 -name 'vmlinuz-*')
+		initrd=$(find "$dir/boot" -maxdepth 1 -name 'initrd.img-*')
+		if [ "$(wc -w <<<"$vmlinuz")" != 1 ] || [ "$(wc -w <<<"$initrd")" != 1 ]; then
+			log "the node's root holds no single kernel and initramfs in /boot: $(ls "$dir/boot" | tr '\n' ' ')"
+			rm -rf "$dir"
+			exit 1
+		fi
 		install -m 0755 "$here/v2-node/image/v2-node-boot" "$dir/usr/local/sbin/v2-node-boot"
 		install -m 0644 "$here/v2-node/image/v2-node-boot.service" "$dir/etc/systemd/system/"
 		ln -sf /etc/systemd/system/v2-node-boot.service "$dir/etc/systemd/system/multi-user.target.wants/"
-		echo "/dev/ubda / ext4 defaults 0 1" >"$dir/etc/fstab"
+		echo "/dev/vda / ext4 defaults 0 1" >"$dir/etc/fstab"
 		echo "v2-node" >"$dir/etc/hostname"
+		cp "$vmlinuz" "$BIN/v2-node-vmlinuz-$key.new"
+		cp "$initrd" "$BIN/v2-node-initrd-$key.img.new"
+		rm -f "$vmlinuz" "$initrd"
 		rm -f "$BIN/v2-node-root-$key.img.new"
 		mkfs.ext4 -q -F -L v2-node -d "$dir" "$BIN/v2-node-root-$key.img.new" "$V2_NODE_IMAGE_SIZE" >&2 ||
-			{ rm -rf "$dir" "$BIN/v2-node-root-$key.img.new"; exit 1; }
+			{ rm -rf "$dir" "$BIN/v2-node-root-$key.img.new" "$BIN/v2-node-vmlinuz-$key.new" "$BIN/v2-node-initrd-$key.img.new"; exit 1; }
 		rm -rf "$dir"
+		mv "$BIN/v2-node-vmlinuz-$key.new" "$BIN/v2-node-vmlinuz-$key"
+		mv "$BIN/v2-node-initrd-$key.img.new" "$BIN/v2-node-initrd-$key.img"
 		mv "$BIN/v2-node-root-$key.img.new" "$BIN/v2-node-root-$key.img"
 		rm -f "$tar"
 	fi
+	ln -sfn "v2-node-vmlinuz-$key" "$BIN/v2-node-vmlinuz"
+	ln -sfn "v2-node-initrd-$key.img" "$BIN/v2-node-initrd.img"
 	ln -sfn "v2-node-root-$key.img" "$BIN/v2-node-root.img"
 }
 
-# The cgroup-v2 node's kernel: User-Mode Linux (this machine has no KVM) built from Debian's
-# linux-source package, defconfig plus hack/v2-node/uml.config, with the patches in
-# hack/v2-node/patches/ (if any), everything built in. Named by the source package's version
-# and a hash of the fragment and the patches: changing any builds anew. The source is
-# unpacked (and patched) and built in the cache, outside the checkout; the build directory
-# is kept per source version, so a changed fragment or patch rebuilds only what it touches.
-# The build runs at nice 19 (about 9 minutes cold on 2 cores) and fails
-# when an option of the fragment did not end in the .config as written (UML drops what it
-# cannot have without a word).
-UML_SOURCE_PKG=linux-source-6.12
-UML_BUILD_PKGS="$UML_SOURCE_PKG bc flex bison libelf-dev build-essential xz-utils"
-build_uml_kernel() {
-	local here fragment p patches=()
-	here=$(cd "$(dirname "$0")" && pwd)
-	fragment=$here/v2-node/uml.config
-	for p in "$here"/v2-node/patches/*.patch; do
-		[ -f "$p" ] && patches+=("$p")
-	done
-	# shellcheck disable=SC2086 # a list of package names
-	apt_missing $UML_BUILD_PKGS
-	local srcver key name applied
-	srcver=$(dpkg-query -W -f='${Version}' "$UML_SOURCE_PKG")
-	key=$(cat "$fragment" ${patches[@]+"${patches[@]}"} | sha256sum | cut -c1-12)
-	applied=$({ echo "$srcver"; cat ${patches[@]+"${patches[@]}"} </dev/null; } | sha256sum | cut -c1-12)
-	name=linux-uml-${srcver%%-*}-$key
-	if [ ! -x "$BIN/$name" ]; then
-		local src=$TOOLS/src/$UML_SOURCE_PKG-$srcver out=$TOOLS/src/linux-uml-build-$srcver
-		if [ "$(cat "$src/.applied" 2>/dev/null)" != "$applied" ]; then
-			log "unpacking /usr/src/$UML_SOURCE_PKG.tar.xz ($srcver) and applying ${#patches[@]} patch(es)"
-			rm -rf "$src" && mkdir -p "$src"
-			nice -n 19 tar -xJf "/usr/src/$UML_SOURCE_PKG.tar.xz" -C "$src" --strip-components=1
-			for p in ${patches[@]+"${patches[@]}"}; do
-				patch -d "$src" -p1 --forward --quiet <"$p" >&2
-			done
-			echo "$applied" >"$src/.applied"
-		fi
-		log "building $name (make ARCH=um, nice 19; about 9 minutes cold on 2 cores)"
-		mkdir -p "$out"
-		local mk=(nice -n 19 make -C "$src" O="$out" ARCH=um)
-		"${mk[@]}" defconfig >&2
-		"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "$fragment" >&2
-		"${mk[@]}" olddefconfig >&2
-		uml_config_check "$fragment" "$out/.config" || exit 1
-		"${mk[@]}" -j"$(nproc)" linux >&2
-		cp "$out/.config" "$BIN/$name.config"
-		cp "$out/linux" "$BIN/$name.tmp" && mv "$BIN/$name.tmp" "$BIN/$name"
-	fi
-	ln -sfn "$name" "$BIN/linux-uml"
-	ln -sfn "$name.config" "$BIN/linux-uml.config"
-}
-
-# uml_config_check FRAGMENT CONFIG: each CONFIG_X=V of the fragment is in the final config as
-# written, each "# CONFIG_X is not set" is not set there.
-uml_config_check() {
-	local line opt bad=0
-	while IFS= read -r line; do
-		case $line in
-		CONFIG_*=*)
-			grep -qxF "$line" "$2" || { log "config: $line wanted, got: $(grep -E "^(# )?${line%%=*}[= ]" "$2" || echo "${line%%=*} absent")"; bad=1; } ;;
-		"# CONFIG_"*" is not set")
-			opt=${line#\# }
-			opt=${opt%% *}
-			! grep -q "^$opt=" "$2" || { log "config: $opt wanted unset, got: $(grep "^$opt=" "$2")"; bad=1; } ;;
-		esac
-	done <"$1"
-	[ "$bad" = 0 ] && log "config: every option of $(basename "$1") ended as written"
-	return "$bad"
-}
-
-[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs uml-kernel v2-node-root
+[ $# -gt 0 ] || set -- crictl critest kubelet kube-apiserver etcd install-runsc install-runsc-shim systemd-node-rootfs v2-node-root
 # tool_lock TOOL: the lock a build of TOOL holds. `make test` builds the tools its last parts
 # need in the background while its foreground asks for them too (and two runs may share the
 # cache): a second caller waits for the build under way and then finds the tool made. Tools
@@ -518,7 +468,6 @@ for t in "$@"; do
 	runsc-shim) build_runsc_shim ;;
 	install-runsc-shim) install_runsc_shim ;;
 	systemd-node-rootfs) build_systemd_node_rootfs ;;
-	uml-kernel) build_uml_kernel ;;
 	v2-node-root) build_v2_node_root ;;
 	*) log "unknown tool $t"; exit 2 ;;
 	esac

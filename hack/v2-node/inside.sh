@@ -18,8 +18,9 @@ out=${V2_NODE_OUT:?run by hack/v2-node/run.sh}
 rc=0
 echo "v2-node: $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.controllers), $(systemctl is-system-running)"
 systemctl --failed --no-legend --no-pager
-# kubelet's cAdvisor wants a clock speed, and UML's /proc/cpuinfo names none ("could not
-# detect clock speed"): lxcfs-style, a copy with one is bound over it for this boot.
+# kubelet's cAdvisor wants a clock speed ("could not detect clock speed"). QEMU's CPUs
+# name one; a kernel whose /proc/cpuinfo does not (UML's did not) gets, lxcfs-style, a copy
+# with one bound over it for this boot.
 if ! grep -q '^cpu MHz' /proc/cpuinfo; then
 	{ sed '/^$/d' /proc/cpuinfo; printf 'cpu MHz\t\t: 1000.000\n\n'; } >/run/cpuinfo
 	mount --bind /run/cpuinfo /proc/cpuinfo

@@ -1,151 +1,130 @@
 #!/usr/bin/env bash
-# Boots the cgroup-v2 node's User-Mode Linux kernel (hack/tools.sh uml-kernel) once, as an
-# ordinary process with this machine's root as its read-only root (hostfs) and an init
-# script of its own, and reports from inside, one "SMOKE key=value" line each:
+# Boots the cgroup-v2 node once (hack/v2-node/run.sh: QEMU, Debian's kernel, the node's root
+# with systemd) and reports from inside what the node stands on, one "SMOKE key=value" line
+# each:
+#   accel          the accelerator run.sh chose (kvm or tcg), and the node's own view
+#                  (systemd-detect-virt: kvm, or qemu under TCG)
 #   uname          uname -r
-#   controllers    /sys/fs/cgroup/cgroup.controllers of a cgroup2 mount
+#   uptime_s       the node's uptime when the command started: the boot to the command
+#   nproc          CPUs online
+#   controllers    /sys/fs/cgroup/cgroup.controllers
 #   psi            whether /proc/pressure/cpu exists (and its first line)
-#   capbnd         init's CapBnd
-#   stack          init's stack mapping (how high the user address space reaches)
-#   runc_*         Debian's runc: a busybox bundle (busybox-static) with a 64 MiB memory
-#                  limit (and cpus "0" where there is a cpuset controller), run with `runc
-#                  run`; runc_memory_max and runc_cpuset_cpus are read inside it
-#   runsc_*        the pinned runsc (/usr/local/bin/runsc): --version, then `runsc do true`
-#                  on systrap, then on ptrace with --ignore-cgroups; each run's exit status
-#                  and the panic or error it printed
-# then powers off (poweroff -f). Exits 0 when the kernel booted, init ran to its end and
-# the controllers cpuset cpu io memory pids, PSI, and runc's memory.max and cpuset.cpus
-# were there; runsc's result is reported, not required.
+#   capeff         the command's CapEff, and sys_resource=yes|no (CAP_SYS_RESOURCE, which
+#                  gVisor's shim needs)
+#   runc_*         Debian's runc: a busybox bundle with a 64 MiB memory limit and cpus "1",
+#                  run with `runc run`; runc_memory_max and runc_cpuset_cpus are read inside
+#   runsc_*        the pinned runsc (the tools cache's): --version, then `runsc run` of the
+#                  same bundle, which prints a line from inside the sandbox (runsc_said)
+# then the node powers off. Exits 0 when the node ran the command to its end and each of
+# these held: the controllers cpuset cpu io memory hugetlb pids, PSI, 2 CPUs,
+# CAP_SYS_RESOURCE, runc's memory.max and cpuset.cpus, and runsc's container.
 #
-#   hack/v2-node/smoke.sh                 (root) the kernel hack/tools.sh uml-kernel built
-#   UML_KERNEL=/path/to/linux ...         another kernel
-#   SMOKE_TIMEOUT=300 ...                 seconds before the kernel is killed
-#   SMOKE_LOG=/path ...                   keep the whole console log there
+#   hack/v2-node/smoke.sh                 (root) the node hack/tools.sh v2-node-root made
+#   SMOKE_TIMEOUT=600 ...                 seconds before QEMU is killed
+#   SMOKE_OUT=DIR ...                     keep the node's output there (smoke.out,
+#                                         console.log); by default a scratch directory
+#   V2_NODE_ACCEL=kvm|tcg ...             as for run.sh
 #
-# Nothing is left on this machine: the kernel and its processes run in a process group of
-# their own that is killed on timeout, and on exit (trap) every process still naming the
-# smoke's scratch directory is killed and the directory removed. No mount, loop device or
-# tap is made on this machine (the node's mounts are inside UML).
+# Nothing is left on this machine: run.sh kills QEMU and removes its scratch files whatever
+# happens; the scratch output directory is removed on exit.
 set -euo pipefail
 
-[ "$(id -u)" = 0 ] || { echo "smoke.sh: run as root" >&2; exit 2; }
-# The kernel is built beforehand (minutes: not on a smoke's account).
-kernel=$(readlink -f "${UML_KERNEL:-${RTSHIMD_TOOLS:-/var/cache/rtshimd-tools}/bin/linux-uml}")
-[ -x "$kernel" ] || { echo "smoke.sh: no kernel at $kernel: run hack/tools.sh uml-kernel" >&2; exit 2; }
-timeout=${SMOKE_TIMEOUT:-300}
+if [ "${1:-}" = --inside ]; then
+	# In the node, run by v2-node-boot through run.sh, in the repository, as root.
+	exec >"$V2_NODE_OUT/smoke.out" 2>&1
+	say() { echo "SMOKE $*"; }
+	set +e
+	say "accel_node=$(systemd-detect-virt)"
+	say "uptime_s=$(cut -d' ' -f1 /proc/uptime)"
+	say "uname=$(uname -r)"
+	say "nproc=$(nproc)"
+	say "controllers=$(cat /sys/fs/cgroup/cgroup.controllers)"
+	if [ -e /proc/pressure/cpu ]; then say "psi=yes $(head -n1 /proc/pressure/cpu)"; else say "psi=no"; fi
+	capeff=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)
+	sysres=no
+	(((0x$capeff >> 24) & 1)) && sysres=yes # CAP_SYS_RESOURCE is capability 24
+	say "capeff=$capeff sys_resource=$sysres"
 
-work=$(mktemp -d /tmp/v2-node-smoke.XXXXXX)
-chmod 0755 "$work"
-cleanup() {
-	local pid left
-	# The kernel's processes all name $work on their command line (uml_dir=).
-	for pid in $(pgrep -f -- "uml_dir=$work" || true); do
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-	for _ in 1 2 3 4 5 6 7 8 9 10; do
-		left=$(pgrep -f -- "uml_dir=$work" || true)
-		[ -z "$left" ] && break
-		sleep 0.5
-	done
-	[ -z "$left" ] || echo "smoke.sh: UML processes left: $left" >&2
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+	# A busybox bundle (the node's busybox-static) with memory.max 64 MiB and CPU 1 only,
+	# which reads both back from inside.
+	# On the root disk: runsc's gofer remounts the bundle's root read-only, which /run (tmpfs)
+	# refused it ("operation not permitted").
+	scratch=$(mktemp -d /var/tmp/smoke.XXXXXX)
+	mkdir -p "$scratch/bundle/rootfs/bin"
+	cp /bin/busybox "$scratch/bundle/rootfs/bin/busybox"
+	cd "$scratch/bundle"
+	if runc spec; then
+		sed -i -e 's/"terminal": true/"terminal": false/' \
+			-e 's|^\(\s*\)"sh"$|\1"/bin/busybox", "sh", "-c", "cat /sys/fs/cgroup/memory.max; cat /sys/fs/cgroup/cpuset.cpus"|' \
+			-e 's/"resources": {/"resources": {"memory": {"limit": 67108864}, "cpu": {"cpus": "1"},/' config.json
+		start=$(date +%s%N)
+		out=$(timeout 120 runc --root "$scratch/runc" run smoke </dev/null 2>&1)
+		rc=$?
+		say "runc_rc=$rc runc_ms=$((($(date +%s%N) - start) / 1000000))"
+		say "runc_memory_max=$(echo "$out" | sed -n 1p)"
+		say "runc_cpuset_cpus=$(echo "$out" | sed -n 2p)"
+		[ "$rc" = 0 ] || echo "$out" | sed 's/^/runc: /'
 
-# The busybox container's root, copied into the node's tmpfs by init.
-mkdir -p "$work/bundle/rootfs/bin"
-cp /bin/busybox "$work/bundle/rootfs/bin/busybox"
-
-cat >"$work/init.sh" <<'INIT'
-#!/bin/sh
-# PID 1 of the smoke's UML kernel; $work is its directory, read-only like all of /.
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-work=$(dirname "$0")
-say() { echo "SMOKE $*"; }
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-grep -q ' /dev devtmpfs ' /proc/mounts || mount -t devtmpfs dev /dev
-mount -t tmpfs run /run
-mount -t cgroup2 none /sys/fs/cgroup
-say "uname=$(uname -r)"
-say "controllers=$(cat /sys/fs/cgroup/cgroup.controllers)"
-if [ -e /proc/pressure/cpu ]; then say "psi=yes $(head -n1 /proc/pressure/cpu)"; else say "psi=no"; fi
-say "capbnd=$(sed -n 's/^CapBnd:[[:space:]]*//p' /proc/self/status)"
-say "stack=$(grep '\[stack\]' /proc/self/maps | cut -d' ' -f1)"
-
-# runc: Debian's, a busybox bundle with memory.max 64 MiB, reading it back from inside.
-mkdir -p /run/bundle /run/runc
-cp -a "$work/bundle/rootfs" /run/bundle/
-cd /run/bundle
-if runc spec; then
-	# With a cpuset controller, the container is pinned to CPU 0 too.
-	cpus=""
-	grep -qw cpuset /sys/fs/cgroup/cgroup.controllers && cpus='"cpu": {"cpus": "0"},'
-	sed -i -e 's/"terminal": true/"terminal": false/' \
-		-e 's|^\(\s*\)"sh"$|\1"/bin/busybox", "sh", "-c", "cat /sys/fs/cgroup/memory.max; cat /sys/fs/cgroup/cpuset.cpus"|' \
-		-e "s/\"resources\": {/\"resources\": {\"memory\": {\"limit\": 67108864}, $cpus/" config.json
-	start=$(date +%s%N)
-	out=$(timeout 120 runc --root /run/runc run smoke </dev/null 2>&1)
-	rc=$?
-	say "runc_rc=$rc runc_ms=$((($(date +%s%N) - start) / 1000000))"
-	say "runc_memory_max=$(echo "$out" | sed -n 1p)"
-	say "runc_cpuset_cpus=$(echo "$out" | sed -n 2p)"
-	[ "$rc" = 0 ] || echo "$out" | sed 's/^/runc: /'
-else
-	say "runc_rc=spec-failed"
+		# The pinned runsc runs the same bundle, saying where it runs.
+		runsc=$RTSHIMD_TOOLS/bin/runsc
+		say "runsc_version=$("$runsc" --version 2>&1 | head -n1)"
+		sed -i 's|"/bin/busybox", "sh", "-c", "[^"]*"|"/bin/busybox", "sh", "-c", "echo in-gvisor $(/bin/busybox uname -r)"|' config.json
+		start=$(date +%s%N)
+		mkdir -p "$scratch/runsc-log"
+		out=$(timeout 120 "$runsc" --root "$scratch/runsc" --debug --debug-log="$scratch/runsc-log/" \
+			--network=none run smoke-runsc </dev/null 2>&1)
+		rc=$?
+		say "runsc_rc=$rc runsc_ms=$((($(date +%s%N) - start) / 1000000))"
+		say "runsc_said=$(echo "$out" | grep -m1 '^in-gvisor')"
+		if [ "$rc" != 0 ]; then
+			echo "$out" | tail -n 20 | sed 's/^/runsc: /'
+			# What the sandbox and gofer said before they ended.
+			for f in "$scratch"/runsc-log/*; do
+				grep -E -i 'panic|fatal|error|fail|W[0-9]{4}' "$f" | tail -n 15 | sed "s|^|runsc $(basename "$f"): |"
+			done
+		fi
+	else
+		say "runc_rc=spec-failed"
+	fi
+	cd /
+	rm -rf "$scratch"
+	say "done"
+	exit 0
 fi
-cd /
 
-# runsc: the pinned gVisor; does it get the address space it needs here?
-say "runsc_version=$(/usr/local/bin/runsc --version 2>&1 | head -n1)"
-runsc_try() { # name, runsc flags...
-	name=$1
-	shift
-	mkdir -p "/run/runsc-$name/log"
-	out=$(timeout 120 /usr/local/bin/runsc --root "/run/runsc-$name" --debug --debug-log="/run/runsc-$name/log/" \
-		--rootless=false --network=none "$@" do true </dev/null 2>&1)
-	rc=$?
-	say "runsc_${name}_rc=$rc"
-	# A panic in package init comes before any log: look in its output too.
-	err=$({ echo "$out"; cat "/run/runsc-$name"/log/* 2>/dev/null; } |
-		grep -E 'panic:|None of the address|mandatory cgroup|FATAL|fatal error|^[a-z ]*: ' | head -n3 | tr '\n' ' ')
-	say "runsc_${name}_error=$err"
-	echo "$out" | tail -n5 | sed "s/^/runsc $name: /"
-}
-runsc_try systrap
-runsc_try ptrace --platform=ptrace --ignore-cgroups
-say "done"
-poweroff -f || busybox poweroff -f || echo o >/proc/sysrq-trigger
-INIT
-chmod 0755 "$work/init.sh"
-
-log=${SMOKE_LOG:-$work/console.log}
+[ "$(id -u)" = 0 ] || { echo "smoke.sh: run as root" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+accel=$("$here/run.sh" --accel)
+out=${SMOKE_OUT:-}
+if [ -z "$out" ]; then
+	out=$(mktemp -d /tmp/v2-node-smoke.XXXXXX)
+	trap 'rm -rf "$out"' EXIT
+fi
 start=$(date +%s)
-# timeout(1) runs the kernel in a process group of its own and signals the whole group.
 rc=0
-TMPDIR=$work timeout --kill-after=10 "$timeout" "$kernel" mem=1024M \
-	root=/dev/root rootfstype=hostfs rootflags=/ ro init="$work/init.sh" \
-	umid=smoke uml_dir="$work" con=null con0=fd:0,fd:1 </dev/null >"$log" 2>&1 &
-# In the background, so that a signal to this script ends it (and the trap's cleanup the
-# kernel) at once rather than when the kernel ends.
-wait $! || rc=$?
-echo "SMOKE kernel=$kernel boot_to_poweroff_s=$(($(date +%s) - start)) kernel_rc=$rc"
-# The console ends its lines with CR LF.
-tr -d '\r' <"$log" | grep -a -E '^(SMOKE|runc:|runsc )' >"$work/smoke.out" || true
-cat "$work/smoke.out"
+V2_NODE_OUT=$out V2_NODE_TIMEOUT=${SMOKE_TIMEOUT:-600} V2_NODE_MEM=2G V2_NODE_ACCEL=$accel \
+	"$here/run.sh" 'hack/v2-node/smoke.sh --inside' || rc=$?
+echo "SMOKE accel=$accel boot_to_poweroff_s=$(($(date +%s) - start)) run_rc=$rc"
+touch "$out/smoke.out"
+cat "$out/smoke.out"
 
+s=$out/smoke.out
 fail=""
-grep -q '^SMOKE done$' "$work/smoke.out" || fail="$fail init-did-not-finish"
-for c in cpuset cpu io memory pids; do
-	grep -E -q "^SMOKE controllers=(.* )?$c( |$)" "$work/smoke.out" || fail="$fail no-$c-controller"
+[ "$rc" = 0 ] || fail="$fail run.sh-exit-$rc"
+grep -q '^SMOKE done$' "$s" || fail="$fail command-did-not-finish"
+for c in cpuset cpu io memory hugetlb pids; do
+	grep -E -q "^SMOKE controllers=(.* )?$c( |$)" "$s" || fail="$fail no-$c-controller"
 done
-grep -q '^SMOKE psi=yes' "$work/smoke.out" || fail="$fail no-psi"
-grep -q '^SMOKE runc_memory_max=67108864$' "$work/smoke.out" || fail="$fail runc-memory-max"
-grep -q '^SMOKE runc_cpuset_cpus=0$' "$work/smoke.out" || fail="$fail runc-cpuset-cpus"
+grep -q '^SMOKE psi=yes' "$s" || fail="$fail no-psi"
+grep -q '^SMOKE nproc=2$' "$s" || fail="$fail not-2-cpus"
+grep -q '^SMOKE capeff=.* sys_resource=yes$' "$s" || fail="$fail no-cap-sys-resource"
+grep -q '^SMOKE runc_memory_max=67108864$' "$s" || fail="$fail runc-memory-max"
+grep -q '^SMOKE runc_cpuset_cpus=1$' "$s" || fail="$fail runc-cpuset-cpus"
+grep -q '^SMOKE runsc_rc=0 ' "$s" || fail="$fail runsc-rc"
+grep -q '^SMOKE runsc_said=in-gvisor ' "$s" || fail="$fail runsc-container-output"
 if [ -n "$fail" ]; then
 	echo "SMOKE FAIL:$fail" >&2
-	[ -n "${SMOKE_LOG:-}" ] || tail -n 40 "$log" | tr -d '\r' >&2
+	tail -n 40 "$out/console.log" 2>/dev/null | tr -d '\r' >&2 || true
 	exit 1
 fi
 echo "SMOKE PASS"

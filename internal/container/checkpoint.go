@@ -111,14 +111,23 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 		}
 	}
 	start := time.Now()
-	if err := ck.Checkpoint(ctx, c.Task(), filepath.Join(content, checkpointDir), work); err != nil {
-		return err // the kind names the handler, the call and the container
-	}
-	if err := m.checkpointFiles(c, content, work, start); err != nil {
-		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
-	}
-	if err := m.rootfsDiffFrozen(ctx, c, ck, content); err != nil {
-		return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+	// One frozen instant for CRIU's image and the rootfs changes: CRIU restores an open
+	// file only at the size it dumped, and a container running between the two could
+	// change its files, or swap a directory for a link to a host tree (R2).
+	err = m.whileFrozen(ctx, c, ck, func() error {
+		if err := ck.Checkpoint(ctx, c.Task(), filepath.Join(content, checkpointDir), work); err != nil {
+			return err // the kind names the handler, the call and the container
+		}
+		if err := m.checkpointFiles(c, content, work, start); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+		}
+		if err := m.writeRootfsDiff(c, content); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", c.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if m.opts.CheckpointKey != nil {
 		if err := ckptsign.Sign(content, m.opts.CheckpointKey); err != nil {

@@ -655,12 +655,12 @@ func (c *Container) restoreImage() string {
 	return filepath.Join(c.Restore, checkpointDir)
 }
 
-// rootfsDiffFrozen adds the container's rootfs changes to a checkpoint archive's
-// content while its processes are frozen: the runtime's checkpoint has resumed them, and a
-// container that changed its files while they were read (a directory swapped for a link
-// to a host tree, a file for a device node) would have root read what it pointed at
-// (security review R2). The image side reads them chrooted into the writable layer too.
-func (m *Manager) rootfsDiffFrozen(ctx context.Context, c *Container, ck kind.Checkpointer, content string) (err error) {
+// whileFrozen runs f with the container's processes frozen (the runtime's pause), and
+// resumes them whatever happens: its checkpoint is taken then, and its rootfs changes read,
+// so that a container cannot change its files while root reads them (a directory swapped
+// for a link to a host tree, a file for a device node: security review R2; the image side
+// reads them chrooted into the writable layer too).
+func (m *Manager) whileFrozen(ctx context.Context, c *Container, ck kind.Checkpointer, f func() error) (err error) {
 	thaw := func() error {
 		// Also past the request's deadline.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kind.DefaultTimeout)
@@ -672,18 +672,18 @@ func (m *Manager) rootfsDiffFrozen(ctx context.Context, c *Container, ck kind.Ch
 		if terr := thaw(); terr != nil {
 			logrus.WithError(terr).WithField("container", c.ID).Error("resume a container whose freeze failed")
 		}
-		return fmt.Errorf("freeze it to read its rootfs changes: %w", err)
+		return fmt.Errorf("checkpoint container %s: freeze it: %w", c.ID, err)
 	}
 	defer func() {
 		// Thawed whatever happened.
 		if terr := thaw(); terr != nil {
 			logrus.WithError(terr).WithField("container", c.ID).Error("resume a container frozen for its checkpoint")
 			if err == nil {
-				err = fmt.Errorf("resume it after reading its rootfs changes: %w", terr)
+				err = fmt.Errorf("checkpoint container %s: resume it: %w", c.ID, terr)
 			}
 		}
 	}()
-	return m.writeRootfsDiff(c, content)
+	return f()
 }
 
 // writeRootfsDiff adds the container's rootfs changes to a checkpoint archive's content:

@@ -125,7 +125,8 @@ HOST_TOOLS := crictl critest kubelet kube-apiserver etcd systemd-node-rootfs bus
 host-tools:
 	hack/tools.sh $(HOST_TOOLS) >/dev/null
 
-# -timeout: TestV2Node alone takes about 17 minutes where QEMU has no KVM (docs/v2-node.md).
+# -timeout: TestV2Node alone took 10 minutes where QEMU has no KVM, 17 on a busy machine
+# (docs/v2-node.md).
 integration: build host-tools
 	$(GO) test -count=1 -tags integration,$(BUILDTAGS) -timeout 60m -v ./integration/... 2>&1 | tee /tmp/rtshimd-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 

@@ -163,11 +163,12 @@ func TestV2Node(t *testing.T) {
 		t.Fatalf("CONFORMANCE_PREBUILD: %v\n%s", err, b)
 	}
 	// critest on crun by default, the part of it in conformance/expected-v2/subset.txt
-	// (about 6 minutes in the node under TCG): crun is the row no other run has ready.
+	// (3.5 minutes in the node under TCG at 1cab140): crun is the row no other run has ready.
 	// RTSHIMD_V2_NODE_CRITEST names rows to run the whole of critest on (make v2-node-full:
-	// runc, crun and the runc shim). The node's time limit: the default run took about 17
-	// minutes under TCG; the whole of critest, untimed there, took 3 to 5 times the
-	// subset's time a row under UML, so each row gets 40 minutes more.
+	// runc, crun and the runc shim). The node's time limit: the default run took 10 minutes
+	// under TCG at 1cab140, 17 with another test run beside it; the whole of critest,
+	// untimed there, took 3 to 5 times the subset's time a row under UML, so each row gets
+	// 40 minutes more.
 	critest, subset, limit := "crun", 1, 2400
 	if v := os.Getenv("RTSHIMD_V2_NODE_CRITEST"); v != "" {
 		critest, subset = v, 0

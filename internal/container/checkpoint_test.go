@@ -511,7 +511,9 @@ func TestRestoreCheckSpec(t *testing.T) {
 		{"a volume read-only now", nil, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "ro"} }, "mount /data is ro"},
 		{"a volume rro now", nil, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "rro"} }, "mount /data is ro"},
 		{"the root read-only now", nil, func(s *specs.Spec) { s.Root.Readonly = true }, "root filesystem is read-only"},
-		{"from the node's network", func(s *specs.Spec) { s.Linux.Namespaces = s.Linux.Namespaces[:1] }, nil, "node's network namespace"},
+		{"from the node's network", func(s *specs.Spec) {
+			s.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}}
+		}, nil, "node's network namespace"},
 		{"a mount the container lacks", func(s *specs.Spec) { s.Mounts = append(s.Mounts, specs.Mount{Destination: "/host", Type: "bind"}) }, nil, "mount at /host"},
 		{"unmasked before", func(s *specs.Spec) { s.Linux.MaskedPaths = nil }, nil, "/proc/kcore is masked"},
 		{"fewer mounts now", nil, func(s *specs.Spec) { s.Mounts = append(s.Mounts, specs.Mount{Destination: "/new", Type: "bind"}) }, ""},

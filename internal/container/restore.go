@@ -543,9 +543,9 @@ func (s *restoreSource) checkSpec(spec *specs.Spec) error {
 		return m
 	}
 	had, has := nsTypes(old), nsTypes(spec)
-	for t := range has {
-		if !had[t] {
-			return fmt.Errorf("the checkpointed container ran in the node's %s namespace, and the container has one of its own", t)
+	for _, ns := range spec.Linux.Namespaces {
+		if !had[ns.Type] {
+			return fmt.Errorf("the checkpointed container ran in the node's %s namespace, and the container has one of its own", ns.Type)
 		}
 	}
 	if had[specs.UserNamespace] != has[specs.UserNamespace] {

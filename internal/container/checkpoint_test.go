@@ -510,6 +510,8 @@ func TestRestoreCheckSpec(t *testing.T) {
 		{"the same", nil, nil, ""},
 		{"a volume read-only now", nil, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "ro"} }, "mount /data is ro"},
 		{"a volume rro now", nil, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "rro"} }, "mount /data is ro"},
+		{"ro then rw before", func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "ro", "rw"} }, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "ro"} }, "mount /data is ro"},
+		{"read-only both times", func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "rw", "ro"} }, func(s *specs.Spec) { s.Mounts[1].Options = []string{"rbind", "ro"} }, ""},
 		{"the root read-only now", nil, func(s *specs.Spec) { s.Root.Readonly = true }, "root filesystem is read-only"},
 		{"from the node's network", func(s *specs.Spec) {
 			s.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}}

@@ -590,9 +590,21 @@ func (s *restoreSource) checkSpec(spec *specs.Spec) error {
 	return nil
 }
 
-// mountHas reports whether m has opt ("ro": "rro" counts).
+// mountHas reports whether opt holds for m as mount(8) reads its options: the last of
+// opt and its opposite wins ("ro" and "rw", "nosuid" and "suid", ...); "rro" counts as
+// "ro" (third read T1).
 func mountHas(m specs.Mount, opt string) bool {
-	return slices.Contains(m.Options, opt) || opt == "ro" && slices.Contains(m.Options, "rro")
+	opposite := map[string]string{"ro": "rw", "nosuid": "suid", "nodev": "dev", "noexec": "exec"}[opt]
+	on := false
+	for _, o := range m.Options {
+		switch {
+		case o == opt || opt == "ro" && o == "rro":
+			on = true
+		case o == opposite || o == "defaults":
+			on = false
+		}
+	}
+	return on
 }
 
 // checkNoNewPrivs is nil where the process pid and every process below it run with

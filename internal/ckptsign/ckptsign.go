@@ -23,6 +23,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
 )
 
 // SignatureFile is the signature's name in a checkpoint (beside config.dump).
@@ -58,7 +60,7 @@ func payload(files []File) []byte {
 // writes its public key beside it (path + ".pub", world-readable: the operator hands it
 // to other nodes' checkpoints.trusted_keys).
 func LoadOrCreateKey(path string) (ed25519.PrivateKey, error) {
-	b, err := readRegular(path, 4096)
+	b, err := regfile.ReadNoFollow(path, 4096)
 	if err == nil {
 		seed, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
 		if derr != nil || len(seed) != ed25519.SeedSize {
@@ -139,7 +141,7 @@ var ErrUnsigned = errors.New("the checkpoint is not signed (" + SignatureFile + 
 // and that a key in trusted signed them; it returns that key (base64). dir must be the
 // caller's own copy, which nobody else writes.
 func Verify(dir string, trusted []ed25519.PublicKey) (string, error) {
-	b, err := readRegular(filepath.Join(dir, SignatureFile), maxSignature)
+	b, err := regfile.ReadNoFollow(filepath.Join(dir, SignatureFile), maxSignature)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", ErrUnsigned
 	}
@@ -217,28 +219,4 @@ func manifest(dir string) ([]File, error) {
 	})
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
 	return files, err
-}
-
-// readRegular reads the regular file at path, never through a link, up to max bytes.
-func readRegular(path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", filepath.Base(path))
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), max)
-	}
-	return b, nil
 }

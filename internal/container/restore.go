@@ -18,11 +18,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/rtshimd/rtshimd/internal/ckptsign"
 	"github.com/rtshimd/rtshimd/internal/criuimg"
 	"github.com/rtshimd/rtshimd/internal/errdefs"
+	"github.com/rtshimd/rtshimd/internal/fsafe/regfile"
 	"github.com/rtshimd/rtshimd/internal/image"
 	"github.com/rtshimd/rtshimd/internal/kind"
 	"github.com/rtshimd/rtshimd/internal/sandbox"
@@ -199,7 +199,7 @@ func copyCheckpoint(rootfs, dir string, max int64, verify func(dir string) error
 		if !d.Type().IsRegular() {
 			return fmt.Errorf("%s is a %v, not a regular file or directory", relName(rootfs, p), d.Type())
 		}
-		src, err := openRegular(p)
+		src, err := regfile.OpenNoFollow(p)
 		if err != nil {
 			return err
 		}
@@ -243,32 +243,10 @@ func relName(root, p string) string {
 	return rel
 }
 
-// openRegular opens the regular file at path for reading: a link at path is not
-// followed, and anything but a regular file (a FIFO, which would block; a device) is an
-// error, checked on the opened file.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return nil, fmt.Errorf("%s is a symbolic link, not a regular file", filepath.Base(path))
-		}
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is a %v, not a regular file", filepath.Base(path), fi.Mode().Type())
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
 // extractTar writes the entries of the tar at path into dir, which it makes, at most max
 // bytes of files in all (0: no bound; a sparse entry counts its holes).
 func extractTar(path, dir string, max int64) error {
-	f, err := openRegular(path)
+	f, err := regfile.OpenNoFollow(path)
 	if err != nil {
 		return err
 	}
@@ -366,17 +344,9 @@ func loadCheckpoint(dir string, verify func(dir string) error) (*restoreSource, 
 // readJSONFile decodes the regular file at path (never through a link), of at most
 // maxCheckpointJSON bytes, into v.
 func readJSONFile(path string, v any) error {
-	f, err := openRegular(path)
+	b, err := regfile.ReadNoFollow(path, maxCheckpointJSON)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointJSON+1))
-	if err != nil {
-		return err
-	}
-	if len(b) > maxCheckpointJSON {
-		return fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), maxCheckpointJSON)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(path), err)
@@ -486,7 +456,7 @@ func (s *restoreSource) imageSpec() *runtimeapi.ImageSpec {
 
 // applyRootfs puts the checkpointed container's changes to its rootfs into rootfs.
 func (s *restoreSource) applyRootfs(rootfs string) error {
-	f, err := openRegular(filepath.Join(s.dir, rootfsDiffFile))
+	f, err := regfile.OpenNoFollow(filepath.Join(s.dir, rootfsDiffFile))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return image.ApplyRootfsDiff(rootfs, s.deleted, nil)
@@ -615,7 +585,8 @@ func checkNoNewPrivs(pid int) error {
 	var walk func(pid int) error
 	walk = func(pid int) error {
 		if seen++; seen > 1<<16 {
-			return nil
+			// Unchecked is not passed (second re-read S6).
+			return fmt.Errorf("restored processes: more than %d to check for no_new_privs: %w", 1<<16, errdefs.ErrInvalidArgument)
 		}
 		// no_new_privs is a thread's: each thread of the process is read.
 		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))

@@ -4,10 +4,12 @@
 package regfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
@@ -68,4 +70,44 @@ func kind(m fs.FileMode) string {
 		return "directory"
 	}
 	return "special file"
+}
+
+// OpenNoFollow opens the regular file at path for reading: a link at path is not
+// followed, and anything but a regular file (a FIFO, which would block; a device) is an
+// error naming it, checked on the opened file.
+func OpenNoFollow(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, &fs.PathError{Op: "open", Path: filepath.Base(path), Err: errors.New("is a symbolic link, not a regular file")}
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = &fs.PathError{Op: "open", Path: filepath.Base(path), Err: fmt.Errorf("is a %s, not a regular file", kind(fi.Mode()))}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReadNoFollow reads the regular file at path (OpenNoFollow), refusing one larger than
+// max bytes rather than cutting it short.
+func ReadNoFollow(path string, max int64) ([]byte, error) {
+	f, err := OpenNoFollow(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), max)
+	}
+	return b, nil
 }

@@ -45,13 +45,7 @@ func TestRestoreHostile(t *testing.T) {
 	if why := criuCheck(t, "criu"); why != "" {
 		t.Fatalf("CRIU in PATH does not work on this node (%s): make test installs CRIU 4.1.1 (hack/tools.sh install-criu)", why)
 	}
-	restores := filepath.Join(d.Dir, "state", "restores")
-	assertNoRestoreLeft := func(when string) {
-		t.Helper()
-		if left, _ := os.ReadDir(restores); len(left) != 0 {
-			t.Errorf("%s: %s holds %s", when, restores, left[0].Name())
-		}
-	}
+	assertNoRestoreLeft := noRestoreLeft(t, d)
 	checkpoint := func(id string) string {
 		t.Helper()
 		archive := filepath.Join(t.TempDir(), "c.tar")
@@ -114,17 +108,8 @@ func TestRestoreHostile(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		f, err := os.Create(unsigned)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tw := tar.NewWriter(f)
-		if err := tw.AddFS(os.DirFS(dir)); err != nil {
-			t.Fatal(err)
-		}
-		_ = tw.Close()
-		f.Close()
-		_, err = d.RS.CreateContainer(ctx, pod0, withImage(e.ctrConfig("r"), unsigned), pod0Cfg)
+		tarDir(t, dir, unsigned)
+		_, err := d.RS.CreateContainer(ctx, pod0, withImage(e.ctrConfig("r"), unsigned), pod0Cfg)
 		wantRefused(t, "an unsigned checkpoint", err, codes.InvalidArgument, "not signed")
 		ref := pushCheckpointFiles(t, e, unsigned, "unsigned", nil)
 		if _, err := d.IS.PullImage(ctx, imgSpec(ref), nil, nil); err != nil {
@@ -140,16 +125,7 @@ func TestRestoreHostile(t *testing.T) {
 			t.Fatal(err)
 		}
 		foreign := filepath.Join(t.TempDir(), "foreign.tar")
-		f, err = os.Create(foreign)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tw = tar.NewWriter(f)
-		if err := tw.AddFS(os.DirFS(dir)); err != nil {
-			t.Fatal(err)
-		}
-		_ = tw.Close()
-		f.Close()
+		tarDir(t, dir, foreign)
 		_, err = d.RS.CreateContainer(ctx, pod0, withImage(e.ctrConfig("r"), foreign), pod0Cfg)
 		wantRefused(t, "a checkpoint signed by another key", err, codes.InvalidArgument, "neither this node's nor one of checkpoints.trusted_keys")
 		assertNoRestoreLeft("after the signature refusals")
@@ -369,6 +345,12 @@ func resignTar(t *testing.T, d *Daemon, path string) {
 	if err := ckptsign.Sign(dir, key); err != nil {
 		t.Fatal(err)
 	}
+	tarDir(t, dir, path)
+}
+
+// tarDir writes dir's files as an uncompressed tar at path, replacing it.
+func tarDir(t *testing.T, dir, path string) {
+	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -380,6 +362,17 @@ func resignTar(t *testing.T, d *Daemon, path string) {
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// noRestoreLeft returns a check that d's state root holds no unpacked checkpoint.
+func noRestoreLeft(t *testing.T, d *Daemon) func(when string) {
+	restores := filepath.Join(d.Dir, "state", "restores")
+	return func(when string) {
+		t.Helper()
+		if left, _ := os.ReadDir(restores); len(left) != 0 {
+			t.Errorf("%s: %s holds %s", when, restores, left[0].Name())
+		}
 	}
 }
 

@@ -34,13 +34,7 @@ func TestRestoreContainer(t *testing.T) {
 	if why := criuCheck(t, "criu"); why != "" {
 		t.Fatalf("CRIU in PATH does not work on this node (%s): make test installs CRIU 4.1.1 (hack/tools.sh install-criu)", why)
 	}
-	restores := filepath.Join(d.Dir, "state", "restores")
-	assertNoRestoreLeft := func(when string) {
-		t.Helper()
-		if left, _ := os.ReadDir(restores); len(left) != 0 {
-			t.Errorf("%s: %s holds %s", when, restores, left[0].Name())
-		}
-	}
+	assertNoRestoreLeft := noRestoreLeft(t, d)
 
 	// The counter writes each number to its log and to a file it keeps open in its
 	// writable layer (CRIU restores an open file only if it is as it was), after writing a
